@@ -1,0 +1,111 @@
+"""Samples -> padded token ids, target rows, labels and the `[batch, pos, pos]` reference mask.
+
+Layout per sample (right padding): `prefix_ids` (BOS, instruction, few-shot; length = offset), the text, then
+EOS when the tokenizer has one. Target char `j` is predicted at row `offset + prompt_len + j - 1` (SPEC 1);
+the EOS row is a target row with an empty reference set. Every other row is ignored by every score.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from jaxtyping import Bool, Int
+from torch import Tensor
+
+from .tasks.base import Sample
+from .tokenization import Tokenizer
+
+IGNORE = -100
+
+
+@dataclass
+class Batch:
+    tokens: Int[Tensor, "batch pos"]
+    attention_mask: Int[Tensor, "batch pos"]  # 1 on real tokens, 0 on padding
+    labels: Int[Tensor, "batch pos"]  # next-token id on target rows, IGNORE elsewhere
+    target_rows: Bool[Tensor, "batch pos"]  # rows that predict a target token (EOS included)
+    scored_rows: Bool[Tensor, "batch pos"]  # target rows with a non-empty reference set
+    ref_mask: Bool[Tensor, "batch pos pos"]  # row = query position, col = key position
+    target_index: Int[Tensor, "batch pos"]  # j of the target char predicted at a row, -1 elsewhere
+    lengths: Int[Tensor, "batch"]  # real tokens per sample
+    offset: int
+    samples: list[Sample]
+
+    def to(self, device: torch.device | str) -> "Batch":
+        moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
+        return Batch(**moved)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+
+def encode_sample(sample: Sample, tokenizer: Tokenizer, eos: bool = True) -> list[int]:
+    ids = tokenizer.prefix_ids() + tokenizer.encode(sample.text)
+    if eos and tokenizer.eos_id is not None:
+        ids.append(tokenizer.eos_id)
+    return ids
+
+
+def make_batch(
+    samples: Sequence[Sample],
+    tokenizer: Tokenizer,
+    eos: bool = True,
+    pad_to: int | None = None,
+    n_ctx: int | None = None,
+) -> Batch:
+    """Tokenise `samples` with right padding; ValueError if a sample does not fit `n_ctx`."""
+    if not samples:
+        raise ValueError("make_batch needs at least one sample")
+    offset = tokenizer.offset
+    seqs = [encode_sample(s, tokenizer, eos) for s in samples]
+    longest = max(len(s) for s in seqs)
+    if n_ctx is not None and longest > n_ctx:
+        raise ValueError(f"a sample needs {longest} tokens but the model's context n_ctx={n_ctx} is shorter")
+    pos = max(longest, pad_to or 0)
+    b = len(samples)
+    tokens = torch.full((b, pos), tokenizer.pad_id, dtype=torch.long)
+    attention_mask = torch.zeros(b, pos, dtype=torch.long)
+    labels = torch.full((b, pos), IGNORE, dtype=torch.long)
+    target_index = torch.full((b, pos), -1, dtype=torch.long)
+    scored = torch.zeros(b, pos, dtype=torch.bool)
+    ref_mask = torch.zeros(b, pos, pos, dtype=torch.bool)
+    for i, (s, ids) in enumerate(zip(samples, seqs)):
+        n = len(ids)
+        tokens[i, :n] = torch.tensor(ids)
+        attention_mask[i, :n] = 1
+        first = offset + s.prompt_len - 1  # row predicting target char 0
+        last = n - 2  # row predicting the final token (EOS or the last target char)
+        rows = torch.arange(first, last + 1)
+        labels[i, rows] = tokens[i, rows + 1]
+        target_index[i, rows] = rows - first
+        r, c = s.ref_pairs(offset)
+        if r:
+            ref_mask[i, torch.tensor(r), torch.tensor(c)] = True
+            scored[i, torch.tensor(sorted(set(r)))] = True
+    return Batch(
+        tokens=tokens,
+        attention_mask=attention_mask,
+        labels=labels,
+        target_rows=labels != IGNORE,
+        scored_rows=scored,
+        ref_mask=ref_mask,
+        target_index=target_index,
+        lengths=attention_mask.sum(1),
+        offset=offset,
+        samples=list(samples),
+    )
+
+
+def shift_mask(mask: Bool[Tensor, "... q k"], delta: int) -> Bool[Tensor, "... q k"]:
+    """Move every reference `k` to column `k + delta`, dropping those outside `0..q` (causal part) (SPEC 6)."""
+    if delta == 0:
+        return mask
+    q, k = mask.shape[-2:]
+    out = torch.zeros_like(mask)
+    if delta > 0:
+        out[..., delta:] = mask[..., : k - delta]
+    else:
+        out[..., : k + delta] = mask[..., -delta:]
+    causal = torch.ones(q, k, dtype=torch.bool, device=mask.device).tril(k - q)
+    return out & causal

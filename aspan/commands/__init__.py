@@ -1,0 +1,1 @@
+"""Subcommands of the `aspan` CLI, one module each."""

@@ -1,0 +1,160 @@
+"""Sample and Task: the contract every task follows (SPEC section 1).
+
+A `Sample` is character-level text (prompt + target) with, for every target character, the sparse set of
+text positions the model must read to produce it. A `Task` is a seeded, infinite generator of samples with an
+independent solver.
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterator
+
+import torch
+from jaxtyping import Bool
+from torch import Tensor
+
+# Characters the tasks use as structure; a user charset may not contain them.
+SEPARATORS = frozenset("=+*:,")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One task instance: `text[:prompt_len]` is the prompt, `text[prompt_len:]` the target.
+
+    `references[j]` holds the positions in `text` (all `< prompt_len + j`) needed to produce target char `j`.
+    """
+
+    text: str
+    prompt_len: int
+    references: tuple[tuple[int, ...], ...]
+    task: str = ""
+    params: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        n_target = len(self.text) - self.prompt_len
+        if not 0 < self.prompt_len <= len(self.text):
+            raise ValueError(f"prompt_len={self.prompt_len} out of range for text of length {len(self.text)}")
+        if len(self.references) != n_target:
+            raise ValueError(f"references has {len(self.references)} entries, target has {n_target} characters")
+        for j, refs in enumerate(self.references):
+            for p in refs:
+                if not 0 <= p < self.prompt_len + j:
+                    raise ValueError(f"reference {p} of target char {j} is not < prompt_len + j = {self.prompt_len + j}")
+
+    @property
+    def prompt(self) -> str:
+        return self.text[: self.prompt_len]
+
+    @property
+    def target(self) -> str:
+        return self.text[self.prompt_len :]
+
+    def query_row(self, j: int, offset: int = 1) -> int:
+        """Query position that predicts target char `j` when `offset` tokens precede the text."""
+        return offset + self.prompt_len + j - 1
+
+    def mask(self, offset: int = 1, size: int | None = None) -> Bool[Tensor, "pos pos"]:
+        """Dense reference mask, `[T+offset, T+offset]` (or `[size, size]`); row = query, col = key position."""
+        n = len(self.text) + offset if size is None else size
+        if n < len(self.text) + offset:
+            raise ValueError(f"size={size} is smaller than text length + offset = {len(self.text) + offset}")
+        m = torch.zeros(n, n, dtype=torch.bool)
+        rows, cols = self.ref_pairs(offset)
+        if rows:
+            m[torch.tensor(rows), torch.tensor(cols)] = True
+        return m
+
+    def ref_pairs(self, offset: int = 1) -> tuple[list[int], list[int]]:
+        """(query rows, key cols) of every reference, shifted by `offset`: the sparse form of `mask`."""
+        rows, cols = [], []
+        for j, refs in enumerate(self.references):
+            q = self.query_row(j, offset)
+            for p in refs:
+                rows.append(q)
+                cols.append(p + offset)
+        return rows, cols
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "text": self.text,
+            "prompt_len": self.prompt_len,
+            "references": [list(r) for r in self.references],
+            "params": self.params,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Sample":
+        return cls(
+            text=d["text"],
+            prompt_len=int(d["prompt_len"]),
+            references=tuple(tuple(int(p) for p in r) for r in d["references"]),
+            task=d.get("task", ""),
+            params=d.get("params", {}),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def check_range(name: str, value: tuple[int, int] | int, minimum: int = 0) -> tuple[int, int]:
+    """Normalise an int or (lo, hi) inclusive range; ValueError naming `name` if impossible."""
+    if isinstance(value, int):
+        value = (value, value)
+    try:
+        lo, hi = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an int or a (min, max) pair, got {value!r}") from None
+    if lo < minimum:
+        raise ValueError(f"{name}: minimum {lo} is below {minimum}")
+    if hi < lo:
+        raise ValueError(f"{name}: range ({lo}, {hi}) is reversed")
+    return lo, hi
+
+
+class Task:
+    """Base class: subclasses set `name`, define `__init__(**params)`, `_sample(rng)`, `solve`, `alphabet`.
+
+    `generate(n, seed)` is deterministic across Python versions and hash seeds: one `random.Random(seed)`
+    drives every choice, and no code iterates over sets.
+    """
+
+    name: ClassVar[str] = ""
+
+    def params(self) -> dict[str, Any]:
+        """The parameters that reproduce this task (JSON-serialisable)."""
+        raise NotImplementedError
+
+    @property
+    def alphabet(self) -> str:
+        """Every character a sample of this task can contain (sorted, no duplicates)."""
+        raise NotImplementedError
+
+    def max_text_len(self) -> int:
+        """Length of the longest text this task can generate (for context checks)."""
+        raise NotImplementedError
+
+    def _sample(self, rng: random.Random) -> Sample:
+        raise NotImplementedError
+
+    def solve(self, prompt: str) -> str:
+        """The target for `prompt`; ValueError on an invalid prompt."""
+        raise NotImplementedError
+
+    def stream(self, seed: int = 0) -> Iterator[Sample]:
+        """Infinite deterministic stream of samples."""
+        rng = random.Random(seed)
+        while True:
+            yield self._sample(rng)
+
+    def generate(self, n: int, seed: int = 0) -> list[Sample]:
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        it = self.stream(seed)
+        return [next(it) for _ in range(n)]
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params().items())
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,98 @@
+"""Tokenizers: every task character is exactly one token (SPEC section 4).
+
+`CharTokenizer` is the from-scratch vocabulary; `HFCharAdapter` (in `aspan.hf_tokenization`) maps a pretrained
+tokenizer onto the same interface. Both expose `prefix_ids()`: the tokens before every sample (BOS, an
+instruction, few-shot examples); its length is the `offset` that shifts every reference position.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterable, Protocol, Sequence, runtime_checkable
+
+BOS, EOS, PAD = "<bos>", "<eos>", "<pad>"
+SPECIALS: tuple[str, ...] = (PAD, BOS, EOS)
+# Every symbol of every task with default parameters, in a fixed order so checkpoints stay compatible.
+DEFAULT_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ=+*:,"
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """What the batch helper, training and evaluation need from a tokenizer."""
+
+    pad_id: int
+    eos_id: int | None
+
+    def encode(self, text: str) -> list[int]: ...  # one id per character, ValueError otherwise
+    def decode(self, ids: Iterable[int]) -> str: ...
+    def prefix_ids(self) -> list[int]: ...
+    @property
+    def offset(self) -> int: ...  # == len(prefix_ids())
+    @property
+    def vocab_size(self) -> int: ...
+
+
+class CharTokenizer:
+    """Character vocabulary: `<pad>`, `<bos>`, `<eos>`, then one id per character."""
+
+    def __init__(self, chars: str = DEFAULT_CHARS, bos: bool = True):
+        if len(set(chars)) != len(chars):
+            raise ValueError("chars contains duplicates")
+        self.chars = chars
+        self.itos: list[str] = [*SPECIALS, *chars]
+        self.stoi: dict[str, int] = {s: i for i, s in enumerate(self.itos)}
+        self.pad_id, self.bos_id, self.eos_id = (self.stoi[s] for s in SPECIALS)
+        self.bos = bos
+
+    @classmethod
+    def for_alphabets(cls, *alphabets: str) -> "CharTokenizer":
+        """The default vocabulary extended (at the end, in first-seen order) by any extra characters."""
+        extra = "".join(dict.fromkeys(c for a in alphabets for c in a if c not in DEFAULT_CHARS))
+        return cls(DEFAULT_CHARS + extra)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    @property
+    def offset(self) -> int:
+        return len(self.prefix_ids())
+
+    def prefix_ids(self) -> list[int]:
+        return [self.bos_id] if self.bos else []
+
+    def encode(self, text: str) -> list[int]:
+        missing = sorted(set(text) - self.stoi.keys())
+        if missing:
+            raise ValueError(f"characters not in the tokenizer's vocabulary: {''.join(missing)!r}")
+        return [self.stoi[c] for c in text]
+
+    def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
+        out = []
+        for i in ids:
+            i = int(i)
+            if stop_at_eos and i == self.eos_id:
+                break
+            if i in (self.pad_id, self.bos_id, self.eos_id):
+                continue
+            out.append(self.itos[i])
+        return "".join(out)
+
+    def check(self, alphabet: str) -> None:
+        """ValueError naming every character of `alphabet` this tokenizer cannot encode."""
+        self.encode(alphabet)
+
+    def to_dict(self) -> dict:
+        return {"type": "char", "chars": self.chars, "bos": self.bos}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CharTokenizer":
+        if d.get("type", "char") != "char":
+            raise ValueError(f"not a char tokenizer config: {json.dumps(d)[:200]}")
+        return cls(d["chars"], bos=d.get("bos", True))
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size}, bos={self.bos})"
+
+
+def as_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    return [tokenizer.encode(t) for t in texts]
