@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from .base import Sample, Task, check_range
+from .base import SEPARATORS, Sample, Task, check_range
 
 NAMES: tuple[str, ...] = ("reversal", "addition", "multiplication", "flipflop", "assign", "successor", "parity")
 SPLITS: tuple[str, ...] = ("id", "ood")
@@ -48,4 +48,4 @@ def from_params(name: str, params: dict[str, Any]) -> Task:
     return get(name, **params)
 
 
-__all__ = ["NAMES", "SPLITS", "Sample", "Task", "check_range", "get", "preset", "presets", "task_class", "from_params"]
+__all__ = ["SEPARATORS", "NAMES", "SPLITS", "Sample", "Task", "check_range", "get", "preset", "presets", "task_class", "from_params"]

@@ -143,6 +143,18 @@ class Task:
         """The target for `prompt`; ValueError on an invalid prompt."""
         raise NotImplementedError
 
+    def legal_swaps(self, prompt: str, pos: int) -> str:
+        """Characters that may replace `prompt[pos]` under SPEC 1's perturbation rule (a digit for a digit, a bit
+        for a bit, a symbol for a symbol), the current one excluded; "" for structure (separators, ops).
+
+        The result may still make the prompt invalid (`solve` then raises ValueError): callers skip those.
+        """
+        raise NotImplementedError
+
+    def solve_like(self, prompt: str, target: str) -> str:
+        """`solve(prompt)`, for tasks whose prompt fixes the target length; successor overrides it."""
+        return self.solve(prompt)
+
     def stream(self, seed: int = 0) -> Iterator[Sample]:
         """Infinite deterministic stream of samples."""
         rng = random.Random(seed)
