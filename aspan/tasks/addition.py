@@ -1,0 +1,109 @@
+"""Addition (SPEC 2): LSD-first operands joined by `+`, then `=`, then their LSD-first sum.
+
+Sum digit i references digit i and i-1 of every operand that has them and sum digit i-1 (the incoming carry is
+`(prev_sum_digit - sum of prev operand digits) mod 10`, unique for <= 10 operands).
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from .base import Sample, Task, check_range
+
+DIGITS = "0123456789"
+
+
+def _random_number(rng: random.Random, n_digits: int) -> int:
+    """A number with exactly `n_digits` digits (0 counts as one digit)."""
+    return rng.randint(0 if n_digits == 1 else 10 ** (n_digits - 1), 10**n_digits - 1)
+
+
+def _lsd(x: int, width: int = 0) -> str:
+    """`x` written least-significant digit first, zero padded to `width`."""
+    return str(x).zfill(width)[::-1]
+
+
+def parse_lsd(s: str, canonical: bool = True) -> int:
+    """Value of an LSD-first digit string; ValueError if empty, not digits, or (canonical) with a leading zero."""
+    if not s or any(c not in DIGITS for c in s):
+        raise ValueError(f"{s!r} is not a number")
+    if canonical and len(s) > 1 and s[-1] == "0":
+        raise ValueError(f"{s!r} has a leading zero (LSD-first)")
+    return int(s[::-1])
+
+
+class Addition(Task):
+    """Sum of `operands` (2..10) numbers of `digits` (min, max) digits each; `padding` zero pads to a common length.
+
+    With padding every operand of a sample is zero padded to that sample's longest operand, L digits, and the sum
+    to L + 1 digits.
+    """
+
+    name = "addition"
+
+    def __init__(self, operands: int = 2, digits: tuple[int, int] | int = (1, 4), padding: bool = False):
+        if isinstance(operands, bool) or not isinstance(operands, int) or not 2 <= operands <= 10:
+            raise ValueError(f"operands must be an int from 2 to 10, got {operands!r}")
+        if not isinstance(padding, bool):
+            raise ValueError(f"padding must be a bool, got {padding!r}")
+        self.operands = operands
+        self.digits = check_range("digits", digits, minimum=1)
+        self.padding = padding
+
+    def params(self) -> dict[str, Any]:
+        return {"operands": self.operands, "digits": list(self.digits), "padding": self.padding}
+
+    @property
+    def alphabet(self) -> str:
+        return "+=" + DIGITS
+
+    def max_text_len(self) -> int:
+        hi = self.digits[1]
+        return self.operands * (hi + 1) + hi + 1
+
+    def _sample(self, rng: random.Random) -> Sample:
+        lens = [rng.randint(*self.digits) for _ in range(self.operands)]
+        return self.build([_random_number(rng, d) for d in lens])
+
+    def build(self, xs: list[int]) -> Sample:
+        """The sample adding the `operands` numbers `xs` (any size; for hand-made examples)."""
+        if len(xs) != self.operands or any(not isinstance(x, int) or x < 0 for x in xs):
+            raise ValueError(f"build needs {self.operands} non-negative ints, got {xs!r}")
+        width = max(len(str(x)) for x in xs) if self.padding else 0
+        parts = [_lsd(x, width) for x in xs]
+        total = _lsd(sum(xs), width + 1 if self.padding else 0)
+        starts = [sum(len(p) + 1 for p in parts[:k]) for k in range(len(parts))]
+        prompt_len = starts[-1] + len(parts[-1]) + 1
+        refs = []
+        for i in range(len(total)):
+            r = [st + d for st, p in zip(starts, parts) for d in (i - 1, i) if 0 <= d < len(p)]
+            if i > 0:
+                r.append(prompt_len + i - 1)
+            refs.append(tuple(sorted(r)))
+        text = "+".join(parts) + "=" + total
+        return Sample(text, prompt_len, tuple(refs), task=self.name, params=self.params())
+
+    def solve(self, prompt: str) -> str:
+        """The LSD-first sum; operands must number `operands`, be canonical (or, with padding, of equal length)."""
+        if not prompt.endswith("=") or prompt.count("=") != 1:
+            raise ValueError(f"addition prompt must end with its only '=', got {prompt!r}")
+        parts = prompt[:-1].split("+")
+        if len(parts) != self.operands:
+            raise ValueError(f"addition prompt has {len(parts)} operands, task has {self.operands}")
+        values = [parse_lsd(p, canonical=not self.padding) for p in parts]
+        if self.padding:
+            if len({len(p) for p in parts}) != 1:
+                raise ValueError(f"padded addition operands must have equal length: {prompt!r}")
+            return _lsd(sum(values), len(parts[0]) + 1)
+        return _lsd(sum(values))
+
+    def legal_swaps(self, prompt: str, pos: int) -> str:
+        c = prompt[pos]
+        return DIGITS.replace(c, "") if c in DIGITS else ""
+
+
+TASK = Addition
+PRESETS: dict[str, dict[str, Any]] = {
+    "id": {"operands": 2, "digits": (1, 4)},
+    "ood": {"operands": 2, "digits": (5, 10)},
+}
