@@ -9,27 +9,7 @@ import random
 from typing import Any
 
 from .base import Sample, Task, check_range
-
-DIGITS = "0123456789"
-
-
-def _random_number(rng: random.Random, n_digits: int) -> int:
-    """A number with exactly `n_digits` digits (0 counts as one digit)."""
-    return rng.randint(0 if n_digits == 1 else 10 ** (n_digits - 1), 10**n_digits - 1)
-
-
-def _lsd(x: int, width: int = 0) -> str:
-    """`x` written least-significant digit first, zero padded to `width`."""
-    return str(x).zfill(width)[::-1]
-
-
-def parse_lsd(s: str, canonical: bool = True) -> int:
-    """Value of an LSD-first digit string; ValueError if empty, not digits, or (canonical) with a leading zero."""
-    if not s or any(c not in DIGITS for c in s):
-        raise ValueError(f"{s!r} is not a number")
-    if canonical and len(s) > 1 and s[-1] == "0":
-        raise ValueError(f"{s!r} has a leading zero (LSD-first)")
-    return int(s[::-1])
+from .numbers import DIGITS, digit_swaps, lsd, parse_lsd, random_number
 
 
 class Addition(Task):
@@ -63,15 +43,15 @@ class Addition(Task):
 
     def _sample(self, rng: random.Random) -> Sample:
         lens = [rng.randint(*self.digits) for _ in range(self.operands)]
-        return self.build([_random_number(rng, d) for d in lens])
+        return self.build([random_number(rng, d) for d in lens])
 
     def build(self, xs: list[int]) -> Sample:
         """The sample adding the `operands` numbers `xs` (any size; for hand-made examples)."""
         if len(xs) != self.operands or any(not isinstance(x, int) or x < 0 for x in xs):
             raise ValueError(f"build needs {self.operands} non-negative ints, got {xs!r}")
         width = max(len(str(x)) for x in xs) if self.padding else 0
-        parts = [_lsd(x, width) for x in xs]
-        total = _lsd(sum(xs), width + 1 if self.padding else 0)
+        parts = [lsd(x, width) for x in xs]
+        total = lsd(sum(xs), width + 1 if self.padding else 0)
         starts = [sum(len(p) + 1 for p in parts[:k]) for k in range(len(parts))]
         prompt_len = starts[-1] + len(parts[-1]) + 1
         refs = []
@@ -94,12 +74,11 @@ class Addition(Task):
         if self.padding:
             if len({len(p) for p in parts}) != 1:
                 raise ValueError(f"padded addition operands must have equal length: {prompt!r}")
-            return _lsd(sum(values), len(parts[0]) + 1)
-        return _lsd(sum(values))
+            return lsd(sum(values), len(parts[0]) + 1)
+        return lsd(sum(values))
 
     def legal_swaps(self, prompt: str, pos: int) -> str:
-        c = prompt[pos]
-        return DIGITS.replace(c, "") if c in DIGITS else ""
+        return digit_swaps(prompt[pos])
 
 
 TASK = Addition
