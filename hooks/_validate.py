@@ -1,0 +1,110 @@
+"""Input checks shared by every hook factory: clear errors before any forward pass starts."""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Iterable, Sequence
+
+import torch
+from torch import Tensor
+
+Head = tuple[int, int]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def check_heads(heads: Iterable[Sequence[int]], n_layers: int | None = None, n_heads: int | None = None) -> list[Head]:
+    """Return `heads` as a deduplicated, ordered list of (layer, head) ints; ValueError on a bad or out-of-range head."""
+    if heads is None:
+        raise ValueError("heads must be a list of (layer, head) pairs, got None")
+    out: list[Head] = []
+    for h in heads:
+        if not (isinstance(h, (tuple, list)) and len(h) == 2 and all(_is_int(int_) for int_ in h)):
+            raise ValueError(f"each head must be a (layer, head) pair of ints, got {h!r}")
+        layer, head = int(h[0]), int(h[1])
+        if layer < 0 or (n_layers is not None and layer >= n_layers):
+            raise ValueError(f"head {(layer, head)}: layer {layer} out of range 0..{(n_layers or 1) - 1}")
+        if head < 0 or (n_heads is not None and head >= n_heads):
+            raise ValueError(f"head {(layer, head)}: head {head} out of range 0..{(n_heads or 1) - 1}")
+        if (layer, head) not in out:
+            out.append((layer, head))
+    if not out:
+        raise ValueError("heads is empty: select at least one (layer, head)")
+    return out
+
+
+def check_layers(layers: int | Iterable[int] | None, n_layers: int | None = None) -> list[int]:
+    """Return layers as a sorted list of ints (all layers when None and n_layers is known)."""
+    if layers is None:
+        if n_layers is None:
+            raise ValueError("layers=None needs a model to know how many layers there are")
+        return list(range(n_layers))
+    layers = [layers] if _is_int(layers) else list(layers)
+    for layer in layers:
+        if not _is_int(layer) or layer < 0 or (n_layers is not None and layer >= n_layers):
+            raise ValueError(f"layer {layer!r} out of range 0..{(n_layers or 1) - 1}")
+    if not layers:
+        raise ValueError("layers is empty")
+    return sorted(set(layers))
+
+
+def check_mask(mask: Tensor, tokens: Tensor | None = None) -> Tensor:
+    """Check a reference mask: bool, [batch, pos, pos] (or [pos, pos]), matching `tokens` [batch, pos] when given."""
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be boolean (row = query, col = key), got dtype {mask.dtype}")
+    if mask.ndim not in (2, 3) or mask.shape[-1] != mask.shape[-2]:
+        raise ValueError(f"mask must have shape [batch, pos, pos] or [pos, pos], got {tuple(mask.shape)}")
+    if tokens is not None:
+        tokens = as_batch(tokens)
+        b, pos = tokens.shape
+        if mask.ndim == 2:
+            mask = mask.expand(b, *mask.shape)
+        if tuple(mask.shape) != (b, pos, pos):
+            raise ValueError(f"mask shape {tuple(mask.shape)} does not match tokens {tuple(tokens.shape)}: "
+                             f"expected {(b, pos, pos)}")
+    return mask
+
+
+def check_attention_mask(attention_mask: Tensor | None, tokens: Tensor) -> Tensor | None:
+    """Check an optional padding mask [batch, pos] (1 = real token) against `tokens`."""
+    if attention_mask is None:
+        return None
+    tokens = as_batch(tokens)
+    if not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(tokens.shape):
+        shape = tuple(attention_mask.shape) if isinstance(attention_mask, Tensor) else type(attention_mask).__name__
+        raise ValueError(f"attention_mask {shape} does not match tokens {tuple(tokens.shape)}")
+    return attention_mask
+
+
+def check_threshold(threshold: float | None) -> float | None:
+    """A gate on the original attention value: None or a finite number >= 0."""
+    if threshold is None:
+        return None
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not math.isfinite(threshold):
+        raise ValueError(f"threshold must be a finite number or None, got {threshold!r}")
+    if threshold < 0:
+        raise ValueError(f"threshold must be >= 0 (attention weights are non-negative), got {threshold}")
+    return float(threshold)
+
+
+def check_strength(strength: float) -> float:
+    """The additive constant C: any finite number."""
+    if not isinstance(strength, (int, float)) or isinstance(strength, bool) or not math.isfinite(strength):
+        raise ValueError(f"strength must be a finite number, got {strength!r}")
+    return float(strength)
+
+
+def as_batch(tokens: Tensor) -> Tensor:
+    """Token ids as [batch, pos] (a 1-D sequence becomes a batch of one)."""
+    if not isinstance(tokens, Tensor) or tokens.ndim not in (1, 2):
+        raise ValueError(f"tokens must be a [batch, pos] tensor of ids, got {getattr(tokens, 'shape', type(tokens))}")
+    return tokens[None] if tokens.ndim == 1 else tokens
+
+
+def check_model_heads(model, heads: list[Head]) -> list[Head]:
+    """Check heads against `model.cfg` when a model is given."""
+    return heads if model is None else check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)

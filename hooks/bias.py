@@ -1,0 +1,141 @@
+"""Pre-softmax attention biases on `hook_attn_scores` (seed 003): ABS windows and per-offset (diagonal) biases."""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Mapping, Sequence
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from ._stream import scores_name
+from ._validate import check_heads, check_layers
+
+BiasFn = Callable[..., Tensor]  # (q_len, k_len, device=...) -> [q, k] | [head, q, k] | [batch, head, q, k]
+
+
+def _query_positions(n_q: int, n_k: int, device) -> Tensor:
+    """Absolute positions of the last n_q queries among n_k keys (KV-cache convention)."""
+    if n_q > n_k:
+        raise ValueError(f"more queries ({n_q}) than keys ({n_k})")
+    return torch.arange(n_k - n_q, n_k, device=device)
+
+
+def window_bias(
+    n_q: int, n_k: int, align: int | Callable[[Tensor], Tensor], width: int, device=None
+) -> Float[Tensor, "q k"]:
+    """ABS: 0 for keys within `width` of the aligned key a(q), -inf elsewhere; rows are the last n_q positions.
+
+    `align` is an offset (a(q) = q + align) or a function of the query positions; a(q) < 0 leaves row q unbiased.
+    """
+    if width < 0:
+        raise ValueError(f"width must be >= 0, got {width}")
+    q = _query_positions(n_q, n_k, device)
+    a = q + int(align) if isinstance(align, int) else torch.as_tensor(align(q), device=q.device)
+    if a.shape != q.shape:
+        raise ValueError(f"align must give one key position per query, got shape {tuple(a.shape)}")
+    k = torch.arange(n_k, device=q.device)
+    inside = ((k[None, :] - a[:, None]).abs() <= width) | (a[:, None] < 0)
+    return torch.zeros(n_q, n_k, device=q.device).masked_fill(~inside, float("-inf"))
+
+
+def offset_bias(per_offset: Tensor | Mapping[int, float | Tensor], fill: float = 0.0) -> BiasFn:
+    """A per-head bias that depends only on q − k: `per_offset[h, d]` (tensor) or `{d: value or [head]}`; `fill` elsewhere.
+
+    Returns `fn(q_len, k_len, device=None) -> [head, q, k]` (or [q, k] for scalar dict values) for any length.
+    """
+    if isinstance(per_offset, Mapping):
+        if not per_offset:
+            raise ValueError("per_offset is empty")
+        items = sorted((int(d), torch.as_tensor(v, dtype=torch.float32)) for d, v in per_offset.items())
+        if any(d < 0 for d, _ in items):
+            raise ValueError("offsets q - k must be >= 0 (keys after the query are masked anyway)")
+        n = items[-1][0] + 1
+        shape = torch.broadcast_shapes(*(v.shape for _, v in items))
+        table = torch.full((*shape, n), float(fill))
+        valid = torch.zeros(n, dtype=torch.bool)
+        for d, v in items:
+            table[..., d] = v
+            valid[d] = True
+    else:
+        table = torch.as_tensor(per_offset, dtype=torch.float32)
+        if table.ndim not in (1, 2):
+            raise ValueError(f"per_offset tensor must be [head, n_offsets] or [n_offsets], got {tuple(table.shape)}")
+        valid = torch.ones(table.shape[-1], dtype=torch.bool)
+
+    def fn(q_len: int, k_len: int, device=None) -> Tensor:
+        d = _query_positions(q_len, k_len, device)[:, None] - torch.arange(k_len, device=device)[None, :]
+        ok = (d >= 0) & (d < table.shape[-1])
+        dc = d.clamp(0, table.shape[-1] - 1)
+        ok = ok & valid.to(d.device)[dc]
+        vals = table.to(d.device)[..., dc]  # [..., q, k]
+        return torch.where(ok, vals, torch.full((), float(fill), device=d.device))
+
+    return fn
+
+
+def _crop_bias(bias: Tensor | BiasFn, q: int, k: int, device) -> Tensor:
+    """The bias for a score block [.., q, k] whose queries are the last q positions."""
+    if callable(bias):
+        out = torch.as_tensor(bias(q, k, device=device), device=device)
+        if tuple(out.shape[-2:]) != (q, k):
+            raise ValueError(f"bias function returned shape {tuple(out.shape)}, expected [..., {q}, {k}]")
+        return out
+    if bias.shape[-2] < k or bias.shape[-1] < k:
+        raise ValueError(f"bias {tuple(bias.shape)} covers fewer than the {k} positions of this forward: "
+                         f"use a larger bias or a function of (q_len, k_len, device)")
+    return bias[..., k - q : k, :k].to(device)
+
+
+def attn_bias(
+    bias: Tensor | BiasFn,
+    layers: int | Iterable[int] | None = None,
+    heads: Iterable[int] | Iterable[Sequence[int]] | None = None,
+    model=None,
+) -> list[tuple[str, object]]:
+    """Hooks adding `bias` to the pre-softmax scores of `layers` × `heads` (all when None; or heads as (layer, head)).
+
+    `bias` is [q, k], [head, q, k] (head = the selected heads in order) or [batch, head, q, k] indexed by absolute
+    position, or a function (q_len, k_len, device=...) -> bias for the last q_len queries (any length, KV cache).
+    """
+    cfg = getattr(model, "cfg", None)
+    n_layers, n_heads = getattr(cfg, "n_layers", None), getattr(cfg, "n_heads", None)
+    if not callable(bias) and (not isinstance(bias, Tensor) or bias.ndim not in (2, 3, 4)):
+        raise ValueError("bias must be a [q,k], [head,q,k] or [batch,head,q,k] tensor, or a function (q_len, k_len, device)")
+    heads = None if heads is None else list(heads)
+    if heads and isinstance(heads[0], (tuple, list)):
+        if layers is not None:
+            raise ValueError("give heads as (layer, head) pairs or as head indices with layers=..., not both")
+        by_layer: dict[int, list[int] | None] = {}
+        for layer, head in check_heads(heads, n_layers, n_heads):
+            by_layer.setdefault(layer, []).append(head)
+    else:
+        for h in heads or []:
+            if isinstance(h, bool) or not isinstance(h, int) or h < 0 or (n_heads is not None and h >= n_heads):
+                raise ValueError(f"head {h!r} out of range 0..{(n_heads or 1) - 1}")
+        if heads is not None and not heads:
+            raise ValueError("heads is empty")
+        by_layer = {layer: heads for layer in check_layers(layers, n_layers)}
+
+    def make(layer: int, hs: list[int] | None):
+        def hook(scores: Tensor, hook) -> Tensor:
+            b, n_h, q, k = scores.shape
+            if hs is not None and max(hs) >= n_h:
+                raise ValueError(f"head {max(hs)} out of range: layer {layer} has {n_h} heads")
+            add = _crop_bias(bias, q, k, scores.device).to(scores.dtype)
+            if add.ndim == 2:
+                add = add[None, None]
+            elif add.ndim == 3:
+                add = add[None]
+            want = n_h if hs is None else len(hs)
+            if add.shape[1] not in (1, want) or add.shape[0] not in (1, b):
+                raise ValueError(f"bias {tuple(add.shape)} does not fit scores {(b, want, q, k)} of layer {layer}")
+            if hs is None:
+                return scores + add
+            idx = torch.tensor(hs, device=scores.device)
+            scores = scores.clone()
+            scores[:, idx] += add
+            return scores
+
+        return hook
+
+    return [(scores_name(layer), make(layer, hs)) for layer, hs in sorted(by_layer.items())]

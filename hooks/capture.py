@@ -1,0 +1,75 @@
+"""Capture per-head attention patterns of chosen heads, cropped to chosen rows and columns (circuitsvis, notebooks)."""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from ._stream import pattern_name, prepare
+from ._validate import Head, check_heads, check_layers
+
+Index = slice | Sequence[int] | Tensor | None
+
+
+def _heads(spec, n_layers: int | None, n_heads: int | None) -> list[Head]:
+    """(layer, head) pairs from a list of pairs, or every head of a layer / list of layers."""
+    if isinstance(spec, int) or (isinstance(spec, (list, tuple)) and spec and all(isinstance(x, int) for x in spec)):
+        if n_heads is None:
+            raise ValueError("selecting whole layers needs a model (to know n_heads)")
+        return [(layer, h) for layer in check_layers(spec, n_layers) for h in range(n_heads)]
+    return check_heads(spec, n_layers, n_heads)
+
+
+def _crop(x: Tensor, rows: Index, cols: Index) -> Tensor:
+    if rows is not None:
+        x = x[..., rows, :] if isinstance(rows, slice) else x.index_select(-2, torch.as_tensor(rows, device=x.device))
+    if cols is not None:
+        x = x[..., cols] if isinstance(cols, slice) else x.index_select(-1, torch.as_tensor(cols, device=x.device))
+    return x
+
+
+def capture_hooks(
+    heads: Iterable[Sequence[int]] | int | Sequence[int],
+    store: dict,
+    rows: Index = None,
+    cols: Index = None,
+    model=None,
+) -> list[tuple[str, object]]:
+    """Hooks that copy each selected head's pattern [batch, q, k] (cropped) into `store[(layer, head)]` on every call."""
+    cfg = getattr(model, "cfg", None)
+    sel = _heads(heads, getattr(cfg, "n_layers", None), getattr(cfg, "n_heads", None))
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in sel:
+        by_layer.setdefault(layer, []).append(head)
+
+    def make(layer: int, hs: list[int]):
+        def hook(pattern: Tensor, hook) -> None:
+            for h in hs:
+                if h >= pattern.shape[1]:
+                    raise ValueError(f"head {(layer, h)} out of range: layer {layer} has {pattern.shape[1]} heads")
+                store[(layer, h)] = _crop(pattern[:, h].detach(), rows, cols).clone()
+
+        return hook
+
+    return [(pattern_name(layer), make(layer, hs)) for layer, hs in sorted(by_layer.items())]
+
+
+def capture(
+    model,
+    tokens: Tensor,
+    heads: Iterable[Sequence[int]] | int | Sequence[int],
+    rows: Index = None,
+    cols: Index = None,
+    attention_mask: Tensor | None = None,
+    fwd_hooks: list | None = None,
+) -> dict[Head, Float[Tensor, "batch q k"]]:
+    """Patterns of `heads` (pairs, or layers meaning all their heads), cropped; `fwd_hooks` (e.g. edits) run before."""
+    tokens, attention_mask = prepare(model, tokens, attention_mask)
+    store: dict[Head, Tensor] = {}
+    fwd = list(fwd_hooks or []) + capture_hooks(heads, store, rows, cols, model)
+    last = max(int(name.split(".")[1]) for name, _ in fwd if isinstance(name, str) and name.startswith("blocks."))
+    with torch.no_grad(), model.hooks(fwd_hooks=fwd):
+        model(tokens, attention_mask=attention_mask, stop_at_layer=last + 1)
+    return {k: store[k] for k in sorted(store)}

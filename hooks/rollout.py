@@ -1,0 +1,66 @@
+"""Attention rollout (SPEC 5, Abnar & Zuidema), folded layer by layer inside the forward: O(batch·pos²) extra memory."""
+from __future__ import annotations
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from ._stream import prepare, stream
+from ._validate import check_mask
+from .masks import attn_mass
+
+BLOCK = 256  # row block of the triangular product
+
+
+def rollout_step(
+    R: Float[Tensor, "batch q q"] | None, A: Float[Tensor, "batch q q"], normalize: bool = True, causal: bool = True
+) -> Float[Tensor, "batch q q"]:
+    """R ← Â·R with Â = A + I (rows divided by their sum when `normalize`); in place on R; R=None starts at Â."""
+    s = A.sum(-1, keepdim=True) + 1 if normalize else None  # row sums of Â, >= 1
+    if R is None:
+        A.diagonal(dim1=-2, dim2=-1).add_(1)
+        return A.div_(s) if normalize else A
+    q = A.shape[-1]
+    if not causal:
+        new = torch.baddbmm(R, A, R)
+        return R.copy_(new.div_(s) if normalize else new)
+    # Lower-triangular A and R: row block [a:b) of A·R only needs A[a:b, :b] and R[:b, :b]; going bottom-up
+    # keeps the rows still needed intact, so R is updated in place with ~1/3 of a dense product's work.
+    for start in reversed(range(0, q, BLOCK)):
+        stop = min(start + BLOCK, q)
+        new = torch.baddbmm(R[:, start:stop, :stop], A[:, start:stop, :stop], R[:, :stop, :stop])
+        R[:, start:stop, :stop] = new.div_(s[:, start:stop]) if normalize else new
+    return R
+
+
+def rollout(
+    model, tokens: Tensor, normalize: bool = True, attention_mask: Tensor | None = None
+) -> Float[Tensor, "batch pos pos"]:
+    """Attention rollout R_L = Â_L ⋯ Â_1 with Â_l = mean_h A_{l,h} + I (rows normalized by default); pad rows are 0."""
+    tokens, attention_mask = prepare(model, tokens, attention_mask)
+    causal = getattr(model.cfg, "attention_dir", "causal") == "causal"
+    state: dict[str, Tensor | None] = {"R": None}
+
+    def fold(layer: int, pattern: Tensor) -> None:
+        dtype = torch.float64 if pattern.dtype == torch.float64 else torch.float32
+        A = pattern.mean(1, dtype=dtype)  # [batch, q, k]
+        state["R"] = rollout_step(state["R"], A, normalize, causal)
+
+    stream(model, tokens, fold, list(range(model.cfg.n_layers)), attention_mask)
+    R = state["R"]
+    if attention_mask is not None:
+        R *= attention_mask.bool()[:, :, None]
+    return R
+
+
+def rollout_scores(
+    model,
+    tokens: Tensor,
+    mask: Bool[Tensor, "batch pos pos"],
+    normalize: bool = True,
+    attention_mask: Tensor | None = None,
+) -> Float[Tensor, "batch q"]:
+    """Per-row AttnScore of the rollout: mass of R on each row's references (0 on rows without any)."""
+    mask = check_mask(mask, tokens)
+    R = rollout(model, tokens, normalize, attention_mask)
+    return attn_mass(R, mask.to(R.device))
