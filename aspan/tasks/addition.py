@@ -35,7 +35,7 @@ class Addition(Task):
 
     @property
     def alphabet(self) -> str:
-        return "+=" + DIGITS
+        return "".join(sorted("+=" + DIGITS))
 
     def max_text_len(self) -> int:
         hi = self.digits[1]

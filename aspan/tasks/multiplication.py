@@ -34,7 +34,7 @@ class Multiplication(Task):
 
     @property
     def alphabet(self) -> str:
-        return "*+=" + DIGITS
+        return "".join(sorted("*+=" + DIGITS))
 
     def max_text_len(self) -> int:
         la, lb = self.digits[1], self.digits_b[1]

@@ -38,7 +38,7 @@ class Successor(Task):
 
     @property
     def alphabet(self) -> str:
-        return "," + DIGITS
+        return "".join(sorted("," + DIGITS))
 
     def max_text_len(self) -> int:
         hi, count = self.start[1], self.numbers[1]

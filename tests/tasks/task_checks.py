@@ -12,6 +12,7 @@ def check_samples(task: Task, n: int, seed: int = 0, tries_per_row: int = 2) -> 
     """Generate `n` samples, assert the SPEC 1 contract on each; return them and the sufficiency perturbation count."""
     rng = random.Random(seed + 1)
     samples = task.generate(n, seed)
+    assert task.alphabet == "".join(sorted(set(task.alphabet))), "alphabet must be sorted, without duplicates"
     alphabet = set(task.alphabet)
     checked = 0
     for s in samples:
