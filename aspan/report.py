@@ -1,0 +1,137 @@
+"""One self-contained HTML page for a run directory: settings, tables, every figure and every view, offline.
+
+plotly.js and the circuitsvis bundle are inlined once each (no CDN, no external script); each figure is
+`fig.to_html(full_html=False, include_plotlyjs=False)`, each circuitsvis view its div plus a render call.
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from .viz.views import split_bundle
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
+h1 { border-bottom: 2px solid #ccc; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+table.data { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0 1em; }
+table.data th, table.data td { border: 1px solid #ccc; padding: 2px 8px; text-align: right; }
+table.data th { background: #f2f2f2; } pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; }
+.note { color: #666; font-size: 0.85em; } iframe { width: 100%; height: 640px; border: 1px solid #ddd; }
+"""
+
+
+def _table(df: pd.DataFrame, max_rows: int) -> str:
+    note = f'<p class="note">first {max_rows} of {len(df)} rows</p>' if len(df) > max_rows else ""
+    return df.head(max_rows).to_html(index=False, classes="data", border=0, float_format=lambda x: f"{x:.4g}", na_rep="") + note
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
+
+
+def _summary(summary: Any, max_rows: int) -> str:
+    if not isinstance(summary, dict):
+        return f"<pre>{html.escape(json.dumps(summary, indent=2))}</pre>"
+    tables = summary.get("tables") or {}
+    scalars = {k: v for k, v in summary.items() if k != "tables" and not isinstance(v, (dict, list))}
+    nested = {k: v for k, v in summary.items() if k != "tables" and isinstance(v, (dict, list))}
+    out = []
+    if scalars:
+        out.append(_table(pd.DataFrame({"name": list(scalars), "value": [str(v) for v in scalars.values()]}), max_rows))
+    for name, rows in tables.items():
+        out.append(f"<h3>{html.escape(str(name))}</h3>" + _table(pd.DataFrame(rows), max_rows))
+    if nested:
+        out.append(f"<pre>{html.escape(json.dumps(nested, indent=2, default=str))}</pre>")
+    return "\n".join(out)
+
+
+def _figure(path: Path) -> tuple[str, str]:
+    try:
+        fig = pio.from_json(path.read_text(encoding="utf-8"))
+    except (ValueError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not a plotly figure: {e}") from None
+    title = fig.layout.title.text or path.stem
+    div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{path.stem}")
+    return title, div
+
+
+def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 200) -> str:
+    """The report page for `run_dir` as an HTML string; FileNotFoundError/ValueError if there is nothing to show."""
+    run = Path(run_dir)
+    if not run.exists():
+        raise FileNotFoundError(f"run directory {run} does not exist")
+    if not run.is_dir():
+        raise ValueError(f"{run} is not a directory")
+    run_json, summary_json = run / "run.json", run / "summary.json"
+    figures = sorted((run / "figures").glob("*.json"))
+    views = sorted((run / "views").glob("*.html"))
+    csvs = sorted(run.glob("*.csv"))
+    jsonls = sorted(run.glob("*.jsonl"))
+    if not (run_json.exists() or summary_json.exists() or figures or views or csvs or jsonls):
+        raise ValueError(f"{run} has nothing to report: no run.json, summary.json, *.csv, *.jsonl, figures/*.json or views/*.html")
+
+    settings = _read_json(run_json) if run_json.exists() else None
+    head = title or f"aspan report: {run.resolve().name}"
+    body = [f"<h1>{html.escape(head)}</h1>"]
+    if isinstance(settings, dict) and settings.get("command"):
+        body.append(f"<p><code>{html.escape(str(settings['command']))}</code></p>")
+    if summary_json.exists():
+        body += ["<h2>Summary</h2>", _summary(_read_json(summary_json), max_rows)]
+    if figures:
+        body.append("<h2>Figures</h2>")
+        for path in figures:
+            fig_title, div = _figure(path)
+            body.append(f'<h3 id="{html.escape(path.stem)}">{html.escape(fig_title)}</h3>\n{div}')
+    bundle = None
+    if views:
+        body.append("<h2>Attention views</h2>")
+        for path in views:
+            js, view = split_bundle(path.read_text(encoding="utf-8"))
+            bundle = bundle or js
+            if js is None:  # not a circuitsvis page: isolate it in an iframe
+                view = f'<iframe srcdoc="{html.escape(view, quote=True)}"></iframe>'
+            body.append(f'<h3 id="view-{html.escape(path.stem)}">{html.escape(path.stem)}</h3>\n{view}')
+    if csvs or jsonls:
+        body.append("<h2>Tables</h2>")
+        for path in csvs:
+            body.append(f"<h3>{html.escape(path.name)}</h3>" + _table(pd.read_csv(path), max_rows))
+        for path in jsonls:
+            df = pd.read_json(path, lines=True) if path.stat().st_size else pd.DataFrame()
+            cols = ", ".join(map(str, df.columns))
+            body.append(f'<h3>{html.escape(path.name)}</h3><p class="note">{len(df)} rows; columns: {html.escape(cols)}</p>')
+            if len(df) <= max_rows:
+                body.append(_table(df, max_rows))
+    if settings is not None:
+        body += ["<h2>Settings (run.json)</h2>", f"<pre>{html.escape(json.dumps(settings, indent=2, default=str))}</pre>"]
+
+    scripts = []
+    if figures:
+        scripts.append(f'<script type="text/javascript">{get_plotlyjs()}</script>')
+    if bundle:
+        scripts.append(f'<script type="text/javascript">{bundle}</script>')
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(head)}</title>\n<style>{STYLE}</style>\n" + "\n".join(scripts)
+        + "\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+    )
+
+
+def write_report(run_dir: str | Path, out: str | Path | None = None, **kw: Any) -> Path:
+    """Write `build_report(run_dir)` to `out` (default RUN_DIR/report.html) atomically; returns the path."""
+    page = build_report(run_dir, **kw)
+    out = Path(out) if out is not None else Path(run_dir) / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, out)
+    return out

@@ -1,0 +1,30 @@
+"""Figures (plotly, pure functions of data returning `go.Figure`) and circuitsvis head views (offline HTML).
+
+    fig = viz.rollout_heatmap(R[0], batch.ref_mask[0], tokens)      # paper Fig. 1
+    viz.save_figure(fig, run_dir / "figures" / "rollout.json")
+    viz.save_view(viz.head_view(patterns, tokens, names), run_dir / "views" / "heads.html")
+"""
+from .figures import (
+    accuracy_vs_length,
+    accuracy_vs_strength,
+    correct_vs_error,
+    layer_head_heatmap,
+    offset_heatmap,
+    pattern_across_lengths,
+    rollout_heatmap,
+    save_figure,
+)
+from .views import head_view, save_view
+
+__all__ = [
+    "accuracy_vs_length",
+    "accuracy_vs_strength",
+    "correct_vs_error",
+    "layer_head_heatmap",
+    "offset_heatmap",
+    "pattern_across_lengths",
+    "rollout_heatmap",
+    "save_figure",
+    "head_view",
+    "save_view",
+]
