@@ -88,6 +88,7 @@ class Successor(Task):
         return text[:length]
 
     def solve_like(self, prompt: str, target: str) -> str:
+        """`solve` on the target's length: generated output is compared on that length (SPEC 1)."""
         return self.solve(prompt, len(target))
 
     def legal_swaps(self, prompt: str, pos: int) -> str:
