@@ -1,0 +1,355 @@
+"""Evaluate a model on task samples: teacher-forced or greedy (KV-cached) accuracy, per-token AttnScore (SPEC 5).
+
+    result = evaluate(model, tokenizer, samples, mode="generate", heads=[(1, 3)])
+    result.summary()                      # {"exact", "partial", "n", "attn_rollout", "attn_heads"}
+    summarize(result, by="length")        # one row per target length (or bucket of lengths)
+    correct_vs_error(result.records)      # the paper's Table 3: AttnScore on correct vs wrong tokens, Welch's t
+
+Interventions: `fwd_hooks` is a list of `(hook_name, fn)` or a callable `f(batch) -> list` (for hooks that need
+the batch's own reference mask, e.g. `lambda b: hooks.reinforce(heads, b.ref_mask, 1.0)`); it is active in the
+logits forward, during KV-cached generation, and while the attention scores are measured.
+Exact accuracy counts every target token and EOS (successor: EOS is not scored, SPEC 1); partial accuracy is the
+mean over samples of the fraction of correct target characters (paper Eq. 1). AttnScore is measured on scored
+rows only (target rows with references); every other row is NaN, never 0.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from jaxtyping import Bool, Float, Int
+from scipy import stats
+from torch import Tensor
+from tqdm.auto import tqdm
+
+import hooks
+
+from .batching import Batch, make_batch, shift_mask
+from .tasks.base import Sample
+from .tokenization import Tokenizer
+
+HookList = Sequence[tuple[str, Callable]]
+FwdHooks = HookList | Callable[[Batch], HookList]
+MODES = ("teacher", "generate")
+EOS_CHAR = "<eos>"
+RECORD_COLUMNS = [
+    "sample_id", "length", "input_len", "target_index", "target_char", "pred_char",
+    "correct", "scored", "eos", "attn_rollout", "attn_heads",
+]
+
+
+def hooks_for(fwd_hooks: FwdHooks, batch: Batch) -> list[tuple[str, Callable]]:
+    """The hook list for `batch`: `fwd_hooks` itself, or `fwd_hooks(batch)` when it is a factory."""
+    return list(fwd_hooks(batch) if callable(fwd_hooks) else fwd_hooks)
+
+
+def scores_eos(sample: Sample) -> bool:
+    """Whether the EOS after the target is scored (not for successor, whose series has no natural end, SPEC 1)."""
+    return sample.task != "successor"
+
+
+@dataclass
+class EvalResult:
+    records: pd.DataFrame  # one row per scored target token (RECORD_COLUMNS)
+    samples: pd.DataFrame  # one row per sample: sample_id, length, exact, partial, attn_rollout, attn_heads
+    mode: str
+
+    def summary(self) -> dict:
+        """Headline numbers: exact, partial, n, and AttnScore means (per sample mean over scored rows, then over samples)."""
+        s = self.samples
+        return {
+            "exact": float(s.exact.mean()) if len(s) else float("nan"),
+            "partial": float(s.partial.mean()) if len(s) else float("nan"),
+            "n": int(len(s)),
+            "attn_rollout": float(s.attn_rollout.mean()),
+            "attn_heads": float(s.attn_heads.mean()),
+        }
+
+
+# ----------------------------------------------------------------------------------------------- generation
+@torch.no_grad()
+def greedy(
+    model,
+    prompt: Int[Tensor, "batch p"],
+    max_new: int,
+    eos_id: int | None = None,
+    use_cache: bool = True,
+    fwd_hooks: HookList = (),
+) -> Int[Tensor, "batch new"]:
+    """Greedy continuation of equal-length prompts, up to `max_new` tokens; stops early once every row emitted EOS.
+
+    With `use_cache` the prompt is run once and each new token reuses the keys and values (TransformerLens KV
+    cache); without it every step re-runs the whole sequence (the reference the cache must equal).
+    """
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    b, p = prompt.shape
+    if p + max_new - 1 > model.cfg.n_ctx:
+        raise ValueError(f"prompt ({p}) + {max_new} new tokens exceed the model's context n_ctx={model.cfg.n_ctx}")
+    device = model.cfg.device
+    seq = prompt.to(device)
+    ones = lambda n: torch.ones(b, n, dtype=torch.long, device=device)  # noqa: E731
+    out: list[Tensor] = []
+    done = torch.zeros(b, dtype=torch.bool, device=device)
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, b) if use_cache else None
+    with model.hooks(fwd_hooks=list(fwd_hooks)):
+        logits = model(seq, past_kv_cache=cache, attention_mask=ones(p)) if use_cache else model(seq)
+        for step in range(max_new):
+            nxt = logits[:, -1].argmax(-1)
+            out.append(nxt)
+            if eos_id is not None:
+                done |= nxt == eos_id
+            if step == max_new - 1 or bool(done.all()):
+                break
+            if use_cache:
+                logits = model(nxt[:, None], past_kv_cache=cache, attention_mask=ones(1))
+            else:
+                seq = torch.cat([seq, nxt[:, None]], 1)
+                logits = model(seq)
+    return torch.stack(out, 1)
+
+
+# ----------------------------------------------------------------------------------------------- attention
+def attn_rows(
+    model,
+    tokens: Int[Tensor, "batch pos"],
+    mask: Bool[Tensor, "batch pos pos"],
+    attention_mask: Tensor | None,
+    heads: Sequence[tuple[int, int]] | None,
+) -> tuple[Float[Tensor, "batch pos"], Float[Tensor, "batch pos"] | None]:
+    """Per-row AttnScore of the rollout and the mean over `heads` (None without heads), every row (callers select)."""
+    roll = hooks.rollout_scores(model, tokens, mask, attention_mask=attention_mask)
+    by_head = None
+    if heads:
+        by_head = hooks.head_row_scores(model, tokens, mask, heads=list(heads), attention_mask=attention_mask).mean(-1)
+    return roll.float().cpu(), None if by_head is None else by_head.float().cpu()
+
+
+# ----------------------------------------------------------------------------------------------- evaluation
+def _token_str(tokenizer: Tokenizer, cache: dict, i: int) -> str:
+    if i not in cache:
+        if i == tokenizer.eos_id:
+            cache[i] = EOS_CHAR
+        elif i < 0:
+            cache[i] = ""
+        else:
+            cache[i] = tokenizer.decode([i]) if i != tokenizer.pad_id else "<pad>"
+    return cache[i]
+
+
+def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: str, batch_size: int) -> None:
+    """Fail before any work: bad mode, batch size, or a sample longer than the model's context."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    eos = tokenizer.eos_id is not None
+    longest = max((tokenizer.offset + len(s.text) + eos for s in samples), default=0)
+    if longest > model.cfg.n_ctx:
+        raise ValueError(f"a sample needs {longest} tokens but the model's context n_ctx={model.cfg.n_ctx} is shorter")
+
+
+def _batches(samples: Sequence[Sample], tokenizer: Tokenizer, mode: str, batch_size: int) -> list[list[int]]:
+    """Sample indices per batch: in order (teacher), or grouped by prompt length so prompts need no padding (generate)."""
+    idx = list(range(len(samples)))
+    if mode == "teacher":
+        return [idx[i : i + batch_size] for i in range(0, len(idx), batch_size)]
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i in idx:
+        groups[samples[i].prompt_len].append(i)
+    return [g[i : i + batch_size] for _, g in sorted(groups.items()) for i in range(0, len(g), batch_size)]
+
+
+@torch.no_grad()
+def _run_batch(model, tokenizer, batch: Batch, fwd_hooks: FwdHooks, mode: str, heads, delta: int, attn: bool):
+    """Predicted id per row ([batch, pos], -1 where nothing was predicted) and the two per-row AttnScores."""
+    user = hooks_for(fwd_hooks, batch)
+    if mode == "teacher":
+        tokens, am = batch.tokens, batch.attention_mask
+        with model.hooks(fwd_hooks=user):
+            pred = model(tokens, attention_mask=am).argmax(-1).cpu()
+        width = tokens.shape[1]
+    else:
+        p = batch.offset + batch.samples[0].prompt_len
+        n_new = max(len(s.target) + (tokenizer.eos_id is not None and scores_eos(s)) for s in batch.samples)
+        gen = greedy(model, batch.tokens[:, :p], n_new, tokenizer.eos_id, fwd_hooks=user).cpu()
+        # rows after a sample's first EOS were never predicted (-1); tokens = prompt + what the model wrote
+        width = p + gen.shape[1]
+        pred = torch.full((len(batch), batch.tokens.shape[1]), -1, dtype=torch.long)
+        pred[:, p - 1 : width - 1] = gen
+        if tokenizer.eos_id is not None:
+            after = (gen == tokenizer.eos_id).long().cumsum(1) - (gen == tokenizer.eos_id).long() > 0
+            pred[:, p - 1 : width - 1][after] = -1
+        tokens = torch.cat([batch.tokens[:, :p].cpu(), gen], 1).to(batch.tokens.device)
+        am = torch.ones_like(tokens)
+    roll = by_head = None
+    if attn:
+        mask = shift_mask(batch.ref_mask[:, :width, :width], delta)
+        with model.hooks(fwd_hooks=user):
+            roll, by_head = attn_rows(model, tokens, mask, am, heads)
+        pad = (0, batch.tokens.shape[1] - width)
+        roll = torch.nn.functional.pad(roll, pad, value=float("nan")).masked_fill(pred < 0, float("nan"))
+        if by_head is not None:
+            by_head = torch.nn.functional.pad(by_head, pad, value=float("nan")).masked_fill(pred < 0, float("nan"))
+    return pred, roll, by_head, shift_mask(batch.ref_mask, delta).any(-1).cpu()
+
+
+def evaluate(
+    model,
+    tokenizer: Tokenizer,
+    samples: Sequence[Sample],
+    fwd_hooks: FwdHooks = (),
+    mode: str = "teacher",
+    batch_size: int = 32,
+    heads: Sequence[tuple[int, int]] | None = None,
+    delta: int = 0,
+    attn: bool = True,
+    progress: bool = False,
+) -> EvalResult:
+    """Score `samples` teacher-forced or by greedy generation; per-token records and per-sample accuracy.
+
+    Never trains or changes the model: no gradients, the `training` flag is restored, weights untouched.
+    `heads` adds `attn_heads` (mean over those heads' per-row AttnScore); `delta` shifts references (SPEC 6).
+    """
+    samples = list(samples)
+    _check(model, tokenizer, samples, mode, batch_size)
+    if heads:
+        heads = [(int(l), int(h)) for l, h in heads]
+        bad = [(l, h) for l, h in heads if not (0 <= l < model.cfg.n_layers and 0 <= h < model.cfg.n_heads)]
+        if bad:
+            raise ValueError(f"heads {bad} do not exist in a model with {model.cfg.n_layers} layers × {model.cfg.n_heads} heads")
+    device = model.cfg.device
+    was_training = model.training
+    model.eval()
+    rows: list[tuple] = []
+    names: dict[int, str] = {}
+    try:
+        groups = _batches(samples, tokenizer, mode, batch_size)
+        for ids in tqdm(groups, desc=f"eval ({mode})", disable=not progress, leave=False):
+            batch = make_batch([samples[i] for i in ids], tokenizer, n_ctx=model.cfg.n_ctx).to(device)
+            pred, roll, by_head, scored = _run_batch(model, tokenizer, batch, fwd_hooks, mode, heads, delta, attn)
+            labels, tidx = batch.labels.cpu(), batch.target_index.cpu()
+            for b, i in enumerate(ids):
+                s = samples[i]
+                n_target = len(s.target)
+                for r in torch.nonzero(tidx[b] >= 0).flatten().tolist():
+                    j = int(tidx[b, r])
+                    is_eos = j >= n_target
+                    if is_eos and not scores_eos(s):
+                        continue
+                    p, y = int(pred[b, r]), int(labels[b, r])
+                    ok = bool(scored[b, r])
+                    rows.append((
+                        i, n_target, s.prompt_len, j, EOS_CHAR if is_eos else s.target[j],
+                        _token_str(tokenizer, names, p), p == y, ok, is_eos,
+                        float(roll[b, r]) if roll is not None and ok else float("nan"),
+                        float(by_head[b, r]) if by_head is not None and ok else float("nan"),
+                    ))
+    finally:
+        model.train(was_training)
+    records = pd.DataFrame(rows, columns=RECORD_COLUMNS).sort_values(["sample_id", "target_index"], ignore_index=True)
+    return EvalResult(records, sample_table(records), mode)
+
+
+# ----------------------------------------------------------------------------------------------- tables
+def _records(records_or_result: pd.DataFrame | EvalResult) -> pd.DataFrame:
+    return records_or_result.records if isinstance(records_or_result, EvalResult) else records_or_result
+
+
+def sample_table(records: pd.DataFrame) -> pd.DataFrame:
+    """Per sample: exact (every scored token right, EOS included), partial (fraction of target chars right), AttnScores."""
+    r = _records(records)
+    if r.empty:
+        return pd.DataFrame(columns=["sample_id", "length", "exact", "partial", "attn_rollout", "attn_heads"])
+    chars = r[~r.eos]
+    g = r.groupby("sample_id", sort=True)
+    out = pd.DataFrame({
+        "length": g.length.first(),
+        "exact": g.correct.all(),
+        "partial": chars.groupby("sample_id").correct.mean().reindex(g.length.first().index),
+        "attn_rollout": r[r.scored].groupby("sample_id").attn_rollout.mean().reindex(g.length.first().index),
+        "attn_heads": r[r.scored].groupby("sample_id").attn_heads.mean().reindex(g.length.first().index),
+    })
+    return out.reset_index()
+
+
+def summarize(records_or_result: pd.DataFrame | EvalResult, by: str | None = "length", bucket: int | None = None) -> pd.DataFrame:
+    """Accuracy and AttnScore per `by` value (e.g. target length; `bucket` groups lengths into bins of that width)."""
+    s = sample_table(_records(records_or_result))
+    if by is None:
+        key, name = pd.Series("all", index=s.index), "all"
+    elif bucket and bucket > 1:
+        key, name = (s[by] - 1) // bucket * bucket + 1, f"{by}_bucket"
+    else:
+        key, name = s[by], by
+    agg = s.groupby(key.rename(name)).agg(
+        n=("exact", "size"), exact=("exact", "mean"), partial=("partial", "mean"),
+        attn_rollout=("attn_rollout", "mean"), attn_heads=("attn_heads", "mean"),
+    )
+    if by is not None and bucket and bucket > 1:
+        agg.index = [f"{lo}-{lo + bucket - 1}" for lo in agg.index]
+        agg.index.name = name
+    return agg.reset_index()
+
+
+def correct_vs_error(records: pd.DataFrame | EvalResult, column: str = "attn_rollout") -> dict:
+    """Mean ± SEM of `column` on correct and on wrong scored tokens, and Welch's t-test (SPEC 5, paper Table 3)."""
+    r = _records(records)
+    r = r[r.scored & r[column].notna()]
+    good, bad = r.loc[r.correct, column].to_numpy(float), r.loc[~r.correct, column].to_numpy(float)
+
+    def ms(x: np.ndarray) -> tuple[float, float]:
+        return (float(x.mean()) if len(x) else float("nan"), float(stats.sem(x)) if len(x) > 1 else float("nan"))
+
+    (mc, sc), (me, se) = ms(good), ms(bad)
+    t = p = float("nan")
+    if len(good) > 1 and len(bad) > 1:
+        res = stats.ttest_ind(good, bad, equal_var=False)
+        t, p = float(res.statistic), float(res.pvalue)
+    return dict(mean_correct=mc, sem_correct=sc, n_correct=len(good), mean_error=me, sem_error=se, n_error=len(bad), t=t, p=p)
+
+
+def correct_vs_error_table(
+    records: pd.DataFrame | EvalResult | Mapping[str, pd.DataFrame | EvalResult],
+    columns: Iterable[str] = ("attn_rollout", "attn_heads"),
+) -> pd.DataFrame:
+    """Table 3 of the paper: one row per (label, score column) with AttnScore (%) mean ± SEM on correct / error, t, p."""
+    named = records if isinstance(records, Mapping) else {"": records}
+    rows = []
+    for label, rec in named.items():
+        rec = _records(rec)
+        for col in columns:
+            if col not in rec or rec.loc[rec.scored, col].isna().all():
+                continue
+            c = correct_vs_error(rec, col)
+            rows.append({
+                "label": label, "score": col,
+                "correct (%)": f"{100 * c['mean_correct']:.2f} ± {100 * c['sem_correct']:.2f}",
+                "error (%)": f"{100 * c['mean_error']:.2f} ± {100 * c['sem_error']:.2f}",
+                **c,
+            })
+    cols = ["label", "score", "correct (%)", "error (%)", "n_correct", "n_error", "t", "p",
+            "mean_correct", "sem_correct", "mean_error", "sem_error"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def write_records(records: pd.DataFrame | EvalResult, path: str | os.PathLike) -> Path:
+    """Write per-token records as JSONL (pandas `read_json(lines=True)` reads it back), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            _records(records).to_json(f, orient="records", lines=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
