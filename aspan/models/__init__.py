@@ -1,0 +1,10 @@
+"""Models: a tiny from-scratch HookedTransformer, checkpoints, and pretrained HF / GGUF / SmolLM2 loading.
+
+    model = models.tiny(tokenizer, task="reversal")          # n_ctx checked against the OOD preset
+    models.save(model, "runs/rev", tokenizer, task="reversal", steps=1500)
+    model, tokenizer, meta = models.load("runs/rev")         # or an HF dir, a .gguf file, "smollm2"
+"""
+from .checkpoint import LoadedModel, default_device, load, save
+from .tiny import build, check_context, tiny
+
+__all__ = ["LoadedModel", "build", "check_context", "default_device", "load", "save", "tiny"]

@@ -1,0 +1,172 @@
+"""Save and load models: aspan checkpoints (`model.safetensors` + `config.json`), HF directories, GGUF files."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from ..tokenization import CharTokenizer, Tokenizer
+from .tiny import build
+
+WEIGHTS, CONFIG, HF_TOKENIZER_DIR = "model.safetensors", "config.json", "hf_tokenizer"
+FORMAT, VERSION = "aspan", 1
+
+
+class LoadedModel(NamedTuple):
+    model: HookedTransformer
+    tokenizer: Tokenizer
+    meta: dict[str, Any]
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.dtype):
+        return str(value).removeprefix("torch.")
+    if isinstance(value, torch.device):
+        return str(value)
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
+        return value.item()
+    return value
+
+
+def cfg_to_dict(cfg: HookedTransformerConfig) -> dict[str, Any]:
+    """The model config as a JSON-able dict (device dropped: it is chosen at load time)."""
+    d = {k: _jsonable(v) for k, v in cfg.to_dict().items() if k != "device"}
+    json.dumps(d)  # fail here, not half-way through writing, if TransformerLens adds an exotic field
+    return d
+
+
+def cfg_from_dict(d: dict[str, Any], device: str | None = None) -> HookedTransformerConfig:
+    d = dict(d)
+    dtype = getattr(torch, d.pop("dtype", "float32"))
+    seed = d.pop("seed", None)  # the config would reseed every global RNG on construction
+    cfg = HookedTransformerConfig.from_dict({**d, "dtype": dtype, "device": device, "init_weights": False})
+    cfg.seed = seed
+    return cfg
+
+
+def save(model: HookedTransformer, directory: str | os.PathLike, tokenizer: Tokenizer, **meta: Any) -> Path:
+    """Write `model.safetensors` + `config.json` (model cfg, tokenizer, free `meta`) into `directory`, atomically.
+
+    Files are written to a temporary directory beside the target, then moved in with `os.replace`.
+    """
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tok = tokenizer.to_dict()  # type: ignore[attr-defined]
+    config = {"format": FORMAT, "version": VERSION, "model": cfg_to_dict(model.cfg), "tokenizer": tok, "meta": meta}
+    config_text = json.dumps(config, indent=2, sort_keys=True, default=_jsonable)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+    try:
+        hf_tok = getattr(tokenizer, "hf_tokenizer", None)
+        if hf_tok is not None:  # keep the checkpoint self-contained
+            hf_tok.save_pretrained(tmp / HF_TOKENIZER_DIR)
+            config["tokenizer"] = {**tok, "hf_path": HF_TOKENIZER_DIR}
+            config_text = json.dumps(config, indent=2, sort_keys=True, default=_jsonable)
+        weights = {k: v.detach().to("cpu").contiguous() for k, v in model.named_parameters()}
+        save_file(weights, str(tmp / WEIGHTS), metadata={"format": FORMAT})
+        (tmp / CONFIG).write_text(config_text)
+        if not directory.exists():
+            os.replace(tmp, directory)
+            return directory
+        for name in sorted(os.listdir(tmp), key=lambda n: n == CONFIG):  # config last: it marks completeness
+            target = directory / name
+            if (tmp / name).is_dir():
+                shutil.rmtree(target, ignore_errors=True)
+            os.replace(tmp / name, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    file = path / CONFIG
+    if not file.is_file():
+        raise ValueError(f"{file}: missing; not a model checkpoint directory")
+    try:
+        config = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file}: invalid JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{file}: expected a JSON object, got {type(config).__name__}")
+    return config
+
+
+def _tokenizer_from_dict(d: dict[str, Any], base_dir: Path) -> Tokenizer:
+    kind = d.get("type", "char")
+    if kind == "char":
+        return CharTokenizer.from_dict(d)
+    if kind == "hf_char":
+        from ..hf_tokenization import HFCharAdapter
+
+        return HFCharAdapter.from_dict(d, base_dir=base_dir)
+    raise ValueError(f"unknown tokenizer type {kind!r}")
+
+
+def _load_aspan(path: Path, config: dict[str, Any], device: str) -> LoadedModel:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    file = path / CONFIG
+    try:
+        cfg = cfg_from_dict(config["model"], device)
+        tokenizer = _tokenizer_from_dict(config["tokenizer"], path)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{file}: invalid aspan model config ({type(e).__name__}: {e})") from None
+    weights_file = path / WEIGHTS
+    if not weights_file.is_file():
+        raise ValueError(f"{weights_file}: missing")
+    try:
+        weights = load_file(str(weights_file), device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{weights_file}: corrupt or truncated safetensors file ({e})") from None
+    model = build(cfg)
+    expected = {k: p.shape for k, p in model.named_parameters()}
+    missing = sorted(expected.keys() - weights.keys())
+    unexpected = sorted(weights.keys() - expected.keys())
+    wrong = [k for k in expected.keys() & weights.keys() if weights[k].shape != expected[k]]
+    if missing or unexpected or wrong:
+        raise ValueError(
+            f"{weights_file}: does not match {file} (missing {missing[:5]}, unexpected {unexpected[:5]}, "
+            f"wrong shape {sorted(wrong)[:5]})"
+        )
+    model.load_state_dict(weights, strict=False)
+    return LoadedModel(model.eval(), tokenizer, config.get("meta", {}))
+
+
+def load(path_or_name: str | os.PathLike, device: str | None = None, **adapter: Any) -> LoadedModel:
+    """Load an aspan checkpoint, a local HF checkpoint (Llama, Qwen2, Gemma3), a `.gguf` file, or "smollm2".
+
+    Pretrained models come with an `HFCharAdapter`; `adapter` keywords (instruction, few_shot, bos, alphabet)
+    go to it. ValueError names the file on a corrupt or invalid checkpoint; FileNotFoundError if absent.
+    """
+    from . import hf
+
+    device = device or default_device()
+    if str(path_or_name).lower() == "smollm2" and not Path(path_or_name).exists():
+        return hf.load_smollm2(device=device, **adapter)
+    path = Path(path_or_name)
+    if not path.exists():
+        raise FileNotFoundError(f"no model at {path} (expected a checkpoint directory, a .gguf file, or 'smollm2')")
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")
+        return hf.load_gguf(path, device=device, **adapter)
+    config = _read_config(path)
+    if config.get("format") == FORMAT:
+        if adapter:
+            raise ValueError(f"{path}: an aspan checkpoint stores its tokenizer; unexpected {sorted(adapter)}")
+        return _load_aspan(path, config, device)
+    if config.get("architectures") or config.get("model_type"):
+        return hf.load_hf_dir(path, config, device=device, **adapter)
+    raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint nor a Hugging Face config (no model_type)")

@@ -1,0 +1,101 @@
+"""A small from-scratch HookedTransformer (rotary, LayerNorm, gelu) and the context check (SPEC section 4)."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from ..tasks.base import Task
+from ..tokenization import Tokenizer
+
+_DEPRECATED = r"HookedTransformer(\.from_pretrained)? is deprecated"
+
+
+def build(cfg: HookedTransformerConfig) -> HookedTransformer:
+    """`HookedTransformer(cfg)` with TransformerLens' deprecation warning silenced (and nothing else)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_DEPRECATED, category=DeprecationWarning)
+        return HookedTransformer(cfg)
+
+
+def _as_task(task: Task | str) -> Task:
+    """A Task, or a task name meaning its OOD preset (the longest samples the model must fit)."""
+    if isinstance(task, str):
+        from .. import tasks
+
+        return tasks.preset(task, "ood")
+    return task
+
+
+def check_context(model_or_n_ctx: HookedTransformer | int, task: Task | str, offset: int = 1) -> int:
+    """Tokens the longest sample of `task` needs (prefix + text + EOS); ValueError if the context is shorter.
+
+    Rotary tables stop at `cfg.n_ctx`, so a longer sample would fail mid-run (or be silently cut).
+    """
+    n_ctx = model_or_n_ctx if isinstance(model_or_n_ctx, int) else model_or_n_ctx.cfg.n_ctx
+    task = _as_task(task)
+    longest = task.max_text_len()
+    needed = longest + offset + 1
+    if n_ctx < needed:
+        raise ValueError(
+            f"context too short: n_ctx={n_ctx} but the longest {task.name or type(task).__name__} sample needs "
+            f"{needed} tokens ({longest} characters + offset {offset} + 1 EOS); raise n_ctx to at least {needed}"
+        )
+    return needed
+
+
+def tiny(
+    vocab_size: int | Tokenizer,
+    n_layers: int = 2,
+    n_heads: int = 8,
+    d_model: int = 128,
+    d_head: int | None = None,
+    d_mlp: int | None = None,
+    n_ctx: int = 256,
+    seed: int = 0,
+    task: Task | str | None = None,
+    offset: int | None = None,
+    device: str | torch.device | None = None,
+) -> HookedTransformer:
+    """A from-scratch model that trains on CPU in minutes: rotary positions, LayerNorm, gelu, no dropout.
+
+    `d_head` defaults to `d_model // n_heads`, `d_mlp` to `4 * d_model`. With `task` (or a task name: its OOD
+    preset), `n_ctx` is checked to cover the longest sample; `offset` defaults to the tokenizer's (else 1).
+    """
+    if isinstance(vocab_size, int):
+        d_vocab, tok_offset = vocab_size, 1
+    else:
+        d_vocab, tok_offset = vocab_size.vocab_size, vocab_size.offset
+    offset = tok_offset if offset is None else offset
+    for name, value in (("vocab_size", d_vocab), ("n_layers", n_layers), ("n_heads", n_heads), ("d_model", d_model), ("n_ctx", n_ctx)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if d_head is None:
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head explicitly")
+        d_head = d_model // n_heads
+    if d_head % 2:
+        raise ValueError(f"rotary positions need an even d_head, got {d_head}")
+    if task is not None:
+        check_context(n_ctx, task, offset)
+    cfg = HookedTransformerConfig(
+        n_layers=n_layers,
+        d_model=d_model,
+        n_ctx=n_ctx,
+        d_head=d_head,
+        n_heads=n_heads,
+        d_mlp=4 * d_model if d_mlp is None else d_mlp,
+        d_vocab=d_vocab,
+        act_fn="gelu",
+        normalization_type="LN",
+        positional_embedding_type="rotary",
+        rotary_dim=d_head,
+        device=None if device is None else str(device),
+        default_prepend_bos=False,
+    )
+    with torch.random.fork_rng():  # seeded init without touching the caller's global RNG state
+        torch.manual_seed(seed)
+        model = build(cfg)
+    cfg.seed = seed
+    return model
