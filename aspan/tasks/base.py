@@ -122,6 +122,9 @@ class Task:
     """
 
     name: ClassVar[str] = ""
+    # True when the prompt does not fix the target length (successor): EOS is then not scored and generated
+    # output is compared on the target's length (SPEC 1).
+    open_ended: ClassVar[bool] = False
 
     def params(self) -> dict[str, Any]:
         """The parameters that reproduce this task (JSON-serialisable)."""

@@ -28,6 +28,7 @@ class Successor(Task):
     """Count on from a number in `start` (min, max); `numbers` (min, max) is the series length, first number included."""
 
     name = "successor"
+    open_ended = True
 
     def __init__(self, start: tuple[int, int] | int = (1, 90), numbers: tuple[int, int] | int = (2, 4)):
         self.start = check_range("start", start, minimum=0)

@@ -98,3 +98,9 @@ def test_bad_prompts(prompt):
 def test_bad_length(length):
     with pytest.raises(ValueError, match="length"):
         tasks.get("successor").solve("21,", length)
+
+
+def test_only_successor_is_open_ended():
+    from aspan import tasks
+
+    assert [n for n in tasks.NAMES if tasks.task_class(n).open_ended] == ["successor"]
