@@ -1,0 +1,82 @@
+"""Every task, both presets: independent solver, sufficiency, alphabet, length bound, determinism, OOD really longer."""
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from aspan import tasks
+from tests.tasks.sufficiency import check_sufficiency
+
+N = {"id": 300, "ood": 150}
+CASES = [(name, split) for name in tasks.NAMES for split in tasks.SPLITS]
+
+
+@pytest.mark.parametrize("name, split", CASES)
+def test_solver_sufficiency_alphabet_length(name, split):
+    task = tasks.preset(name, split)
+    rng = random.Random(f"{name}-{split}")
+    alphabet = set(task.alphabet)
+    checked = 0
+    for s in task.generate(N[split], seed=11):
+        assert s.task == name and s.params == task.params()
+        assert task.solve_like(s.prompt, s.target) == s.target
+        assert set(s.text) <= alphabet, set(s.text) - alphabet
+        assert len(s.text) <= task.max_text_len()
+        assert len(s.references) == len(s.target)
+        checked += check_sufficiency(task, s, rng, tries_per_row=max(2, 10 // len(s.references)))
+    assert checked >= N[split], f"only {checked} perturbations checked"
+
+
+@pytest.mark.parametrize("name, split", CASES)
+def test_alphabet_sorted_unique(name, split):
+    """Task.alphabet's contract (base.py): sorted, no duplicates."""
+    a = tasks.preset(name, split).alphabet
+    assert a == "".join(sorted(set(a)))
+
+
+@pytest.mark.parametrize("name", tasks.NAMES)
+def test_ood_is_longer(name):
+    ids, ood = tasks.preset(name, "id"), tasks.preset(name, "ood")
+    longest_id = max(len(s.text) for s in ids.generate(300, seed=1))
+    assert longest_id <= ids.max_text_len()
+    assert min(len(s.text) for s in ood.generate(300, seed=1)) > ids.max_text_len()
+    assert ood.max_text_len() > ids.max_text_len()
+
+
+@pytest.mark.parametrize("name", tasks.NAMES)
+def test_params_round_trip(name):
+    for split in tasks.SPLITS:
+        task = tasks.preset(name, split)
+        again = tasks.from_params(name, json.loads(json.dumps(task.params())))
+        assert again.params() == task.params()
+        assert again.generate(20, seed=4) == task.generate(20, seed=4)
+        assert task.generate(20, seed=4) != task.generate(20, seed=5)
+
+
+_SCRIPT = """
+import sys
+from aspan import tasks
+from aspan.cli import main
+for name in tasks.NAMES:
+    for split in tasks.SPLITS:
+        assert main(["data", name, "--split", split, "-n", "40", "--seed", "9", "-o", f"{sys.argv[1]}/{name}-{split}.jsonl"]) == 0
+"""
+
+
+def test_same_seed_same_jsonl_across_processes_and_hash_seeds(tmp_path):
+    outs = []
+    for hashseed in ("0", "12345"):
+        d = tmp_path / hashseed
+        d.mkdir()
+        env = {**os.environ, "PYTHONHASHSEED": hashseed}
+        r = subprocess.run([sys.executable, "-c", _SCRIPT, str(d)], capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr
+        outs.append({p.name: p.read_text() for p in d.iterdir()})
+    assert len(outs[0]) == 2 * len(tasks.NAMES)
+    assert outs[0] == outs[1]
+    for name, split in CASES:  # and equal to this process's samples
+        lines = outs[0][f"{name}-{split}.jsonl"].splitlines()
+        assert lines == [s.to_json() for s in tasks.preset(name, split).generate(40, seed=9)]
