@@ -104,3 +104,23 @@ def union_rows(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
                 seen.add(r.get("key"))
                 rows.append(r)
     return rows
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages a result depends on (for run.json)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("aspan", "torch", "transformer-lens", "transformers"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "unknown"
+    return out
+
+
+def save_figure(fig, run_dir: str | Path, name: str) -> Path:
+    """Write a plotly figure as `RUN_DIR/figures/NAME.json` (the run-dir layout the report reads)."""
+    path = Path(run_dir) / "figures" / f"{name}.json"
+    write_text(path, fig.to_json())
+    return path

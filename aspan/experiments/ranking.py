@@ -1,0 +1,148 @@
+"""Head ranking (paper Appendix F, SPEC 6): attention on reference tokens over ID samples, per head and key offset.
+
+`score_sum` is the paper's score (post-softmax mass on references summed over target rows and samples);
+`score_row` the mean per target row (a fraction, not biased towards long samples). The offset scan scores every
+head on references shifted by delta (column k+delta) and reports the offset each head serves best.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+import torch
+from tqdm.auto import tqdm
+
+import hooks
+
+from ..batching import make_batch
+from ..tasks.base import Sample
+from ..tokenization import Tokenizer
+
+RANK_BY = ("score_sum", "score_row")
+
+
+@torch.no_grad()
+def offset_table(
+    model, tokenizer: Tokenizer, samples: Sequence[Sample], deltas: Iterable[int] = (0,), batch_size: int = 32, progress: bool = False
+) -> pd.DataFrame:
+    """Long table (layer, head, delta, score_sum, score_row, n_rows): per-head mass on references shifted by each delta.
+
+    Sums are accumulated over batches; `score_row = score_sum / n_rows` with `n_rows` the (unshifted) target rows
+    that have references, i.e. exactly `hooks.head_scores(..., reduce="row")` over all samples at once.
+    """
+    deltas = list(dict.fromkeys(int(d) for d in deltas))
+    samples = list(samples)
+    if not deltas:
+        raise ValueError("deltas is empty")
+    if not samples:
+        raise ValueError("no samples to rank heads on")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    cfg = model.cfg
+    sums = torch.zeros(len(deltas), cfg.n_layers, cfg.n_heads, dtype=torch.float64)
+    n_rows = 0
+    starts = range(0, len(samples), batch_size)
+    for i in tqdm(starts, desc="rank heads", disable=not progress, leave=False):
+        batch = make_batch(samples[i : i + batch_size], tokenizer, n_ctx=cfg.n_ctx).to(cfg.device)
+        rows = hooks.target_rows(batch.ref_mask, batch.attention_mask)
+        if not bool(rows.any()):
+            continue  # no references in this batch (e.g. only empty-reference targets)
+        s = hooks.offset_scores(model, batch.tokens, batch.ref_mask, deltas, attention_mask=batch.attention_mask, reduce="sum")
+        sums += s.double().cpu()
+        n_rows += int(rows.sum())
+    if n_rows == 0:
+        raise ValueError("the samples have no target row with references: nothing to rank")
+    out = []
+    for di, d in enumerate(deltas):
+        for layer in range(cfg.n_layers):
+            for head in range(cfg.n_heads):
+                v = float(sums[di, layer, head])
+                out.append({"layer": layer, "head": head, "delta": d, "score_sum": v, "score_row": v / n_rows, "n_rows": n_rows})
+    return pd.DataFrame(out)
+
+
+def rank_heads(
+    model, tokenizer: Tokenizer, samples: Sequence[Sample], deltas: Iterable[int] = (0,), batch_size: int = 32, progress: bool = False
+) -> pd.DataFrame:
+    """One row per head: layer, head, score_sum, score_row (delta 0), best_delta, best_delta_score (by score_row), rank.
+
+    `rank` orders heads by score_sum at delta 0 (1 = best; ties broken by layer, head). Also one column
+    `score_row_d{delta}` per scanned delta.
+    """
+    deltas = list(dict.fromkeys([0, *(int(d) for d in deltas)]))
+    long = offset_table(model, tokenizer, samples, deltas, batch_size, progress)
+    return ranking_from_offsets(long)
+
+
+def ranking_from_offsets(long: pd.DataFrame) -> pd.DataFrame:
+    """The `rank_heads` table from an `offset_table` (which must contain delta 0)."""
+    if not (long.delta == 0).any():
+        raise ValueError("the offset table has no delta 0")
+    base = long[long.delta == 0].set_index(["layer", "head"])[["score_sum", "score_row"]]
+    wide = long.pivot(index=["layer", "head"], columns="delta", values="score_row")
+    best = wide.idxmax(axis=1)  # first maximum: the smallest delta wins a tie (columns sorted)
+    table = base.assign(
+        best_delta=best.astype(int),
+        best_delta_score=wide.max(axis=1),
+        **{f"score_row_d{d}": wide[d] for d in wide.columns},
+    ).reset_index()
+    table = table.sort_values(["score_sum", "layer", "head"], ascending=[False, True, True], kind="stable")
+    table["rank"] = range(1, len(table) + 1)
+    return table.reset_index(drop=True)
+
+
+def n_selected(n_total: int, top: int | None = None, fraction: float | None = None) -> int:
+    """How many heads `top` / `fraction` select out of `n_total` (a fraction rounds up, at least one)."""
+    if (top is None) == (fraction is None):
+        raise ValueError("give exactly one of top or fraction")
+    if top is not None:
+        if top < 1 or top > n_total:
+            raise ValueError(f"top={top} must be in 1..{n_total} (the number of heads)")
+        return int(top)
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction={fraction} must be in (0, 1]")
+    return max(1, math.ceil(fraction * n_total - 1e-9))
+
+
+def select_heads(
+    ranking: pd.DataFrame, top: int | None = None, fraction: float | None = None, by: str = "score_sum"
+) -> list[tuple[int, int]]:
+    """The best `top` heads, or the best `fraction` of them, by `by` (descending; ties by layer, head)."""
+    if by not in ranking.columns:
+        raise ValueError(f"ranking has no column {by!r}; choose one of {', '.join(c for c in ranking.columns if c.startswith('score'))}")
+    k = n_selected(len(ranking), top, fraction)
+    order = ranking.sort_values([by, "layer", "head"], ascending=[False, True, True], kind="stable")
+    return [(int(l), int(h)) for l, h in zip(order["layer"][:k], order["head"][:k])]
+
+
+def heatmap(ranking: pd.DataFrame, value: str = "score_sum", title: str | None = None) -> go.Figure:
+    """Layer x head heatmap of one ranking column (plotly)."""
+    grid = ranking.pivot(index="layer", columns="head", values=value).sort_index().sort_index(axis=1)
+    fig = go.Figure(go.Heatmap(
+        z=grid.values, x=[str(h) for h in grid.columns], y=[str(l) for l in grid.index],
+        colorscale="Viridis", colorbar={"title": value},
+        hovertemplate="layer %{y}, head %{x}: %{z:.4g}<extra></extra>",
+    ))
+    fig.update_layout(
+        title=title or f"Head ranking: {value}", xaxis_title="head", yaxis_title="layer",
+        yaxis={"autorange": "reversed", "type": "category"}, xaxis={"type": "category"},
+    )
+    return fig
+
+
+def offset_heatmap(long: pd.DataFrame, title: str | None = None) -> go.Figure:
+    """Heads x delta heatmap of the mean mass per row on references shifted by delta (SPEC 6 offset scan)."""
+    wide = long.pivot(index=["layer", "head"], columns="delta", values="score_row").sort_index().sort_index(axis=1)
+    labels = [f"L{l}H{h}" for l, h in wide.index]
+    fig = go.Figure(go.Heatmap(
+        z=wide.values, x=[str(d) for d in wide.columns], y=labels, colorscale="Viridis",
+        colorbar={"title": "mass/row"}, hovertemplate="%{y}, delta %{x}: %{z:.3f}<extra></extra>",
+    ))
+    fig.update_layout(
+        title=title or "Attention on references shifted by delta (mean per target row)",
+        xaxis_title="key offset delta", yaxis_title="head", yaxis={"autorange": "reversed", "type": "category"},
+        xaxis={"type": "category"},
+    )
+    return fig
