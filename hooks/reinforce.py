@@ -30,7 +30,7 @@ def _edit_(
     if threshold is not None:
         add = add & (rows > threshold)  # gate on the original value
     new = rows + add.to(rows.dtype) * strength
-    if renormalize:
+    if renormalize and strength != 0:  # with C = 0 nothing is edited, nothing renormalized
         total = new.sum(-1, keepdim=True)
         fix = add.any(-1, keepdim=True) & (total != 0)  # only edited rows; zero rows stay zero
         new = torch.where(fix, new / torch.where(fix, total, torch.ones_like(total)), new)
