@@ -26,6 +26,8 @@ def test_solver_sufficiency_alphabet_length(name, split):
         assert set(s.text) <= alphabet, set(s.text) - alphabet
         assert len(s.text) <= task.max_text_len()
         assert len(s.references) == len(s.target)
+        assert all(list(r) == sorted(set(r)) for r in s.references), "references must be sorted and unique"
+        assert tasks.Sample.from_dict(json.loads(s.to_json())) == s
         checked += check_sufficiency(task, s, rng, tries_per_row=max(2, 10 // len(s.references)))
     assert checked >= N[split], f"only {checked} perturbations checked"
 
