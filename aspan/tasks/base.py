@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-import torch
-from jaxtyping import Bool
-from torch import Tensor
+if TYPE_CHECKING:  # torch is imported lazily so that `aspan data` and the task generators start fast
+    from jaxtyping import Bool
+    from torch import Tensor
 
 # Characters the tasks use as structure; a user charset may not contain them.
 SEPARATORS = frozenset("=+*:,")
@@ -57,6 +57,8 @@ class Sample:
 
     def mask(self, offset: int = 1, size: int | None = None) -> Bool[Tensor, "pos pos"]:
         """Dense reference mask, `[T+offset, T+offset]` (or `[size, size]`); row = query, col = key position."""
+        import torch
+
         n = len(self.text) + offset if size is None else size
         if n < len(self.text) + offset:
             raise ValueError(f"size={size} is smaller than text length + offset = {len(self.text) + offset}")
