@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -68,7 +70,7 @@ class RowWriter:
         """Append `row` unless its key is already in the file; True when written."""
         if row.get("key") in self.keys:
             return False
-        line = json.dumps(row, sort_keys=True, allow_nan=True) + "\n"
+        line = json.dumps(clean(row), sort_keys=True, allow_nan=False) + "\n"
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line)
             f.flush()
@@ -77,22 +79,35 @@ class RowWriter:
         return True
 
 
-def write_json(path: str | Path, obj: Any) -> None:
-    """Write JSON via a temp file and rename, so readers never see half a file."""
+def write_text(path: str | Path, text: str) -> Path:
+    """Write text via a unique temp file beside `path` and rename, so readers (and parallel shards) never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
-def write_text(path: str | Path, text: str) -> None:
-    """Write text via a temp file and rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def write_json(path: str | Path, obj: Any) -> Path:
+    """`write_text` of `obj` as indented JSON (NaN written as null)."""
+    return write_text(path, json.dumps(clean(obj), indent=2, sort_keys=True, default=str))
+
+
+def clean(obj: Any) -> Any:
+    """`obj` with NaN/inf floats replaced by None (strict JSON) and tuples as lists."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    return obj
 
 
 def union_rows(paths: Iterable[str | Path]) -> list[dict[str, Any]]:

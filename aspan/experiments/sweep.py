@@ -285,3 +285,196 @@ def _heads(v: Any) -> tuple[tuple[int, int], ...]:
 
 def _dedup(t: tuple) -> tuple:
     return tuple(dict.fromkeys(t))
+
+
+# --- running -----------------------------------------------------------------------------------------------
+
+def checkpoint_dims(model: str) -> tuple[int, int] | None:
+    """(n_layers, n_heads) read from a checkpoint's config.json without loading weights; None when unknown."""
+    import json
+
+    file = Path(model) / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        c = json.loads(file.read_text())
+        if "model" in c and isinstance(c["model"], dict):  # aspan checkpoint
+            return int(c["model"]["n_layers"]), int(c["model"]["n_heads"])
+        return int(c["num_hidden_layers"]), int(c["num_attention_heads"])  # Hugging Face config
+    except (ValueError, KeyError, TypeError):
+        return None  # the loader reports a corrupt checkpoint with its own clear error
+
+
+class _Runner:
+    """Lazily loads what grid points need and caches it: samples per seed, rankings, matched baselines."""
+
+    def __init__(self, config: SweepConfig, model, tokenizer, progress: bool):
+        from .. import models, tasks
+
+        self.c, self.model, self.tok, self.progress = config, model, tokenizer, progress
+        cfg = model.cfg
+        config.check_heads(cfg.n_layers, cfg.n_heads)
+        self.task = tasks.preset(config.task, config.split, **config.task_params)
+        models.check_context(model, self.task, tokenizer.offset)
+        self.samples: dict[int, list] = {}
+        self.offsets = None
+        self.baselines: dict[tuple, tuple[dict, list]] = {}
+
+    def samples_for(self, seed: int) -> list:
+        if seed not in self.samples:
+            self.samples[seed] = self.task.generate(self.c.n_samples, seed=seed)
+        return self.samples[seed]
+
+    def heads_for(self, point: dict[str, Any]) -> list[tuple[int, int]]:
+        from .. import tasks
+        from .ranking import offset_table, select_heads
+
+        kind, _, arg = point["heads"].partition(":")
+        if kind == "list":
+            return [tuple(map(int, h.split("."))) for h in arg.split(",")]
+        if self.offsets is None:  # one ranking pass for every delta the grid ranks on
+            c = self.c
+            deltas = [c.rank_delta] if c.rank_delta is not None else list(c.deltas)
+            rank_task = tasks.preset(c.task, "id", **c.rank_params)
+            rank_samples = rank_task.generate(c.rank_samples, seed=c.rank_seed)
+            self.offsets = offset_table(self.model, self.tok, rank_samples, deltas, c.batch_size, self.progress)
+        table = self.offsets[self.offsets.delta == point["rank"]["delta"]]
+        sel = {"top": int(arg)} if kind == "top" else {"fraction": float(arg)}
+        return select_heads(table, by=point["rank"]["by"], **sel)
+
+    def evaluate(self, point: dict[str, Any], heads: list[tuple[int, int]], fwd_hooks=()) -> tuple[dict, list]:
+        from ..evaluation import evaluate, summarize
+
+        res = evaluate(self.model, self.tok, self.samples_for(point["seed"]), fwd_hooks=fwd_hooks, mode=point["mode"],
+                       batch_size=self.c.batch_size, heads=heads)
+        by_len = summarize(res, by="length")[["length", "n", "exact", "partial"]].to_dict("records")
+        return res.summary(), by_len
+
+    def baseline(self, point: dict[str, Any], heads: list[tuple[int, int]]) -> tuple[dict, list]:
+        key = (point["mode"], point["seed"], tuple(heads))
+        if key not in self.baselines:
+            self.baselines[key] = self.evaluate(point, heads)
+        return self.baselines[key]
+
+    def row(self, point: dict[str, Any]) -> dict[str, Any]:
+        import hooks
+
+        heads = self.heads_for(point)
+        base, base_len = self.baseline(point, heads)
+
+        def fwd(batch):
+            return hooks.reinforce(heads, batch.ref_mask, point["strength"], point["threshold"], point["renormalize"], point["delta"], self.model)
+
+        res, res_len = self.evaluate(point, heads, fwd)
+        return {
+            "key": settings_key(point), **point, "heads_list": [list(h) for h in heads], "n_heads": len(heads),
+            "exact": res["exact"], "partial": res["partial"], "attn_rollout": res["attn_rollout"], "attn_heads": res["attn_heads"], "n": res["n"],
+            "baseline_exact": base["exact"], "baseline_partial": base["partial"],
+            "baseline_attn_rollout": base["attn_rollout"], "baseline_attn_heads": base["attn_heads"],
+            "by_length": res_len, "baseline_by_length": base_len,
+        }
+
+
+def run_sweep(
+    config: SweepConfig,
+    out_path: str | Path,
+    shard: tuple[int, int] = (0, 1),
+    model=None,
+    tokenizer=None,
+    progress: bool = True,
+    limit: int | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> pd.DataFrame:
+    """Evaluate this shard's missing grid points, appending one JSONL row each to `out_path`; return all its rows.
+
+    Points whose key is already in the file are skipped (resume). `limit` stops after that many new rows;
+    `on_row(row)` is called after each row is safely written. The model is loaded only if a point is missing.
+    """
+    from tqdm.auto import tqdm
+
+    points = shard_points(grid(config), shard)
+    writer = RowWriter(out_path)
+    todo = [p for p in points if settings_key(p) not in writer.keys]
+    if limit is not None:
+        todo = todo[: max(limit, 0)]
+    if todo:
+        if model is None:
+            from .. import models
+
+            dims = checkpoint_dims(config.model)
+            if dims:
+                config.check_heads(*dims)  # before the (possibly slow) load
+            model, tokenizer, _ = models.load(config.model, device=config.device)
+        elif tokenizer is None:
+            raise ValueError("run_sweep: pass the tokenizer along with the model")
+        runner = _Runner(config, model, tokenizer, progress)
+        for point in tqdm(todo, desc=f"sweep {shard[0]}/{shard[1]}", disable=not progress):
+            row = runner.row(point)
+            writer.write(row)
+            if on_row is not None:
+                on_row(row)
+    return pd.DataFrame(read_rows(out_path))
+
+
+# --- tables and figures -------------------------------------------------------------------------------------
+
+SETTING_COLUMNS = ["mode", "heads", "n_heads", "strength", "threshold", "renormalize", "delta"]
+
+
+def summary_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean over seeds per setting: exact, partial, AttnScores, baselines and the gain; best first."""
+    if rows.empty:
+        return pd.DataFrame(columns=SETTING_COLUMNS)
+    r = rows.assign(threshold=rows.threshold.astype(object).where(rows.threshold.notna(), "none"))
+    metrics = ["exact", "partial", "attn_rollout", "attn_heads", "baseline_exact", "baseline_partial", "baseline_attn_rollout"]
+    g = r.groupby(SETTING_COLUMNS, dropna=False, sort=False)
+    out = g[metrics].mean().join(g.seed.nunique().rename("seeds")).join(g.n.sum().rename("n")).reset_index()
+    out["gain_exact"] = out.exact - out.baseline_exact
+    out["gain_partial"] = out.partial - out.baseline_partial
+    return out.sort_values(["mode", "exact", "partial"], ascending=[True, False, False], kind="stable").reset_index(drop=True)
+
+
+def _by_length(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per-length accuracy (mean over the rows' seeds, weighted by samples) from the nested `column`."""
+    flat = [dict(d) for lst in rows[column] for d in lst]
+    df = pd.DataFrame(flat)
+    df["exact_n"], df["partial_n"] = df.exact * df.n, df.partial * df.n
+    g = df.groupby("length").sum(numeric_only=True)
+    return pd.DataFrame({"exact": g.exact_n / g.n, "partial": g.partial_n / g.n, "n": g.n}).reset_index()
+
+
+def length_figure(rows: pd.DataFrame, mode: str | None = None) -> go.Figure:
+    """Accuracy vs length for the baseline and the best intervention (paper Fig. 2), one mode."""
+    mode = mode or rows["mode"].iloc[0]
+    table = summary_table(rows[rows["mode"] == mode])
+    best = table.iloc[0]
+    sel = rows[(rows["mode"] == mode)]
+    for col in ("heads", "strength", "renormalize", "delta"):
+        sel = sel[sel[col] == best[col]]
+    thr = None if best.threshold == "none" else best.threshold
+    sel = sel[sel.threshold.isna()] if thr is None else sel[sel.threshold == thr]
+    base, inter = _by_length(sel, "baseline_by_length"), _by_length(sel, "by_length")
+    label = f"{best['heads']} C={best.strength:g}" + ("" if thr is None else f" τ={thr:g}") + f" δ={best.delta}" + (" renorm" if best.renormalize else "")
+    fig = go.Figure()
+    for name, df, color in (("baseline", base, "#888"), (f"intervention ({label})", inter, "#d62728")):
+        fig.add_scatter(x=df.length, y=df.exact, mode="lines+markers", name=f"{name}: exact", line={"color": color})
+        fig.add_scatter(x=df.length, y=df.partial, mode="lines+markers", name=f"{name}: partial", line={"color": color, "dash": "dot"})
+    fig.update_layout(title=f"Accuracy vs length, baseline vs best intervention ({mode})", xaxis_title="target length",
+                      yaxis_title="accuracy", yaxis={"range": [0, 1.02]})
+    return fig
+
+
+def strength_figure(rows: pd.DataFrame, mode: str | None = None, metric: str = "exact") -> go.Figure:
+    """Accuracy vs strength C, one line per head selection (and per other setting that varies), baseline dashed."""
+    mode = mode or rows["mode"].iloc[0]
+    table = summary_table(rows[rows["mode"] == mode])
+    vary = [c for c in ("threshold", "renormalize", "delta") if table[c].astype(str).nunique() > 1]
+    fig = go.Figure()
+    for key, g in table.groupby(["n_heads", "heads", *vary], sort=True):
+        g = g.sort_values("strength")
+        name = f"{key[1]} ({key[0]} heads)" + "".join(f" {c}={v}" for c, v in zip(vary, key[2:]))
+        fig.add_scatter(x=g.strength, y=g[metric], mode="lines+markers", name=name)
+    fig.add_hline(y=float(table[f"baseline_{metric}"].mean()), line_dash="dash", line_color="#888", annotation_text="baseline")
+    fig.update_layout(title=f"{metric.capitalize()} accuracy vs strength C per head selection ({mode})",
+                      xaxis_title="strength C", yaxis_title=f"{metric} accuracy")
+    return fig
