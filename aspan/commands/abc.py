@@ -1,0 +1,133 @@
+"""`aspan abc MODEL --task T`: attention bias calibration / scaffolding (seed 003, SPEC 6), OOD accuracy with and without."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+HELP = "ABC/ABS: extract pre-softmax attention biases from ID attention (or a fixed window) and evaluate/fine-tune OOD with them"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
+    p.add_argument("--task", required=True)
+    p.add_argument("--id-param", action="append", default=[], metavar="KEY=VALUE", help="override an ID preset parameter")
+    p.add_argument("--ood-param", action="append", default=[], metavar="KEY=VALUE", help="override an OOD preset parameter")
+    p.add_argument("--id-samples", type=int, default=64, help="ID samples to calibrate on (only correctly solved ones count)")
+    p.add_argument("--ood-samples", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lambda", dest="lam", type=float, default=0.87, help="keep lines with sum >= mean + lambda*std (default 0.87)")
+    p.add_argument("--directions", default="diagonal,anti,vertical", help="comma-separated subset of diagonal,anti,vertical")
+    p.add_argument("--rows", default="target", choices=("target", "all"), help="query rows the lines are computed and applied on")
+    p.add_argument("--per-direction", action="store_true", help="threshold each direction on its own statistics (default: pooled)")
+    p.add_argument("--abs", default=None, metavar="DIRECTION:LINE:WIDTH",
+                   help="ABS instead of ABC: a fixed window, e.g. anti:1:0 (reversal) or diagonal:0:1")
+    p.add_argument("--heads", default=None, metavar="L.H,...", help="bias only these heads (default: every head)")
+    p.add_argument("--mode", default="teacher", choices=("teacher", "generate"))
+    p.add_argument("--finetune-steps", type=int, default=0, help="also fine-tune under the bias for this many steps")
+    p.add_argument("--finetune-split", default="ood", choices=("id", "ood"), help="task preset fine-tuned on (default ood)")
+    p.add_argument("--lr", type=float, default=1e-4, help="fine-tuning learning rate")
+    p.add_argument("--finetune-batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", default="runs/abc")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def parse_heads(text: str) -> list[tuple[int, int]]:
+    try:
+        return [tuple(int(x) for x in h.split(".")) for h in text.split(",") if h.strip()]  # type: ignore[misc]
+    except ValueError:
+        raise ValueError(f"--heads must look like 1.3,0.2, got {text!r}") from None
+
+
+def parse_abs(text: str) -> tuple[str, int, int]:
+    from aspan.experiments.abc import DIRECTIONS
+
+    parts = text.split(":")
+    try:
+        direction, line, width = parts[0], int(parts[1]), int(parts[2])
+    except (IndexError, ValueError):
+        raise ValueError(f"--abs must look like DIRECTION:LINE:WIDTH (e.g. anti:1:0), got {text!r}") from None
+    if direction not in DIRECTIONS or width < 0 or len(parts) != 3:
+        raise ValueError(f"--abs: direction must be one of {', '.join(DIRECTIONS)} and width >= 0, got {text!r}")
+    return direction, line, width
+
+
+def run(args: argparse.Namespace) -> int:
+    from aspan import tasks
+    from aspan.commands.data import parse_params
+    from aspan.experiments.abc import DIRECTIONS, abc_figure, abc_lines, abs_lines, bias_figure, lines_table, run_abc
+    from aspan.experiments.store import save_figure, versions, write_json, write_text
+
+    # validate everything before loading the model
+    id_task = tasks.preset(args.task, "id", **parse_params(args.task, args.id_param))
+    ood_task = tasks.preset(args.task, "ood", **parse_params(args.task, args.ood_param))
+    directions = [d.strip() for d in args.directions.split(",") if d.strip()]
+    bad = [d for d in directions if d not in DIRECTIONS]
+    if bad or not directions:
+        raise ValueError(f"--directions: choose from {', '.join(DIRECTIONS)}, got {args.directions!r}")
+    if args.lam < 0:
+        raise ValueError(f"--lambda must be >= 0, got {args.lam}")
+    for name in ("id_samples", "ood_samples", "batch_size", "finetune_batch_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.finetune_steps < 0:
+        raise ValueError("--finetune-steps must be >= 0")
+    window = parse_abs(args.abs) if args.abs else None
+    heads = parse_heads(args.heads) if args.heads else None
+    if heads:
+        import hooks
+        from aspan.experiments.sweep import checkpoint_dims
+
+        heads = hooks.check_heads(heads, *(checkpoint_dims(args.model) or (None, None)))
+
+    from aspan import models
+    from aspan.training import TrainConfig
+
+    model, tokenizer, _ = models.load(args.model, device=args.device)
+    models.check_context(model, ood_task, tokenizer.offset)
+    if heads:
+        import hooks
+
+        heads = hooks.check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
+    progress = not args.no_progress
+    id_samples = id_task.generate(args.id_samples, seed=args.seed)
+    ood_samples = ood_task.generate(args.ood_samples, seed=args.seed)
+    if window:
+        lines = abs_lines(model, *window, heads=heads)
+    else:
+        lines = abc_lines(model, tokenizer, id_samples, args.lam, directions, args.rows, not args.per_direction,
+                          batch_size=args.batch_size, progress=progress)
+        if heads:
+            lines = {h: lines[h] for h in heads}
+    finetune = finetune_data = None
+    if args.finetune_steps:
+        finetune = TrainConfig.scratch(steps=args.finetune_steps, lr=args.lr, batch_size=args.finetune_batch_size,
+                                       warmup=min(10, args.finetune_steps // 10), seed=args.seed + 1,
+                                       device=args.device or "auto")
+        finetune_data = id_task if args.finetune_split == "id" else ood_task
+    res = run_abc(model, tokenizer, id_samples, ood_samples, mode=args.mode, batch_size=args.batch_size, lines=lines,
+                  finetune=finetune, finetune_data=finetune_data, progress=progress)
+
+    out = Path(args.out)
+    write_text(out / "abc.csv", res.table.to_csv(index=False))
+    write_text(out / "abc_lines.jsonl", lines_table(lines).to_json(orient="records", lines=True))
+    for split in ("ood", "id"):
+        save_figure(abc_figure(res.table, split), out, f"abc_length_{split}")
+    l, h = sorted(lines)[-1]
+    s = ood_samples[0]
+    save_figure(bias_figure(lines[(l, h)], s.prompt_len, tokenizer.offset + len(s.text) + 1, tokenizer.offset,
+                            f"{'ABS' if window else 'ABC'} bias of head {l}.{h} on an OOD sample (kept cells)"), out, f"abc_bias_L{l}H{h}")
+    write_json(out / "run.json", {
+        "command": "abc", "model": str(args.model), "task": args.task, "method": "ABS" if window else "ABC",
+        "params": {"id": id_task.params(), "ood": ood_task.params()}, "seed": args.seed, "lambda": args.lam,
+        "directions": directions, "rows": args.rows, "pooled": not args.per_direction, "window": window,
+        "mode": args.mode, "finetune_steps": args.finetune_steps, "versions": versions(),
+    })
+    flat = {f"{v} {split} {k}": x for v, d in res.summary.items() for split, m in d.items() for k, x in m.items() if k in ("exact", "partial")}
+    write_json(out / "summary.json", {**flat, "tables": {"accuracy by length": res.table.to_dict("records")}})
+    for k, v in flat.items():
+        print(f"{k:32s} {v:.3f}")
+    print(f"wrote {out / 'abc.csv'}", file=sys.stderr)
+    return 0
