@@ -156,6 +156,19 @@ class DataStream:
         return self.task.alphabet if self.task else "".join(sorted({c for s in self.samples for c in s.text}))
 
 
+def check_tokenizer(tokenizer: Tokenizer, alphabet: str) -> None:
+    """ValueError naming the characters the tokenizer does not map to exactly one token (SPEC 4)."""
+    bad = []
+    for c in alphabet:
+        try:
+            if len(tokenizer.encode(c)) != 1:
+                bad.append(c)
+        except ValueError:
+            bad.append(c)
+    if bad:
+        raise ValueError(f"the tokenizer cannot encode these task characters as one token each: {''.join(bad)!r}")
+
+
 # ----------------------------------------------------------------------------------------------- freezing
 def parse_train_only(spec: str | None) -> int | None:
     """`None` -> None (train everything); `"qk-column"` -> 0; `"qk-column:c"` -> c."""
@@ -365,9 +378,7 @@ def train(
     needed = tokenizer.offset + stream.max_text_len() + eos
     if needed > model.cfg.n_ctx:
         raise ValueError(f"training samples need {needed} tokens but the model's context n_ctx={model.cfg.n_ctx} is shorter")
-    bad = sorted({c for c in stream.alphabet() if len(tokenizer.encode(c)) != 1})
-    if bad:
-        raise ValueError(f"the tokenizer does not map these characters to one token each: {''.join(bad)!r}")
+    check_tokenizer(tokenizer, stream.alphabet())
     out = Path(out_dir) if out_dir is not None else None
     if out is not None and main:
         out.mkdir(parents=True, exist_ok=True)
