@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
