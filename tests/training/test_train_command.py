@@ -1,0 +1,69 @@
+"""`aspan train`: a short run end to end, resume, fine-tuning from --data, and clear errors before any work."""
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from aspan import cli, models, tasks
+from aspan.tokenization import CharTokenizer
+
+SMALL = ["--task", "reversal", "--param", "length=1-3", "--param", "charset=abcd", "--d-model", "32", "--n-heads", "4",
+         "--batch-size", "8", "--eval-samples", "8", "--quiet", "--threads", "1"]
+
+
+def test_train_then_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", *SMALL, "--steps", "4", "--eval-every", "2", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "step 4: loss" in text and "ood: exact" in text
+    ev = pd.read_json(out / "eval.jsonl", lines=True)
+    assert sorted(zip(ev.step, ev.split)) == [(2, "id"), (2, "ood"), (4, "id"), (4, "ood")]
+    loaded = models.load(out, device="cpu")
+    assert loaded.meta["task"] == "reversal" and loaded.meta["params"]["charset"] == "abcd"
+    assert loaded.model.cfg.n_ctx >= models.check_context(10**6, tasks.preset("reversal", "ood"))
+    run = json.loads((out / "run.json").read_text())
+    assert run["command"] == "train" and run["config"]["steps"] == 4
+    # resuming a finished run with more steps continues from step 4
+    assert cli.main(["train", *SMALL, "--steps", "6", "--out", str(out), "--resume"]) == 0
+    log = pd.read_json(out / "log.jsonl", lines=True)
+    assert log.step.tolist()[-1] == 6 and models.load(out, device="cpu").meta["step"] == 6
+
+
+def test_finetune_from_data_file_with_qk_column(tmp_path, capsys):
+    base = tmp_path / "base"
+    assert cli.main(["train", *SMALL, "--steps", "2", "--out", str(base)]) == 0
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(s.to_json() + "\n" for s in tasks.get("reversal", length=(4, 5), charset="abcd").generate(6)))
+    ft = tmp_path / "ft"
+    rc = cli.main(["train", "--data", str(data), "--init", str(base), "--finetune", "--train-only", "qk-column:1",
+                   "--eval-samples", "0", "--quiet", "--out", str(ft)])
+    assert rc == 0
+    a, b = models.load(base, device="cpu").model, models.load(ft, device="cpu").model
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        if name.endswith(("W_Q", "W_K")):
+            assert torch.equal(p[..., 0], q[..., 0]) and not torch.equal(p[..., 1], q[..., 1])
+        else:
+            assert torch.equal(p, q), name
+    log = pd.read_json(ft / "log.jsonl", lines=True)
+    assert log.step.max() == 2  # one epoch of 6 samples at the paper's batch size 4
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--task", "nope"], "unknown task"),
+    (["--task", "reversal", "--n-ctx", "20"], "context too short"),
+    (["--task", "reversal", "--init", "/no/such/ckpt"], "no model at"),
+    (["--task", "reversal", "--param", "size=3"], "unknown parameter"),
+    (["--task", "reversal", "--train-only", "mlp"], "train_only"),
+    (["--task", "reversal", "--finetune"], "needs --steps"),
+])
+def test_errors_before_work(tmp_path, capsys, extra, message):
+    assert cli.main(["train", *extra, "--d-model", "32", "--n-heads", "4", "--quiet", "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_tokenizer_that_cannot_encode_the_task(tmp_path, capsys):
+    tok = CharTokenizer("ab=")
+    models.save(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=128), tmp_path / "m", tok)
+    assert cli.main(["train", "--task", "reversal", "--init", str(tmp_path / "m"), "--out", str(tmp_path / "o")]) == 2
+    assert "cannot encode" in capsys.readouterr().err
