@@ -64,15 +64,15 @@ def save(model: HookedTransformer, directory: str | os.PathLike, tokenizer: Toke
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tok = tokenizer.to_dict()  # type: ignore[attr-defined]
+    hf_tok = getattr(tokenizer, "hf_tokenizer", None)
+    if hf_tok is not None:  # the HF tokenizer files go inside the checkpoint: it stays self-contained
+        tok = {**tok, "hf_path": HF_TOKENIZER_DIR}
     config = {"format": FORMAT, "version": VERSION, "model": cfg_to_dict(model.cfg), "tokenizer": tok, "meta": meta}
-    config_text = json.dumps(config, indent=2, sort_keys=True, default=_jsonable)
+    config_text = json.dumps(config, indent=2, sort_keys=True, default=_jsonable)  # fails before any write
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
     try:
-        hf_tok = getattr(tokenizer, "hf_tokenizer", None)
-        if hf_tok is not None:  # keep the checkpoint self-contained
+        if hf_tok is not None:
             hf_tok.save_pretrained(tmp / HF_TOKENIZER_DIR)
-            config["tokenizer"] = {**tok, "hf_path": HF_TOKENIZER_DIR}
-            config_text = json.dumps(config, indent=2, sort_keys=True, default=_jsonable)
         weights = {k: v.detach().to("cpu").contiguous() for k, v in model.named_parameters()}
         save_file(weights, str(tmp / WEIGHTS), metadata={"format": FORMAT})
         (tmp / CONFIG).write_text(config_text)

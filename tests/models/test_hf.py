@@ -64,6 +64,17 @@ def test_pattern_edit_changes_logits(pair):
     assert torch.equal(again, plain)  # the hook is gone afterwards
 
 
+def test_resaved_as_an_aspan_checkpoint(pair, tmp_path):
+    """A converted pretrained model (e.g. after fine-tuning) saves and reloads with its HF tokenizer."""
+    arch, _, loaded = pair
+    models.save(loaded.model, tmp_path / "ft", loaded.tokenizer, source=arch)
+    again = models.load(tmp_path / "ft", device="cpu")
+    ids = _ids(loaded)
+    assert again.tokenizer.prefix_ids() == loaded.tokenizer.prefix_ids() and again.meta == {"source": arch}
+    with torch.no_grad():
+        assert torch.equal(again.model(ids), loaded.model(ids)), arch
+
+
 def test_unsupported_architecture_is_named(tmp_path):
     from transformers import GPT2Config
 
