@@ -368,7 +368,7 @@ class _Runner:
         res, res_len = self.evaluate(point, heads, fwd)
         return {
             "key": settings_key(point), **point, "heads_list": [list(h) for h in heads], "n_heads": len(heads),
-            "exact": res["exact"], "partial": res["partial"], "attn_rollout": res["attn_rollout"], "attn_heads": res["attn_heads"], "n": res["n"],
+            "exact": res["exact"], "partial": res["partial"], "attn": res["attn_rollout"], "attn_rollout": res["attn_rollout"], "attn_heads": res["attn_heads"], "n": res["n"],
             "baseline_exact": base["exact"], "baseline_partial": base["partial"],
             "baseline_attn_rollout": base["attn_rollout"], "baseline_attn_heads": base["attn_heads"],
             "by_length": res_len, "baseline_by_length": base_len,

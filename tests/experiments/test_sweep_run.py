@@ -66,7 +66,7 @@ def test_rows_have_matched_baseline_and_reinforcement_raises_head_attention(full
         base = evaluate(model, tok, samples, heads=heads, batch_size=4).summary()
         assert r.baseline_exact == base["exact"] and r.baseline_partial == pytest.approx(base["partial"])
         assert r.baseline_attn_heads == pytest.approx(base["attn_heads"])
-        assert r.n == 4 and r.n_heads == 2
+        assert r.n == 4 and r.n_heads == 2 and r.attn == r.attn_rollout
         assert r.attn_heads > r.baseline_attn_heads  # C added on the references of the selected heads
         assert sum(d["n"] for d in r.by_length) == 4
     strong, weak = df.set_index("strength").loc[3.0], df.set_index("strength").loc[0.5]
