@@ -249,17 +249,19 @@ def lr_lambda(step: int, warmup: int, total: int, min_ratio: float) -> float:
 def resolve_device(device: str = "auto") -> torch.device:
     """`auto`: the local rank's GPU under DDP, else CUDA when present, else CPU."""
     if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        return torch.device("cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} requested but CUDA is not available")
+    if device == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     return torch.device(device)
 
 
 def _dist_setup(device: torch.device) -> tuple[int, int]:
     """(rank, world size); joins the process group `torchrun` describes when one is not set up yet."""
     if not dist.is_initialized() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
