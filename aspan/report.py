@@ -47,7 +47,8 @@ def _summary(summary: Any, max_rows: int) -> str:
     nested = {k: v for k, v in summary.items() if k != "tables" and isinstance(v, (dict, list))}
     out = []
     if scalars:
-        out.append(_table(pd.DataFrame({"name": list(scalars), "value": [str(v) for v in scalars.values()]}), max_rows))
+        values = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in scalars.values()]
+        out.append(_table(pd.DataFrame({"name": list(scalars), "value": values}), max_rows))
     for name, rows in tables.items():
         out.append(f"<h3>{html.escape(str(name))}</h3>" + _table(pd.DataFrame(rows), max_rows))
     if nested:
