@@ -34,6 +34,7 @@ import hooks
 from .batching import Batch, make_batch, shift_mask
 from .tasks.base import Sample
 from .tokenization import Tokenizer
+from .training import scores_eos
 
 HookList = Sequence[tuple[str, Callable]]
 FwdHooks = HookList | Callable[[Batch], HookList]
@@ -50,9 +51,6 @@ def hooks_for(fwd_hooks: FwdHooks, batch: Batch) -> list[tuple[str, Callable]]:
     return list(fwd_hooks(batch) if callable(fwd_hooks) else fwd_hooks)
 
 
-def scores_eos(sample: Sample) -> bool:
-    """Whether the EOS after the target is scored (not for successor, whose series has no natural end, SPEC 1)."""
-    return sample.task != "successor"
 
 
 @dataclass

@@ -29,7 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from .batching import IGNORE, make_batch
+from .batching import IGNORE, Batch, make_batch
 from .tasks.base import Sample, Task
 from .tokenization import Tokenizer
 
@@ -336,6 +336,22 @@ def _optimizer(model, config: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr, betas=tuple(config.betas))
 
 
+def scores_eos(sample: Sample) -> bool:
+    """Whether the EOS after the target is a target (not for successor, SPEC 1)."""
+    return sample.task != "successor"
+
+
+def train_batch(samples: Sequence[Sample], tokenizer: Tokenizer, n_ctx: int | None = None) -> Batch:
+    """`make_batch` with successor's EOS label dropped: its series has no natural end, so EOS is not a target (SPEC 1)."""
+    batch = make_batch(samples, tokenizer, n_ctx=n_ctx)
+    if tokenizer.eos_id is not None:
+        for i, s in enumerate(samples):
+            if not scores_eos(s):
+                batch.labels[i, batch.lengths[i] - 2] = IGNORE
+        batch.target_rows = batch.labels != IGNORE
+    return batch
+
+
 def target_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Summed cross-entropy over target + EOS rows (labels != IGNORE); every other row is left out."""
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE, reduction="sum")
@@ -365,6 +381,8 @@ def train(
 
     config = config or TrainConfig.scratch()
     config.check()
+    if resume and out_dir is None:
+        raise ValueError("resume=True needs the out_dir of the run to continue")
     device = resolve_device(config.device)
     rank, world = _dist_setup(device)
     main = rank == 0
@@ -438,8 +456,9 @@ def train(
         for step in range(start, end):
             t0 = time.perf_counter()
             samples = stream.batch(step)
-            n_target = sum(len(s.target) + eos for s in samples)  # over the global batch: DDP averages to the global mean
-            batch = make_batch(samples[rank::world], tokenizer, n_ctx=model.cfg.n_ctx).to(device)
+            # over the global batch, so DDP's gradient average is the global per-token mean
+            n_target = sum(len(s.target) + (eos and scores_eos(s)) for s in samples)
+            batch = train_batch(samples[rank::world], tokenizer, model.cfg.n_ctx).to(device)
             with amp, model.hooks(fwd_hooks=hooks_for(fwd_hooks, batch)):
                 logits = net(batch.tokens)
             loss_sum = target_loss(logits, batch.labels)

@@ -65,6 +65,16 @@ def test_loss_counts_target_and_eos_rows_only():
     assert target_loss(logits2, b.labels).item() == pytest.approx(want.item(), rel=1e-5)
 
 
+def test_successor_eos_is_not_a_training_target():
+    from aspan.training import train_batch
+
+    samples = [tasks.get("successor").generate(1, seed=0)[0], TASK.generate(1, seed=0)[0]]
+    full, b = make_batch(samples, TOK), train_batch(samples, TOK)
+    eos_rows = full.lengths - 2
+    assert b.labels[0, eos_rows[0]] == -100 and b.labels[1, eos_rows[1]] == TOK.eos_id
+    assert (b.labels != full.labels).sum() == 1 and b.target_rows.sum() == full.target_rows.sum() - 1
+
+
 def test_data_order_is_a_function_of_seed_and_step(tmp_path):
     a, b = DataStream(TASK, 8, seed=3), DataStream(TASK, 8, seed=3)
     assert a.batch(7) == b.batch(7) and a.batch(7) != a.batch(8) and a.batch(7) != DataStream(TASK, 8, 4).batch(7)
