@@ -20,7 +20,7 @@ import random
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 

@@ -1,7 +1,6 @@
 """Training: exact resume, target-only loss, qk-column freezing, data order, DDP on gloo, and that a tiny model learns."""
 import json
 import math
-import os
 import warnings
 
 import pytest
