@@ -42,7 +42,8 @@ HEADS = [(0, 1), (1, 3), (2, 0), (2, 2)]
 
 
 @pytest.mark.parametrize("tau,renorm", [(None, False), (0.1, False), (None, True), (0.05, True)])
-def test_reinforce_equals_brute_force_in_the_model(model, tau, renorm):
+def test_reinforce_equals_brute_force_in_the_model(any_model, tau, renorm):
+    model = any_model
     tokens, am, mask = padded_batch([10, 7], seed=1)
     fwd = hooks.reinforce(HEADS, mask, 0.7, threshold=tau, renormalize=renorm, model=model)
     got = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=fwd)
@@ -128,7 +129,8 @@ def test_hand_made_patterns_gate_and_renormalise():
         assert out.dtype == dtype
 
 
-def test_kv_cached_greedy_decoding_matches_teacher_forcing(model):
+def test_kv_cached_greedy_decoding_matches_teacher_forcing(any_model):
+    model = any_model
     prompt_len, new = 6, 8
     tokens, _, mask = padded_batch([prompt_len + new] * 2, seed=6)
     prompt = tokens[:, :prompt_len]

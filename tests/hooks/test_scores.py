@@ -8,9 +8,10 @@ from aspan.batching import shift_mask as aspan_shift_mask
 from .conftest import padded_batch
 
 
-def brute_row_scores(model, tokens, mask, am=None):
+def brute_row_scores(model, tokens, mask, am=None, cache=None):
     """[batch, q, layer, head] from the cached patterns, one element at a time in plain loops over rows."""
-    _, cache = model.run_with_cache(tokens, attention_mask=am)
+    if cache is None:
+        _, cache = model.run_with_cache(tokens, attention_mask=am)
     b, pos = tokens.shape
     out = torch.zeros(b, pos, model.cfg.n_layers, model.cfg.n_heads)
     for layer in range(model.cfg.n_layers):
@@ -24,7 +25,8 @@ def brute_row_scores(model, tokens, mask, am=None):
     return out
 
 
-def test_head_row_scores_match_brute_force(model):
+def test_head_row_scores_match_brute_force(any_model):
+    model = any_model
     tokens, am, mask = padded_batch([12, 9, 7], seed=1)
     got = hooks.head_row_scores(model, tokens, mask, attention_mask=am)
     assert got.shape == (3, 12, model.cfg.n_layers, model.cfg.n_heads)
@@ -69,8 +71,9 @@ def test_offset_scores(model):
     assert got.shape == (3, model.cfg.n_layers, model.cfg.n_heads)
     torch.testing.assert_close(got[1], hooks.head_scores(model, tokens, mask, reduce="row", attention_mask=am))
     rows = mask.any(-1)
+    _, cache = model.run_with_cache(tokens, attention_mask=am)
     for d, g in zip(deltas, got):
-        brute = brute_row_scores(model, tokens, aspan_shift_mask(mask, d), am)
+        brute = brute_row_scores(model, tokens, aspan_shift_mask(mask, d), am, cache)
         torch.testing.assert_close(g, brute[rows].mean(0))  # denominator: the unshifted target rows
 
 
