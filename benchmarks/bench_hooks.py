@@ -2,7 +2,8 @@
 
 Prints a markdown table of median times and their ratio to a plain forward measured in the same run, and the peak
 extra memory (resident set, measured in a child process whose large allocations go straight back to the OS).
-Usage: python benchmarks/bench_hooks.py [--pos 256 1024] [--batch 16] [--reps 3] [--threads 1]
+Usage: python benchmarks/bench_hooks.py [--pos 256 1024] [--batch 16] [--reps 3] [--threads 1] [--layers 4]
+       [--memory-only]
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ HEADS = [(2, 1), (3, 0)]  # the heads reinforced
 STRENGTH = 1.0
 
 
-def tiny_model(n_ctx: int) -> HookedTransformer:
-    cfg = HookedTransformerConfig(n_layers=4, d_model=64, n_heads=4, d_head=16, d_mlp=256, n_ctx=n_ctx, d_vocab=20,
+def tiny_model(n_ctx: int, n_layers: int = 4) -> HookedTransformer:
+    cfg = HookedTransformerConfig(n_layers=n_layers, d_model=64, n_heads=4, d_head=16, d_mlp=256, n_ctx=n_ctx, d_vocab=20,
                                   act_fn="gelu", positional_embedding_type="rotary", normalization_type="LN", seed=0)
     return HookedTransformer(cfg).eval()
 
@@ -88,8 +89,8 @@ def methods(model, tokens, mask, naive: bool):
     return out
 
 
-def time_all(batch: int, pos: int, reps: int) -> dict[str, float]:
-    model = tiny_model(max(pos, 64))
+def time_all(batch: int, pos: int, reps: int, n_layers: int) -> dict[str, float]:
+    model = tiny_model(max(pos, 64), n_layers)
     tokens, mask = inputs(batch, pos)
     fns = methods(model, tokens, mask, naive=True)
     times: dict[str, list[float]] = {k: [] for k in fns}
@@ -112,9 +113,9 @@ def _rss_kb(field: str) -> int:
         return next(int(line.split()[1]) for line in f if line.startswith(field))
 
 
-def memory_child(batch: int, pos: int) -> None:
+def memory_child(batch: int, pos: int, n_layers: int) -> None:
     """Peak extra resident memory per method (Linux: reset the high-water mark with /proc/self/clear_refs)."""
-    model = tiny_model(max(pos, 64))
+    model = tiny_model(max(pos, 64), n_layers)
     tokens, mask = inputs(batch, pos)
     fns = methods(model, tokens, mask, naive=False)
     fns["run_with_cache (all)"] = lambda: model.run_with_cache(tokens)
@@ -133,11 +134,12 @@ def memory_child(batch: int, pos: int) -> None:
     print(json.dumps(out))
 
 
-def memory(batch: int, pos: int, threads: int) -> dict[str, float] | None:
+def memory(batch: int, pos: int, threads: int, n_layers: int) -> dict[str, float] | None:
     if not os.path.exists("/proc/self/clear_refs"):
         return None
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
-    cmd = [sys.executable, __file__, "--memory-child", "--batch", str(batch), "--pos", str(pos), "--threads", str(threads)]
+    cmd = [sys.executable, __file__, "--memory-child", "--batch", str(batch), "--pos", str(pos), "--threads", str(threads),
+           "--layers", str(n_layers)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -148,15 +150,23 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--memory-only", action="store_true", help="only the peak-memory column, at the largest pos")
     ap.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.memory_child:
-        return memory_child(args.batch, args.pos[0])
-    print(f"tiny model: 4 layers, d_model 64, 4 heads × 16, rotary; batch {args.batch}; CPU, {args.threads} thread(s); "
-          f"torch {torch.__version__}\n")
-    timings = {pos: time_all(args.batch, pos, args.reps) for pos in args.pos}
-    mem = memory(args.batch, max(args.pos), args.threads)
+        return memory_child(args.batch, args.pos[0], args.layers)
+    if args.memory_only:
+        mem = memory(args.batch, max(args.pos), args.threads, args.layers)
+        print(f"{args.layers} layers, batch {args.batch}, pos {max(args.pos)}: peak extra MiB {json.dumps(mem)}")
+        print(f"head_scores / run_with_cache: {mem['head_scores'] / mem['run_with_cache (all)']:.2f} (all), "
+              f"{mem['head_scores'] / mem['run_with_cache (patterns only)']:.2f} (patterns only)")
+        return
+    print(f"tiny model: {args.layers} layers, d_model 64, 4 heads × 16, rotary; batch {args.batch}; "
+          f"CPU, {args.threads} thread(s); torch {torch.__version__}\n")
+    timings = {pos: time_all(args.batch, pos, args.reps, args.layers) for pos in args.pos}
+    mem = memory(args.batch, max(args.pos), args.threads, args.layers)
     names = list(timings[args.pos[0]])
     head = "| method | " + " | ".join(f"pos {p}: s | × plain" for p in args.pos)
     if mem:
