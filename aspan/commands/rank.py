@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a task parameter")
     p.add_argument("-n", "--samples", type=int, default=64, help="number of samples (default 64)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--deltas", default="0", help="key offsets to scan, e.g. -2..3 or 0,1,2 (default 0)")
+    p.add_argument("--deltas", default="0", help="key offsets to scan, e.g. --deltas=-2..3 or 0,1,2 (default 0)")
     sel = p.add_mutually_exclusive_group()
     sel.add_argument("--top", type=int, help="select the top N heads")
     sel.add_argument("--fraction", type=float, help="select the top fraction of heads (paper: 0.1)")
