@@ -86,8 +86,8 @@ def test_toml_file(tmp_path):
 
 def test_shipped_configs_parse():
     from pathlib import Path
-    files = sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*.toml"))
-    assert files
+    root = Path(__file__).resolve().parents[2] / "configs"
+    files = [root / "reversal_reinforce.toml", root / "assign_smollm2_threshold.toml"]
     for f in files:
         SweepConfig.from_toml(f, check_model=False)
 
