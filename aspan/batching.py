@@ -13,6 +13,8 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from hooks import shift_mask  # re-exported: SPEC 6 shifted references, one implementation
+
 from .tasks.base import Sample
 from .tokenization import Tokenizer
 
@@ -95,17 +97,3 @@ def make_batch(
         offset=offset,
         samples=list(samples),
     )
-
-
-def shift_mask(mask: Bool[Tensor, "... q k"], delta: int) -> Bool[Tensor, "... q k"]:
-    """Move every reference `k` to column `k + delta`, dropping those outside `0..q` (causal part) (SPEC 6)."""
-    if delta == 0:
-        return mask
-    q, k = mask.shape[-2:]
-    out = torch.zeros_like(mask)
-    if delta > 0:
-        out[..., delta:] = mask[..., : k - delta]
-    else:
-        out[..., : k + delta] = mask[..., -delta:]
-    causal = torch.ones(q, k, dtype=torch.bool, device=mask.device).tril(k - q)
-    return out & causal
