@@ -9,7 +9,7 @@ import sys
 import warnings
 from importlib import import_module
 
-COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo")
+COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained")
 
 
 def _load(name: str):

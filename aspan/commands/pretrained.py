@@ -1,0 +1,29 @@
+"""`aspan pretrained CONFIG`: a pretrained model (SmolLM2 or any supported HF dir / .gguf) end to end: zero/few-shot
+evaluation, fine-tuning with the paper's defaults, Table 2, Table 3, head ranking and a reinforcement sweep."""
+from __future__ import annotations
+
+import argparse
+import shlex
+
+HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="TOML config (see configs/smollm2_reversal.toml)")
+    p.add_argument("--model", help="override the config's model: 'smollm2', an HF checkpoint dir or a .gguf file")
+    p.add_argument("--out", help="override the run directory")
+    p.add_argument("--device", help="cpu, cuda, cuda:N (default: CUDA when present)")
+    p.add_argument("--threads", type=int, help="CPU threads for torch (1 is fastest on a busy machine)")
+    p.add_argument("--steps", type=int, help="override finetune.steps")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..pretrained import PretrainedConfig, run_pretrained
+
+    cfg = PretrainedConfig.from_toml(args.config, model=args.model, out=args.out, device=args.device, threads=args.threads)
+    if args.steps is not None:
+        cfg.finetune = {**cfg.finetune, "steps": args.steps}
+        cfg.check()
+    flags = [f"--{k} {shlex.quote(str(v))}" for k in ("model", "out", "device", "threads", "steps") if (v := getattr(args, k)) is not None]
+    run_pretrained(cfg, command=" ".join(["aspan pretrained", shlex.quote(args.config), *flags]))
+    return 0
