@@ -229,3 +229,11 @@ def test_smollm2_one_finetuning_step_with_the_paper_defaults_changes_the_weights
     assert result.history[-1]["step"] == 1 and result.history[-1]["loss"] > 0
     for n in watched:
         assert not torch.equal(params[n].detach(), before[n]), n
+
+
+@pytest.mark.parametrize("name", ["smollm2_reversal.toml", "smollm2_cpu.toml", "smollm2_cpu_lr1e-4.toml", "smollm2_smoke.toml"])
+def test_shipped_configs_parse(name):
+    from pathlib import Path
+
+    cfg = PretrainedConfig.from_toml(Path(__file__).resolve().parents[1] / "configs" / name)
+    assert cfg.model == "smollm2" and cfg.train_config().steps >= 1
