@@ -5,6 +5,11 @@ Two commands are not run as written: `make test` is what runs this suite (runnin
 `make demo` would rebuild the venv and run the full-size demo (minutes). `make demo` is checked instead by
 `make -n demo` from the repo root (the target exists and calls `aspan demo`), and the README's own
 `aspan demo --quick` command (asserted present) exercises the same code path at small sizes.
+
+The README's commands run "from the repository root" and name the shipped model by its path there,
+`aspan/checkpoints/reversal`; the temp dir gets `aspan/checkpoints` as a symlink to the real folder so that
+path resolves the same way. Python blocks run with `python -P` (no cwd on sys.path), so that bare `aspan/`
+folder cannot shadow the installed package as a namespace package (console scripts never look in the cwd).
 """
 from __future__ import annotations
 
@@ -50,7 +55,10 @@ def _run(args: list[str], cwd: Path, what: str) -> str:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("readme")
+    work = tmp_path_factory.mktemp("readme")
+    (work / "aspan").mkdir()
+    (work / "aspan" / "checkpoints").symlink_to(ROOT / "aspan" / "checkpoints", target_is_directory=True)
+    return work
 
 
 def test_readme_structure():
@@ -72,7 +80,7 @@ def test_readme_structure():
 def test_readme_block_runs(index, workdir):
     lang, code, line = BLOCKS[index]
     if lang == "python":
-        _run([sys.executable, "-c", code], workdir, f"README python block at line {line}")
+        _run([sys.executable, "-P", "-c", code], workdir, f"README python block at line {line}")
         return
     lines = [l for l in code.splitlines() if l.strip() and not l.strip().startswith("#")]
     makes = [MAKE.match(l) for l in lines]
