@@ -18,6 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train", action="store_true", help="train a model instead of loading the shipped checkpoint")
     parser.add_argument("--steps", type=int, default=None, help="training steps when training (default 1500 reversal, 1000 others)")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default 1: fastest for this tiny model)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for tests): a few samples, a 2-point grid")
 
 
@@ -25,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from ..demo import DemoConfig, run_demo
 
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
-                                 seed=args.seed, train=args.train, steps=args.steps, device=args.device).items() if v is not None}
+                                 seed=args.seed, train=args.train, steps=args.steps, device=args.device,
+                                 threads=args.threads).items() if v is not None}
     cfg = DemoConfig.quick_config(**kw) if args.quick else DemoConfig(**kw)
     flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in kw.items() if k != "train"]
     command = " ".join(["aspan demo", *flags, *(["--train"] if args.train else []), *(["--quick"] if args.quick else [])])
