@@ -65,3 +65,17 @@ def test_quick_demo_end_to_end(tmp_path, capsys):
     for v in views:
         assert f'id="view-{v.stem}"' in page
     assert 'src="http' not in page and "unpkg.com" not in page
+
+
+def test_other_task_trains_a_model_and_saves_it(tmp_path, capsys):
+    out = tmp_path / "add"
+    assert main(["demo", "--quick", "--task", "addition", "--steps", "2", "--samples", "8", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "no checkpoint ships for 'addition'" in printed and "trained here for 2 steps" in printed
+    run = json.loads((out / "run.json").read_text())
+    assert run["task"] == "addition" and run["model_meta"]["steps"] == 2
+    from aspan import models
+
+    model, tokenizer, meta = models.load(run["saved_model"], device="cpu")
+    assert meta["task"] == "addition" and model.cfg.n_ctx >= 1 + 10 + 1 + 10 + 1 + 11 + 1  # fits the OOD preset
+    assert (out / "report.html").is_file()
