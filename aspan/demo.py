@@ -61,7 +61,7 @@ def _needed(task, tokenizer) -> int:
 # ----------------------------------------------------------------------------------------------- settings
 @dataclass
 class DemoConfig:
-    """What `aspan demo` runs; `quick()` gives tiny sizes for tests."""
+    """What `aspan demo` runs; `quick_config()` gives tiny sizes for tests."""
 
     task: str = "reversal"
     out: str = "runs/demo"
@@ -400,6 +400,8 @@ def _write_figures(out, model, tokenizer, id_s, ood_s, offsets, table, sweep, cv
     if d_star:
         viz.save_figure(viz.layer_head_heatmap(table, value=f"score_row_d{d_star}", zlabel="mass/row",
                                                title=f"Head ranking on ID: attention on {_ref(d_star)}"), fig_dir / "07_heads_best_offset.json")
+    else:  # a rerun into the same directory must not leave a stale figure behind
+        (fig_dir / "07_heads_best_offset.json").unlink(missing_ok=True)
     id_max = int(base_id.samples.length.max())
     curves = {
         "baseline": pd.concat([evaluation.summarize(base_id), evaluation.summarize(base_ood)]),
