@@ -533,6 +533,11 @@ def nb04():
             result = evaluate(smol, smol_tokenizer, assign.generate(8, seed=8), batch_size=8)
             print("SmolLM2-135M-Instruct on 8 assign samples (teacher-forced):", result.summary())
         """),
+        code("""
+        import shutil
+
+        shutil.rmtree(checkpoint.parent)  # the temporary checkpoint
+        """),
     ]
 
 
