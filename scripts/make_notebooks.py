@@ -64,7 +64,7 @@ def nb01():
         aspan studies *why* transformers fail to extrapolate on algorithmic tasks by comparing where the model
         attends with where it *should* attend. Every task therefore generates samples that carry, for every
         target character, its **reference set**: the prompt (or earlier target) positions one must read to
-        produce it (SPEC section 1). This notebook shows every task, one sample each, with the references drawn
+        produce it. This notebook shows every task, one sample each, with the references drawn
         over the text, and how the references become the query x key masks the attention tools use.
         """),
         code(SETUP),
@@ -227,7 +227,7 @@ def nb02():
         The shipped default model (2 layers x 8 heads, trained on string reversal of length 1-10) is perfect in
         distribution and fails on longer strings. This notebook looks at *where it attends*: attention rollout
         with the reference cells outlined (paper Fig. 1), the heads that do the lookup (circuitsvis), and how one
-        head's pattern degrades out of distribution (paper Fig. 3). Scores follow SPEC 5: AttnScore is the
+        head's pattern degrades out of distribution (paper Fig. 3). AttnScore (paper Eq. 3) is the
         attention mass on a row's references, averaged over target rows.
         """),
         code(SETUP),
@@ -259,7 +259,7 @@ def nb02():
         ## Which heads read the references?
 
         `hooks.offset_scores` measures, per head, the mean attention a target row puts on its references shifted
-        by `δ` (SPEC 6). Trained models often copy through a neighbour of the reference (an earlier layer moved the
+        by `δ`. Trained models often copy through a neighbour of the reference (an earlier layer moved the
         token's information one or two positions along), so the lookup heads peak at `ref+1` or `ref+2`, not `ref`.
         """),
         code("""
@@ -324,7 +324,7 @@ def nb03():
 
         If wrong OOD tokens come with too little attention on their references, pushing attention back there
         should help. This notebook ranks heads on ID samples, adds `C·M` to the selected heads' post-softmax
-        pattern on OOD samples (SPEC 6: additive reinforcement; optionally gated by a threshold `τ`, optionally
+        pattern on OOD samples (additive reinforcement, paper Appendix F; optionally gated by a threshold `τ`, optionally
         renormalised), and measures accuracy against the strength `C`, per length, and the correct/error
         attention statistics. `aspan sweep` runs the same grid resumably from a TOML file.
         """),
