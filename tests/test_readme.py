@@ -94,3 +94,13 @@ def test_readme_block_runs(index, workdir):
         return
     assert not any(makes), f"README bash block at line {line} mixes make with other commands"
     _run(["bash", "-euo", "pipefail", "-c", code], workdir, f"README bash block at line {line}")
+
+
+def test_task_table_examples_match_the_solvers():
+    """Every row of the README's task table: `prompt` → `target` is what that task's solver computes."""
+    from aspan import tasks
+
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]+)` → `([^`]+)`", README.read_text(encoding="utf-8"), re.M)
+    assert sorted(name for name, _, _ in rows) == sorted(tasks.NAMES)
+    for name, prompt, target in rows:
+        assert tasks.get(name).solve_like(prompt, target) == target, f"README example of {name} is wrong"
