@@ -28,7 +28,7 @@ from .report import write_report
 from .tokenization import CharTokenizer
 from .training import TrainConfig, train
 
-CHECKPOINTS = Path(__file__).parent / "checkpoints"
+CHECKPOINTS = models.SHIPPED
 TRAIN_STEPS = 1500  # the shipped reversal model (NOTES.md)
 OTHER_TASK_STEPS = 1000  # a modest budget for tasks without a shipped model
 MODEL = dict(n_layers=2, d_model=128, n_heads=8, d_mlp=512)

@@ -6,10 +6,8 @@ Two commands are not run as written: `make test` is what runs this suite (runnin
 `make -n demo` from the repo root (the target exists and calls `aspan demo`), and the README's own
 `aspan demo --quick` command (asserted present) exercises the same code path at small sizes.
 
-The README's commands run "from the repository root" and name the shipped model by its path there,
-`aspan/checkpoints/reversal`; the temp dir gets `aspan/checkpoints` as a symlink to the real folder so that
-path resolves the same way. Python blocks run with `python -P` (no cwd on sys.path), so that bare `aspan/`
-folder cannot shadow the installed package as a namespace package (console scripts never look in the cwd).
+The README's commands name the shipped model `reversal` (a checkpoint inside the package), so they run from
+any directory, here a fresh temp dir. Python blocks run with `python -P` (no cwd on sys.path).
 """
 from __future__ import annotations
 
@@ -55,10 +53,7 @@ def _run(args: list[str], cwd: Path, what: str) -> str:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("readme")
-    (work / "aspan").mkdir()
-    (work / "aspan" / "checkpoints").symlink_to(ROOT / "aspan" / "checkpoints", target_is_directory=True)
-    return work
+    return tmp_path_factory.mktemp("readme")
 
 
 def test_readme_structure():

@@ -28,6 +28,13 @@ HEAD_KEYS = {"top", "fraction", "list", "by", "rank_samples", "rank_seed", "rank
 BUILTIN_MODELS = ("smollm2",)
 
 
+def _named_model(model: str) -> bool:
+    """A model given by name (SmolLM2, or a checkpoint shipped in the package) rather than by path."""
+    from ..models import shipped
+
+    return model in BUILTIN_MODELS or (not Path(model).exists() and model in shipped())
+
+
 @dataclass(frozen=True)
 class SweepConfig:
     """A validated sweep: what to load, what to evaluate, and the grid of interventions."""
@@ -65,7 +72,7 @@ class SweepConfig:
         except tomllib.TOMLDecodeError as e:
             raise ValueError(f"{path}: invalid TOML: {e}") from None
         model = raw.get("model")
-        if isinstance(model, str) and model not in BUILTIN_MODELS and not Path(model).is_absolute():
+        if isinstance(model, str) and not _named_model(model) and not Path(model).is_absolute():
             rel = path.parent / model  # a relative checkpoint path may be relative to the config file
             if not Path(model).exists() and rel.exists():
                 raw = {**raw, "model": str(rel)}
@@ -83,7 +90,7 @@ class SweepConfig:
             if key not in raw:
                 raise ValueError(f"sweep config: missing required key {key!r}")
         model = _str(raw["model"], "model")
-        if check_model and model not in BUILTIN_MODELS and not Path(model).exists():
+        if check_model and not _named_model(model) and not Path(model).exists():
             raise ValueError(f"sweep config: model: checkpoint {model!r} does not exist")
         task = _str(raw["task"], "task")
         if task not in tasks.NAMES:
@@ -293,7 +300,9 @@ def checkpoint_dims(model: str) -> tuple[int, int] | None:
     """(n_layers, n_heads) read from a checkpoint's config.json without loading weights; None when unknown."""
     import json
 
-    file = Path(model) / "config.json"
+    from ..models import resolve
+
+    file = resolve(model) / "config.json"
     if not file.is_file():
         return None
     try:

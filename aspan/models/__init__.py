@@ -2,9 +2,9 @@
 
     model = models.tiny(tokenizer, task="reversal")          # n_ctx checked against the OOD preset
     models.save(model, "runs/rev", tokenizer, task="reversal", steps=1500)
-    model, tokenizer, meta = models.load("runs/rev")         # or an HF dir, a .gguf file, "smollm2"
+    model, tokenizer, meta = models.load("runs/rev")         # or "reversal" (shipped), an HF dir, a .gguf file, "smollm2"
 """
-from .checkpoint import LoadedModel, default_device, load, save
+from .checkpoint import SHIPPED, LoadedModel, default_device, load, resolve, save, shipped
 from .tiny import build, check_context, tiny
 
-__all__ = ["LoadedModel", "build", "check_context", "default_device", "load", "save", "tiny"]
+__all__ = ["SHIPPED", "LoadedModel", "build", "check_context", "default_device", "load", "resolve", "save", "shipped", "tiny"]

@@ -144,8 +144,26 @@ def _load_aspan(path: Path, config: dict[str, Any], device: str) -> LoadedModel:
     return LoadedModel(model.eval(), tokenizer, config.get("meta", {}))
 
 
+# Checkpoints shipped inside the package, loadable by name (e.g. `load("reversal")`).
+SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
+
+
+def shipped() -> list[str]:
+    """Names of the checkpoints shipped in the package."""
+    return sorted(p.name for p in SHIPPED.iterdir() if (p / CONFIG).is_file()) if SHIPPED.is_dir() else []
+
+
+def resolve(path_or_name: str | os.PathLike) -> Path:
+    """The path of a checkpoint: as given when it exists, else the shipped checkpoint of that name."""
+    path = Path(path_or_name)
+    if not path.exists() and str(path_or_name) in shipped():
+        return SHIPPED / str(path_or_name)
+    return path
+
+
 def load(path_or_name: str | os.PathLike, device: str | None = None, **adapter: Any) -> LoadedModel:
-    """Load an aspan checkpoint, a local HF checkpoint (Llama, Qwen2, Gemma3), a `.gguf` file, or "smollm2".
+    """Load an aspan checkpoint, a shipped one by name ("reversal"), a local HF checkpoint (Llama, Qwen2, Gemma3),
+    a `.gguf` file, or "smollm2".
 
     Pretrained models come with an `HFCharAdapter`; `adapter` keywords (instruction, few_shot, bos, alphabet)
     go to it. ValueError names the file on a corrupt or invalid checkpoint; FileNotFoundError if absent.
@@ -155,9 +173,10 @@ def load(path_or_name: str | os.PathLike, device: str | None = None, **adapter: 
     device = device or default_device()
     if str(path_or_name).lower() == "smollm2" and not Path(path_or_name).exists():
         return hf.load_smollm2(device=device, **adapter)
-    path = Path(path_or_name)
+    path = resolve(path_or_name)
     if not path.exists():
-        raise FileNotFoundError(f"no model at {path} (expected a checkpoint directory, a .gguf file, or 'smollm2')")
+        names = ", ".join(repr(n) for n in [*shipped(), "smollm2"])
+        raise FileNotFoundError(f"no model at {path} (expected a checkpoint directory, a .gguf file, or one of {names})")
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")

@@ -102,3 +102,16 @@ def test_hf_adapter_checkpoint_is_self_contained(tmp_path):
     assert loaded.tokenizer.prefix_ids() == adapter.prefix_ids() and loaded.tokenizer.offset == adapter.offset
     assert loaded.tokenizer.encode("xyz=") == adapter.encode("xyz=")
     assert loaded.tokenizer.few_shot == adapter.few_shot
+
+
+def test_shipped_checkpoint_loads_by_name(tmp_path, monkeypatch):
+    from aspan import models
+
+    assert "reversal" in models.shipped()
+    monkeypatch.chdir(tmp_path)  # the name works from any directory
+    by_name = models.load("reversal", device="cpu")
+    by_path = models.load(models.SHIPPED / "reversal", device="cpu")
+    for (k, a), (_, b) in zip(by_name.model.state_dict().items(), by_path.model.state_dict().items()):
+        assert a.equal(b), k
+    with pytest.raises(FileNotFoundError, match="'reversal'"):
+        models.load("no-such-model")
