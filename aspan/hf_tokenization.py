@@ -10,6 +10,7 @@ import os
 from typing import Any, Iterable, Sequence
 
 from .tasks.base import Sample
+from .tokenization import decode_ids
 
 
 class HFCharAdapter:
@@ -70,15 +71,10 @@ class HFCharAdapter:
         return [self._ids[c] for c in text]
 
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
-        out = []
-        for i in ids:
-            i = int(i)
-            if stop_at_eos and i == self.eos_id:
-                break
-            if i in (self.pad_id, self.bos_id, self.eos_id):
-                continue
-            out.append(self._chars[i] if i in self._chars else self.hf_tokenizer.decode([i]))
-        return "".join(out)
+        def to_char(i: int) -> str:
+            return self._chars[i] if i in self._chars else self.hf_tokenizer.decode([i])
+
+        return decode_ids(ids, to_char, (self.pad_id, self.bos_id, self.eos_id), self.eos_id, stop_at_eos)
 
     # -- the prefix ---------------------------------------------------------------------------------------
     def _build_prefix(self) -> list[int]:

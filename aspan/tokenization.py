@@ -7,7 +7,7 @@ instruction, few-shot examples); its length is the `offset` that shifts every re
 from __future__ import annotations
 
 import json
-from typing import Iterable, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
 
 BOS, EOS, PAD = "<bos>", "<eos>", "<pad>"
 SPECIALS: tuple[str, ...] = (PAD, BOS, EOS)
@@ -67,15 +67,7 @@ class CharTokenizer:
         return [self.stoi[c] for c in text]
 
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
-        out = []
-        for i in ids:
-            i = int(i)
-            if stop_at_eos and i == self.eos_id:
-                break
-            if i in (self.pad_id, self.bos_id, self.eos_id):
-                continue
-            out.append(self.itos[i])
-        return "".join(out)
+        return decode_ids(ids, self.itos.__getitem__, (self.pad_id, self.bos_id, self.eos_id), self.eos_id, stop_at_eos)
 
     def check(self, alphabet: str) -> None:
         """ValueError naming every character of `alphabet` this tokenizer cannot encode."""
@@ -92,6 +84,19 @@ class CharTokenizer:
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size}, bos={self.bos})"
+
+
+def decode_ids(
+    ids: Iterable[int], to_char: Callable[[int], str], skip: tuple[int | None, ...], eos_id: int | None, stop_at_eos: bool
+) -> str:
+    """Text of `ids`: special ids in `skip` dropped, and everything from the first EOS on when `stop_at_eos`."""
+    out = []
+    for i in map(int, ids):
+        if stop_at_eos and i == eos_id:
+            break
+        if i not in skip:
+            out.append(to_char(i))
+    return "".join(out)
 
 
 def as_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
