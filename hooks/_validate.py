@@ -91,6 +91,13 @@ def check_threshold(threshold: float | None) -> float | None:
     return float(threshold)
 
 
+def check_batch_size(batch_size: int | None) -> int | None:
+    """Samples per forward: None (automatic) or an int >= 1."""
+    if batch_size is not None and (not _is_int(batch_size) or batch_size < 1):
+        raise ValueError(f"batch_size must be an int >= 1 or None (automatic), got {batch_size!r}")
+    return batch_size
+
+
 def check_strength(strength: float) -> float:
     """The additive constant C: any finite number."""
     if not isinstance(strength, (int, float)) or isinstance(strength, bool) or not math.isfinite(strength):

@@ -5,8 +5,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from ._stream import prepare, stream
-from ._validate import check_mask
+from ._stream import chunk_size, map_chunks, prepare, stream
+from ._validate import as_batch, check_attention_mask, check_mask
 from .masks import attn_mass
 
 BLOCK = 256  # row block of the triangular product
@@ -33,10 +33,8 @@ def rollout_step(
     return R
 
 
-def rollout(
-    model, tokens: Tensor, normalize: bool = True, attention_mask: Tensor | None = None
-) -> Float[Tensor, "batch pos pos"]:
-    """Attention rollout R_L = Â_L ⋯ Â_1 with Â_l = mean_h A_{l,h} + I (rows normalized by default); pad rows are 0."""
+def _rollout(model, tokens: Tensor, normalize: bool, attention_mask: Tensor | None) -> Float[Tensor, "batch pos pos"]:
+    """One forward's rollout, folded layer by layer."""
     tokens, attention_mask = prepare(model, tokens, attention_mask)
     causal = getattr(model.cfg, "attention_dir", "causal") == "causal"
     state: dict[str, Tensor | None] = {"R": None}
@@ -53,14 +51,36 @@ def rollout(
     return R
 
 
+def rollout(
+    model, tokens: Tensor, normalize: bool = True, attention_mask: Tensor | None = None, *, batch_size: int | None = None
+) -> Float[Tensor, "batch pos pos"]:
+    """Attention rollout R_L = Â_L ⋯ Â_1 with Â_l = mean_h A_{l,h} + I (rows normalized by default); pad rows are 0.
+
+    `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
+    """
+    tokens = as_batch(tokens)
+    check_attention_mask(attention_mask, tokens)
+    size = chunk_size(model, tokens, batch_size)
+    return torch.cat(map_chunks(lambda t, am: _rollout(model, t, normalize, am), size, tokens, attention_mask))
+
+
 def rollout_scores(
     model,
     tokens: Tensor,
     mask: Bool[Tensor, "batch pos pos"],
     normalize: bool = True,
     attention_mask: Tensor | None = None,
+    *,
+    batch_size: int | None = None,
 ) -> Float[Tensor, "batch q"]:
-    """Per-row AttnScore of the rollout: mass of R on each row's references (0 on rows without any)."""
+    """Per-row AttnScore of the rollout: mass of R on each row's references (0 on rows without any), chunk by chunk."""
+    tokens = as_batch(tokens)
     mask = check_mask(mask, tokens)
-    R = rollout(model, tokens, normalize, attention_mask)
-    return attn_mass(R, mask.to(R.device))
+    check_attention_mask(attention_mask, tokens)
+    size = chunk_size(model, tokens, batch_size)
+
+    def part(t: Tensor, m: Tensor, am: Tensor | None) -> Tensor:
+        R = _rollout(model, t, normalize, am)
+        return attn_mass(R, m.to(R.device))
+
+    return torch.cat(map_chunks(part, size, tokens, mask, attention_mask))

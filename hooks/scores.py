@@ -7,8 +7,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from ._stream import prepare, stream
-from ._validate import check_heads, check_mask
+from ._stream import chunk_size, map_chunks, prepare, stream
+from ._validate import as_batch, check_attention_mask, check_heads, check_mask
 from .masks import shift_mask, target_rows
 
 
@@ -40,23 +40,26 @@ def head_row_scores(
     mask: Bool[Tensor, "batch pos pos"],
     heads: Iterable[Sequence[int]] | None = None,
     attention_mask: Tensor | None = None,
+    *,
+    batch_size: int | None = None,
 ) -> Tensor:
-    """Per row and head, attention mass on the row's references: [batch, q, n_selected], or [batch, q, layer, head]."""
+    """Per row and head, attention mass on the row's references: [batch, q, n_selected], or [batch, q, layer, head].
+
+    `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
+    """
+    tokens = as_batch(tokens)
     mask = check_mask(mask, tokens)
+    check_attention_mask(attention_mask, tokens)
+    size = chunk_size(model, tokens, batch_size)
     cfg = model.cfg
-    if heads is None:
-        out = _row_mass(model, tokens, [mask], list(range(cfg.n_layers)), attention_mask)[0]
+    sel = None if heads is None else check_heads(heads, cfg.n_layers, cfg.n_heads)
+    layers = list(range(cfg.n_layers)) if sel is None else sorted({layer for layer, _ in sel})
+    parts = map_chunks(lambda t, m, am: _row_mass(model, t, [m], layers, am)[0], size, tokens, mask, attention_mask)
+    out = torch.cat(parts, dim=1)  # [layer, batch, q, head]
+    if sel is None:
         return out.permute(1, 2, 0, 3)  # [batch, q, layer, head]
-    sel = check_heads(heads, cfg.n_layers, cfg.n_heads)
-    layers = sorted({layer for layer, _ in sel})
-    out = _row_mass(model, tokens, [mask], layers, attention_mask)[0]
     slot = {layer: i for i, layer in enumerate(layers)}
     return torch.stack([out[slot[layer], :, :, head] for layer, head in sel], dim=-1)
-
-
-def _reduce(row: Float[Tensor, "batch q layer head"], rows: Bool[Tensor, "batch q"], reduce: str) -> Tensor:
-    picked = row[rows.to(row.device)]  # [n_rows, layer, head]
-    return picked.sum(0) if reduce == "sum" else picked.mean(0)
 
 
 def _check_reduce(reduce: str) -> None:
@@ -64,11 +67,27 @@ def _check_reduce(reduce: str) -> None:
         raise ValueError(f"reduce must be 'sum' (paper's score) or 'row' (mean fraction per target row), got {reduce!r}")
 
 
-def _rows_or_fail(mask: Tensor, attention_mask: Tensor | None) -> Tensor:
+def _scores(
+    model, tokens: Tensor, mask: Tensor, deltas: list[int], reduce: str, attention_mask: Tensor | None,
+    batch_size: int | None,
+) -> Float[Tensor, "delta layer head"]:
+    """Mass on references shifted by each δ, summed over the (unshifted) target rows chunk by chunk; "row" divides
+    the total by the number of target rows (a mean over all rows, not a mean of chunk means)."""
+    _check_reduce(reduce)
+    tokens = as_batch(tokens)
+    mask = check_mask(mask, tokens)
+    check_attention_mask(attention_mask, tokens)
+    size = chunk_size(model, tokens, batch_size)
     rows = target_rows(mask, attention_mask)
     if not bool(rows.any()):
         raise ValueError("mask selects no reference on any (real) row: nothing to score")
-    return rows
+
+    def part(t: Tensor, m: Tensor, r: Tensor, am: Tensor | None) -> Tensor:
+        out = _row_mass(model, t, [shift_mask(m, d) for d in deltas], list(range(model.cfg.n_layers)), am)
+        return out.permute(0, 2, 3, 1, 4)[:, r.to(out.device)].sum(1)  # [delta, n_rows, layer, head] -> sum of rows
+
+    total = sum(map_chunks(part, size, tokens, mask, rows, attention_mask))
+    return total if reduce == "sum" else total / rows.sum().to(total.device)
 
 
 def head_scores(
@@ -77,13 +96,14 @@ def head_scores(
     mask: Bool[Tensor, "batch pos pos"],
     reduce: Literal["sum", "row"] = "sum",
     attention_mask: Tensor | None = None,
+    *,
+    batch_size: int | None = None,
 ) -> Float[Tensor, "layer head"]:
-    """Head ranking score: mass on references summed over target rows and batch ("sum"), or mean per target row ("row")."""
-    _check_reduce(reduce)
-    mask = check_mask(mask, tokens)
-    rows = _rows_or_fail(mask, attention_mask)
-    row = head_row_scores(model, tokens, mask, attention_mask=attention_mask)
-    return _reduce(row, rows, reduce)
+    """Head ranking score: mass on references summed over target rows and batch ("sum"), or mean per target row ("row").
+
+    `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
+    """
+    return _scores(model, tokens, mask, [0], reduce, attention_mask, batch_size)[0]
 
 
 def offset_scores(
@@ -93,16 +113,11 @@ def offset_scores(
     deltas: Iterable[int] = range(-2, 4),
     attention_mask: Tensor | None = None,
     reduce: Literal["sum", "row"] = "row",
+    *,
+    batch_size: int | None = None,
 ) -> Float[Tensor, "delta layer head"]:
-    """Head scores for references shifted by each δ (column k+δ, SPEC 6), in one forward; rows are the unshifted target rows."""
-    _check_reduce(reduce)
+    """Head scores for references shifted by each δ (column k+δ, SPEC 6), in one pass; rows are the unshifted target rows."""
     deltas = [int(d) for d in deltas]
     if not deltas:
         raise ValueError("deltas is empty")
-    mask = check_mask(mask, tokens)
-    if mask.ndim == 2:
-        mask = mask.expand(tokens.shape[0] if tokens.ndim == 2 else 1, *mask.shape)
-    rows = _rows_or_fail(mask, attention_mask)
-    masks = [shift_mask(mask, d) for d in deltas]
-    out = _row_mass(model, tokens, masks, list(range(model.cfg.n_layers)), attention_mask)
-    return torch.stack([_reduce(o.permute(1, 2, 0, 3), rows, reduce) for o in out])
+    return _scores(model, tokens, mask, deltas, reduce, attention_mask, batch_size)
