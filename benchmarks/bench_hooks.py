@@ -2,6 +2,7 @@
 
 Prints a markdown table of median times and their ratio to a plain forward measured in the same run, and the peak
 extra memory (resident set, measured in a child process whose large allocations go straight back to the OS).
+`head_scores` and `rollout` run with their default batch chunks; "one forward" is head_scores with the whole batch.
 Usage: python benchmarks/bench_hooks.py [--pos 256 1024] [--batch 16] [--reps 3] [--threads 1] [--layers 4]
        [--memory-only]
 """
@@ -79,7 +80,8 @@ def methods(model, tokens, mask, naive: bool):
     fwd = hooks.reinforce(HEADS, mask, STRENGTH, model=model)
     out = {
         "plain forward": lambda: model(tokens),
-        "head_scores": lambda: hooks.head_scores(model, tokens, mask),
+        "head_scores": lambda: hooks.head_scores(model, tokens, mask),  # default chunks
+        "head_scores (one forward)": lambda: hooks.head_scores(model, tokens, mask, batch_size=len(tokens)),
         "rollout": lambda: hooks.rollout(model, tokens),
         "reinforce": lambda: model.run_with_hooks(tokens, fwd_hooks=fwd),
     }
@@ -87,6 +89,11 @@ def methods(model, tokens, mask, naive: bool):
         out["naive head scores (cache + loops)"] = lambda: naive_head_scores(model, tokens, mask)
         out["naive reinforce (loops)"] = lambda: naive_reinforce(model, tokens, mask)
     return out
+
+
+def chunk_note(batch: int, pos: int, n_layers: int) -> str:
+    size = hooks._stream.chunk_size(tiny_model(max(pos, 64), n_layers), torch.zeros(batch, pos, dtype=torch.long), None)
+    return f"default chunk at pos {pos}: {min(size, batch)} of {batch} samples per forward"
 
 
 def time_all(batch: int, pos: int, reps: int, n_layers: int) -> dict[str, float]:
@@ -160,11 +167,14 @@ def main() -> None:
     if args.memory_only:
         mem = memory(args.batch, max(args.pos), args.threads, args.layers)
         print(f"{args.layers} layers, batch {args.batch}, pos {max(args.pos)}: peak extra MiB {json.dumps(mem)}")
-        print(f"head_scores / run_with_cache: {mem['head_scores'] / mem['run_with_cache (all)']:.2f} (all), "
-              f"{mem['head_scores'] / mem['run_with_cache (patterns only)']:.2f} (patterns only)")
+        print(chunk_note(args.batch, max(args.pos), args.layers))
+        for name in ("head_scores", "head_scores (one forward)"):
+            print(f"{name} / run_with_cache: {mem[name] / mem['run_with_cache (all)']:.2f} (all), "
+                  f"{mem[name] / mem['run_with_cache (patterns only)']:.2f} (patterns only)")
         return
     print(f"tiny model: {args.layers} layers, d_model 64, 4 heads × 16, rotary; batch {args.batch}; "
-          f"CPU, {args.threads} thread(s); torch {torch.__version__}\n")
+          f"CPU, {args.threads} thread(s); torch {torch.__version__}; "
+          + "; ".join(chunk_note(args.batch, p, args.layers) for p in args.pos) + "\n")
     timings = {pos: time_all(args.batch, pos, args.reps, args.layers) for pos in args.pos}
     mem = memory(args.batch, max(args.pos), args.threads, args.layers)
     names = list(timings[args.pos[0]])
@@ -186,8 +196,9 @@ def main() -> None:
     print(f"\nat pos {p}: naive head scores / ours = {t['naive head scores (cache + loops)'] / t['head_scores']:.1f}×, "
           f"naive reinforce / ours = {t['naive reinforce (loops)'] / t['reinforce']:.1f}×")
     if mem:
-        print(f"peak memory of head_scores / run_with_cache: {mem['head_scores'] / mem['run_with_cache (all)']:.2f} (all), "
-              f"{mem['head_scores'] / mem['run_with_cache (patterns only)']:.2f} (patterns only)")
+        for name in ("head_scores", "head_scores (one forward)"):
+            print(f"peak memory of {name} / run_with_cache: {mem[name] / mem['run_with_cache (all)']:.2f} (all), "
+                  f"{mem[name] / mem['run_with_cache (patterns only)']:.2f} (patterns only)")
 
 
 if __name__ == "__main__":
