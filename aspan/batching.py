@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from hooks import shift_mask  # re-exported: SPEC 6 shifted references, one implementation
+from hooks import shift_mask  # noqa: F401  re-exported: SPEC 6 shifted references, one implementation
 
 from .tasks.base import Sample
 from .tokenization import Tokenizer

