@@ -1,7 +1,8 @@
 """TransformerLens hook functions that read and edit attention (capture, rollout, head scores, reinforcement, biases).
 
 Depends on torch, einops, jaxtyping and transformer_lens only, never on aspan. Masks are bool [batch, pos, pos] with
-row = query position. Readers stream: each layer's pattern is folded into the result inside its hook and then freed.
+row = query position. Score and rollout readers stream: each layer's pattern is folded into the result inside its
+hook and then freed, and the batch goes through in chunks (`batch_size`; by default one pattern stays under 128 MiB).
 Factories return `list[(hook_name, fn)]` for `model.hooks(fwd_hooks=...)` / `model.run_with_hooks`.
 """
 from ._stream import pattern_name, scores_name
