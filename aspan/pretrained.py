@@ -17,7 +17,6 @@ import json
 import math
 import os
 import time
-import tomllib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ import hooks
 
 from . import evaluation, models, tasks, viz
 from .experiments import ranking
-from .experiments.store import clean, versions, write_text
+from .experiments.store import clean, read_toml, versions, write_text
 from .hf_tokenization import HFCharAdapter
 from .tasks.base import Sample
 from .training import TrainConfig, check_tokenizer, train
@@ -107,14 +106,7 @@ class PretrainedConfig:
 
     @classmethod
     def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> "PretrainedConfig":
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config not found: {path}")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: invalid TOML: {e}") from None
-        return cls.from_dict(raw, **overrides)
+        return cls.from_dict(read_toml(path), **overrides)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], **overrides: Any) -> "PretrainedConfig":

@@ -79,6 +79,19 @@ class RowWriter:
         return True
 
 
+def read_toml(path: str | Path, what: str = "config") -> dict[str, Any]:
+    """Parse a TOML file; FileNotFoundError or ValueError naming the file."""
+    import tomllib
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: invalid TOML: {e}") from None
+
+
 def write_text(path: str | Path, text: str) -> Path:
     """Write text via a unique temp file beside `path` and rename, so readers (and parallel shards) never see half a file."""
     path = Path(path)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -16,7 +15,7 @@ from typing import Any, Callable
 import pandas as pd
 import plotly.graph_objects as go
 
-from .store import RowWriter, read_rows, settings_key
+from .store import RowWriter, read_rows, read_toml, settings_key
 
 MODES = ("teacher", "generate")
 RANK_BY = ("score_sum", "score_row")
@@ -65,12 +64,7 @@ class SweepConfig:
     def from_toml(cls, path: str | Path, check_model: bool = True) -> "SweepConfig":
         """Read and fully validate a TOML sweep config; ValueError naming the offending key."""
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"sweep config not found: {path}")
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: invalid TOML: {e}") from None
+        raw = read_toml(path, "sweep config")
         model = raw.get("model")
         if isinstance(model, str) and not _named_model(model) and not Path(model).is_absolute():
             rel = path.parent / model  # a relative checkpoint path may be relative to the config file
