@@ -219,10 +219,7 @@ def evaluate(
     samples = list(samples)
     _check(model, tokenizer, samples, mode, batch_size)
     if heads:
-        heads = [(int(l), int(h)) for l, h in heads]
-        bad = [(l, h) for l, h in heads if not (0 <= l < model.cfg.n_layers and 0 <= h < model.cfg.n_heads)]
-        if bad:
-            raise ValueError(f"heads {bad} do not exist in a model with {model.cfg.n_layers} layers × {model.cfg.n_heads} heads")
+        heads = hooks.check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
     device = model.cfg.device
     was_training = model.training
     model.eval()

@@ -15,6 +15,8 @@ from typing import Any, Callable
 import pandas as pd
 import plotly.graph_objects as go
 
+import hooks
+
 from .store import RowWriter, read_rows, read_toml, settings_key
 
 MODES = ("teacher", "generate")
@@ -174,9 +176,11 @@ class SweepConfig:
 
     def check_heads(self, n_layers: int, n_heads: int) -> None:
         """ValueError naming an explicit head or a top count the model does not have."""
-        for l, h in self.explicit:
-            if not (0 <= l < n_layers and 0 <= h < n_heads):
-                raise ValueError(f"sweep config: heads.list: head ({l}, {h}) does not exist in a model with {n_layers} layers x {n_heads} heads")
+        if self.explicit:
+            try:
+                hooks.check_heads(self.explicit, n_layers, n_heads)
+            except ValueError as e:
+                raise ValueError(f"sweep config: heads.list: {e} (the model has {n_layers} layers x {n_heads} heads)") from None
         for n in self.top:
             if n > n_layers * n_heads:
                 raise ValueError(f"sweep config: heads.top: {n} exceeds the model's {n_layers * n_heads} heads")

@@ -40,7 +40,7 @@ def test_task_from_checkpoint_and_buckets(ckpt, capsys):
     (["--task", "nope"], "unknown task"),
     (["--task", "reversal", "--param", "length=70-80"], "context too short"),
     (["--heads", "x"], "--heads"),
-    (["--task", "reversal", "--heads", "5.0"], "do not exist"),
+    (["--task", "reversal", "--heads", "5.0"], "layer 5 out of range"),
 ])
 def test_errors(ckpt, capsys, extra, message):
     assert cli.main(["eval", str(ckpt), "-n", "2", *extra]) == 2

@@ -217,5 +217,5 @@ def test_bad_input_fails_up_front(random_model, tok, mixed_samples):
         ev.evaluate(random_model, tok, mixed_samples, mode="beam")
     with pytest.raises(ValueError, match="n_ctx"):
         ev.evaluate(random_model, tok, tasks.get("reversal", length=40).generate(1))
-    with pytest.raises(ValueError, match="do not exist"):
+    with pytest.raises(ValueError, match=r"head \(2, 0\): layer 2 out of range"):
         ev.evaluate(random_model, tok, mixed_samples, heads=[(2, 0)])
