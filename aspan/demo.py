@@ -8,8 +8,6 @@ write a run directory with figures, views and one offline HTML report.
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ import hooks
 from . import evaluation, models, tasks, viz
 from .batching import make_batch
 from .experiments import ranking
+from .experiments.store import versions, write_text
 from .report import write_report
 from .tokenization import CharTokenizer
 from .training import TrainConfig, train
@@ -236,7 +235,7 @@ def _run(cfg: DemoConfig, command: str, log) -> dict[str, Any]:
         "command": command, "task": cfg.task, "id_params": id_t.params(), "ood_params": ood_t.params(),
         "model": source, "model_config": _describe(model), "model_meta": meta, "seed": cfg.seed,
         "samples": cfg.samples, "gen_samples": g, "tops": list(cfg.tops), "strengths": list(cfg.strengths),
-        "deltas": list(cfg.deltas), "quick": cfg.quick, "device": str(model.cfg.device), "versions": _versions(),
+        "deltas": list(cfg.deltas), "quick": cfg.quick, "device": str(model.cfg.device), "versions": versions("circuitsvis", "plotly"),
         "data_seeds": {"id": s + 1, "ood_sweep": s + 2, "ood_report": s + 3},
     }
     if "trained here" in source:
@@ -304,41 +303,23 @@ def _records(df: pd.DataFrame) -> list[dict]:
     return json.loads(df.to_json(orient="records"))
 
 
-def _atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _write_json(path: Path, obj: Any) -> None:
-    _atomic(path, json.dumps(obj, indent=2, default=str, allow_nan=True) + "\n")
+    write_text(path, json.dumps(obj, indent=2, default=str, allow_nan=True) + "\n")
 
 
 def _write_tables(out: Path, table, offsets, sweep, base_id, base_ood, best_id, best_ood) -> None:
-    _atomic(out / "ranking.csv", table.to_csv(index=False))
-    _atomic(out / "offsets.csv", offsets.to_csv(index=False))
-    _atomic(out / "sweep.csv", sweep.to_csv(index=False))
+    write_text(out / "ranking.csv", table.to_csv(index=False))
+    write_text(out / "offsets.csv", offsets.to_csv(index=False))
+    write_text(out / "sweep.csv", sweep.to_csv(index=False))
     by_len = pd.concat([
         evaluation.summarize(base_id).assign(split="id", model="baseline"),
         evaluation.summarize(base_ood).assign(split="ood", model="baseline"),
         evaluation.summarize(best_id).assign(split="id", model="reinforced"),
         evaluation.summarize(best_ood).assign(split="ood", model="reinforced"),
     ], ignore_index=True)
-    _atomic(out / "by_length.csv", by_len.to_csv(index=False))
-    _atomic(out / "records_ood.jsonl", base_ood.records.to_json(orient="records", lines=True))
-    _atomic(out / "records_ood_reinforced.jsonl", best_ood.records.to_json(orient="records", lines=True))
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for dist in ("aspan", "torch", "transformer-lens", "circuitsvis", "plotly"):
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+    write_text(out / "by_length.csv", by_len.to_csv(index=False))
+    write_text(out / "records_ood.jsonl", base_ood.records.to_json(orient="records", lines=True))
+    write_text(out / "records_ood_reinforced.jsonl", best_ood.records.to_json(orient="records", lines=True))
 
 
 # ----------------------------------------------------------------------------------------------- figures
