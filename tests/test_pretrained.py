@@ -166,6 +166,7 @@ def test_cli_runs_the_pipeline_and_rejects_bad_configs(hf_dir, tmp_path, capsys)
     ({"data": {"ood_params": {"length": [0, 3]}}, "finetune": {"steps": 1}}, "length"),
     ({"prompt": {"shots": [-1]}, "finetune": {"steps": 1}}, "shots"),
     ({"colour": 1}, "colour"),
+    ({"analysis": {"rank_convention": "row"}, "finetune": {"steps": 1}}, "rank_convention"),
 ])
 def test_config_errors_name_the_problem(raw, message):
     with pytest.raises(ValueError, match=message):

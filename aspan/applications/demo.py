@@ -39,6 +39,7 @@ from ..experiments.engine import (
 )
 from ..experiments.search import SearchConfig, encode_atoms
 from ..io import RunDir, settings_key, versions
+from ..options import CONVENTIONS, Convention, check_option
 from ..report import write_report
 from ..tokenization import CharTokenizer
 from ..training import TrainConfig, train
@@ -92,6 +93,7 @@ class DemoConfig:
     ood: dict = field(default_factory=dict)  # overrides of the OOD preset (reversal: lengths 11-20)
     id_budget: float = ID_BUDGET  # the selection rule's budget on the drop of ID exact accuracy (a fraction)
     shard: tuple[int, int] | None = None  # only this shard of the grid (sweep.shard-I-of-N.jsonl), then stop
+    rank_convention: Convention = "raw"  # AttnScore convention of the attention-share ranking (sample or raw)
 
     @classmethod
     def quick_config(cls, **kw: Any) -> "DemoConfig":
@@ -111,6 +113,7 @@ class DemoConfig:
             raise ValueError("tops must be >= 1, strengths non-empty and deltas must contain 0")
         if not self.id_budget >= 0:
             raise ValueError(f"--id-budget must be >= 0, got {self.id_budget}")
+        check_option("--rank-convention", self.rank_convention, CONVENTIONS)
         check_device(self.device, "--device")
         check_output_dir(self.out, "--out")
 
@@ -218,7 +221,7 @@ def setup(cfg: DemoConfig, log) -> Setup:
 
 def rank_heads(s: Setup, cfg: DemoConfig) -> Ranked:
     """Rank heads on the ID set with the offset scan; the best offset for the largest head selection."""
-    rank = Ranking(by="score_row", samples=cfg.samples, seed=cfg.seed + 1)  # the ID set itself
+    rank = Ranking(by="score_row", samples=cfg.samples, seed=cfg.seed + 1, convention=cfg.rank_convention)  # ID set
     offsets = s.engine.offsets(rank.settings(0), cfg.deltas)
     k_max = min(max(cfg.tops), s.model.cfg.n_layers * s.model.cfg.n_heads)
     d_star = best_delta(offsets, k_max)

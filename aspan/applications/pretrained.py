@@ -29,7 +29,7 @@ from ..experiments import ranking
 from ..experiments.engine import ID_BUDGET, Data, Engine, Ranking, Selection, on_set, point, run_in_dir, select
 from ..hf_tokenization import HFCharAdapter
 from ..io import RunDir, read_toml, settings_key, versions
-from ..options import CONVENTIONS
+from ..options import CONVENTIONS, check_option
 from ..tasks.base import Sample
 from ..training import TrainConfig, check_tokenizer, train
 from ..viz import story
@@ -73,7 +73,7 @@ SECTIONS = {
     "prompt": {"instruction", "shots", "train_shots", "few_shot_seed"},
     "data": {"id_params", "ood_params", "eval_samples", "gen_samples", "batch_size"},
     "finetune": set(f.name for f in fields(TrainConfig)) | {"label"},
-    "analysis": {"rank_samples", "deltas", "top", "strengths", "sweep_delta", "id_budget"},
+    "analysis": {"rank_samples", "rank_convention", "deltas", "top", "strengths", "sweep_delta", "id_budget"},
 }
 
 
@@ -99,6 +99,7 @@ class PretrainedConfig:
     batch_size: int = 16
     finetune: dict = field(default_factory=lambda: {"steps": 250})
     rank_samples: int = 32
+    rank_convention: str = "raw"  # AttnScore convention of the head ranking: raw (whole row) or sample (the paper's)
     deltas: tuple[int, ...] = (0,)
     top: tuple[int, ...] = (5,)
     strengths: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -151,6 +152,7 @@ class PretrainedConfig:
         if any(not isinstance(k, int) or k < 0 for k in (*self.shots, self.train_shots)):
             raise ValueError(f"config: shots and train_shots must be integers >= 0, got {self.shots}, "
                              f"{self.train_shots}")
+        check_option("config: analysis.rank_convention", self.rank_convention, CONVENTIONS)
         if not self.id_budget >= 0:
             raise ValueError(f"config: analysis.id_budget must be >= 0 (a fraction), got {self.id_budget}")
         if not self.top or min(self.top) < 1 or not self.strengths:
@@ -287,9 +289,8 @@ def analyse(p: Prepared, f: Finetuned, cfg: PretrainedConfig) -> Analysis:
     """Ranking on ID samples (offset scan), Table 2 rows and Table 3 of the fine-tuned model."""
     rank_s = p.id_task.generate(cfg.rank_samples, seed=cfg.seed + 10_000)
     deltas = list(dict.fromkeys([0, *cfg.deltas, cfg.sweep_delta]))
-    # the ranking stays in the `raw` AttnScore convention its committed results were measured in (named in ranking.csv)
     offsets = ranking.offset_table(f.model, f.tok, rank_s, deltas, batch_size=cfg.batch_size, progress=True,
-                                   convention="raw")
+                                   convention=cfg.rank_convention)  # named in ranking.csv
     table = ranking.ranking_from_offsets(offsets)
     top_heads = ranking.select_heads(table, top=min(max(cfg.top), len(table)))
     label = {"model": cfg.finetune_label(), "prompt": _prompt(cfg.train_shots)}
@@ -304,7 +305,8 @@ def sweep(p: Prepared, f: Finetuned, cfg: PretrainedConfig, run: RunDir) -> Swep
     data = _data(cfg)
     model_id = "finetuned:" + settings_key({"model": cfg.model, "finetune": asdict(p.train_config),
                                             "prompt": [cfg.instruction, cfg.train_shots, cfg.few_shot_seed]})
-    rank = Ranking(by="score_sum", samples=cfg.rank_samples, seed=cfg.seed + 10_000, params=cfg.id_params)
+    rank = Ranking(by="score_sum", samples=cfg.rank_samples, seed=cfg.seed + 10_000, params=cfg.id_params,
+                   convention=cfg.rank_convention)
     n_heads = f.model.cfg.n_layers * f.model.cfg.n_heads
     points = [point(data, model_id, f"top:{k}", c, delta=cfg.sweep_delta, seed=cfg.seed, rank=rank)
               for k in sorted({min(k, n_heads) for k in cfg.top}) for c in cfg.strengths]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from ..options import CONVENTIONS
 from .argtypes import device, nonneg_int, output_dir, positive_int
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
@@ -33,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id-budget", type=float, default=None, metavar="PP",
                         help="selection rule: the largest OOD exact gain whose drop of ID exact accuracy is at most "
                              "PP percentage points (default 1)")
+    parser.add_argument("--rank-convention", default=None, choices=CONVENTIONS,
+                        help="AttnScore convention of the attention-share ranking: raw (default: mass over the whole "
+                             "row) or sample (the paper's public code: over the sample's own columns)")
     parser.add_argument("--shard", default=None, metavar="I/N",
                         help="evaluate only shard I of N of the intervention grid (resumable rows), then stop; a run "
                              "without --shard reuses every shard's rows")
@@ -47,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
-                                 threads=args.threads).items() if v is not None}
+                                 threads=args.threads, rank_convention=args.rank_convention).items()
+          if v is not None}
     if args.id_budget is not None:
         if not args.id_budget >= 0:
             raise ValueError(f"--id-budget must be >= 0 (percentage points), got {args.id_budget}")

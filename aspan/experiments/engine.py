@@ -39,6 +39,7 @@ import hooks
 
 from ..evaluation import SCORE_COLUMNS
 from ..io import RowWriter, read_rows, settings_key
+from ..options import CONVENTIONS, Convention, check_option
 
 Head = tuple[int, int]
 HookList = list[tuple[str, Callable]]
@@ -122,9 +123,16 @@ class Ranking:
     samples: int = 64  # ID samples ranked on
     seed: int = 10_000  # their seed
     params: dict = field(default_factory=dict)  # ID preset overrides for the ranking samples
+    # AttnScore convention of the attention share (`aspan.options.Convention`); "raw", the engine's historical one,
+    # is left out of the settings so points ranked in it keep their keys
+    convention: Convention = "raw"
+
+    def __post_init__(self) -> None:
+        check_option("ranking convention", self.convention, CONVENTIONS)
 
     def settings(self, delta: int) -> dict[str, Any]:
-        return {"by": self.by, "samples": self.samples, "seed": self.seed, "delta": delta, "params": self.params}
+        s = {"by": self.by, "samples": self.samples, "seed": self.seed, "delta": delta, "params": self.params}
+        return s if self.convention == "raw" else {**s, "convention": self.convention}
 
 
 def point(data: Data, model: str, heads: str, strength: float, **kw: Any) -> dict[str, Any]:
@@ -198,8 +206,8 @@ class Engine:
         if have is None or not set(want) <= set(have.delta):
             samples = tasks.preset(self.data.task, "id", **rank["params"]).generate(rank["samples"], seed=rank["seed"])
             extra = [d for d in want if have is None or d not in set(have.delta)]
-            # `raw` as the engine's rankings have always been computed (cached rows keep their meaning)
-            table = offset_table(self.model, self.tok, samples, extra, self.batch_size, convention="raw")
+            convention = rank.get("convention", "raw")  # absent: `raw`, as rankings were computed before the option
+            table = offset_table(self.model, self.tok, samples, extra, self.batch_size, convention=convention)
             self._offsets[key] = table if have is None else pd.concat([have, table], ignore_index=True)
         return self._offsets[key]
 

@@ -20,7 +20,7 @@ from hooks._validate import check_heads
 
 from ..checks import check_device, check_offsets
 from ..io import read_toml
-from ..options import MODES, RANK_KEYS
+from ..options import CONVENTIONS, MODES, RANK_KEYS
 from .engine import (
     ID_BUDGET,
     METHODS,
@@ -43,7 +43,7 @@ TOP_KEYS = {
     "model", "task", "split", "task_params", "id_params", "n_samples", "seeds", "batch_size", "mode", "method",
     "strengths", "thresholds", "renormalize", "deltas", "delta", "device", "heads", "gates",
 }
-HEAD_KEYS = {"top", "fraction", "list", "by", "rank_samples", "rank_seed", "rank_delta", "rank_params"}
+HEAD_KEYS = {"top", "fraction", "list", "by", "rank_samples", "rank_seed", "rank_delta", "rank_params", "convention"}
 BUILTIN_MODELS = ("smollm2",)
 
 
@@ -82,6 +82,7 @@ class SweepConfig:
     rank_seed: int = 10_000
     rank_delta: int | None = None  # None: rank at each grid point's own delta
     rank_params: dict[str, Any] = field(default_factory=dict)
+    rank_convention: str = "raw"  # AttnScore convention of the ranking's attention share (sample or raw)
 
     @classmethod
     def from_toml(cls, path: str | Path, check_model: bool = True) -> "SweepConfig":
@@ -214,6 +215,9 @@ def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
     by = _str(heads.get("by", "score_sum"), "heads.by")
     if by not in RANK_KEYS:
         raise ValueError(f"sweep config: heads.by: must be one of {', '.join(RANK_KEYS)}, got {by!r}")
+    convention = _str(heads.get("convention", "raw"), "heads.convention")
+    if convention not in CONVENTIONS:
+        raise ValueError(f"sweep config: heads.convention: must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
     rank_delta = heads.get("rank_delta", "same")
     rank_params = _table(heads.get("rank_params", {}), "heads.rank_params")
     try:
@@ -224,14 +228,14 @@ def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
             "rank_samples": _int(heads.get("rank_samples", 64), "heads.rank_samples", minimum=1),
             "rank_seed": _int(heads.get("rank_seed", 10_000), "heads.rank_seed"),
             "rank_delta": None if rank_delta == "same" else _int(rank_delta, "heads.rank_delta"),
-            "rank_params": rank_params}
+            "rank_params": rank_params, "rank_convention": convention}
 
 
 def grid(config: SweepConfig) -> list[dict[str, Any]]:
     """Every grid point as an engine settings dict on the selection set (deterministic order); each row's key is
     `settings_key(point)`."""
     data = config.data()
-    rank = Ranking(config.rank_by, config.rank_samples, config.rank_seed, config.rank_params)
+    rank = Ranking(config.rank_by, config.rank_samples, config.rank_seed, config.rank_params, config.rank_convention)
     axes = (config.selections(), config.methods, config.strengths, config.thresholds, config.renormalize,
             config.deltas, config.modes, config.seeds, config.gates)
     return [point(data, config.model, sel, strength, method=method, threshold=thr, renormalize=renorm, delta=delta,

@@ -101,6 +101,27 @@ def test_top_heads_come_from_the_ranking(tiny_model, tok):
     assert eng.heads(p) == select_heads(table, top=3, by="score_row")
 
 
+def test_ranking_convention_reaches_the_offset_scan_and_keys(tiny_model, tok):
+    from aspan import tasks
+    from aspan.experiments.ranking import offset_table
+
+    eng = Engine(tiny_model, tok, DATA, batch_size=4)
+    raw, sample = engine.Ranking(samples=5, seed=7), engine.Ranking(samples=5, seed=7, convention="sample")
+    assert "convention" not in raw.settings(0)  # raw points keep the keys they had before the option existed
+    assert point(DATA, "m", "top:2", 1.0, rank=raw) != point(DATA, "m", "top:2", 1.0, rank=sample)
+    samples = tasks.preset("reversal", "id").generate(5, seed=7)
+    for rank, convention in ((raw, "raw"), (sample, "sample")):
+        got = eng.offsets(rank.settings(0)).sort_values(["layer", "head"]).reset_index(drop=True)
+        want = offset_table(tiny_model, tok, samples, [0], convention=convention)
+        want = want.sort_values(["layer", "head"]).reset_index(drop=True)
+        assert (got.convention == convention).all()
+        pd.testing.assert_series_equal(got.score_sum, want.score_sum)
+    a, b = (eng.offsets(r.settings(0)).sort_values(["layer", "head"]) for r in (raw, sample))
+    assert not (a.score_row.values == b.score_row.values).all()  # the BOS column leaves the denominator
+    with pytest.raises(ValueError, match="ranking convention"):
+        engine.Ranking(convention="row")
+
+
 def test_registered_method_is_used(tiny_model, tok):
     calls = []
 

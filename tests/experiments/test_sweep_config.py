@@ -47,6 +47,7 @@ def test_defaults_and_grid_size():
         ({"model": "/nonexistent/ckpt"}, "model"),
         ({"delta": 1, "deltas": [1]}, "delta"),
         ({"heads": {"top": [1], "by": "max"}}, "heads.by"),
+        ({"heads": {"top": [1], "convention": "row"}}, "heads.convention"),
     ],
 )
 def test_bad_configs_name_the_key(bad, key):
@@ -60,6 +61,15 @@ def test_missing_required_key():
     del raw["task"]
     with pytest.raises(ValueError, match="'task'"):
         SweepConfig.from_dict(raw)
+
+
+def test_ranking_convention_goes_into_the_top_points_only_when_sample():
+    raw_pts = grid(cfg(heads={"top": [1], "list": [[0, 1]]}))
+    sample_pts = grid(cfg(heads={"top": [1], "list": [[0, 1]], "convention": "sample"}))
+    assert all("convention" not in p["rank"] for p in raw_pts if "rank" in p)
+    assert [p["rank"].get("convention") for p in sample_pts if "rank" in p] == ["sample"] * len(
+        [p for p in sample_pts if "rank" in p]) != []
+    assert [p for p in raw_pts if "rank" not in p] == [p for p in sample_pts if "rank" not in p]
 
 
 def test_check_heads_against_model():
