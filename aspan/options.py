@@ -36,6 +36,13 @@ ROWS: tuple[Rows, ...] = get_args(Rows)
 EditMethod = Literal["reinforce", "patch", "steer"]
 EDIT_METHODS: tuple[EditMethod, ...] = get_args(EditMethod)
 
+# The end-of-sequence row of an attention edit. Its reference set is empty (nothing in the input fixes it position by
+# position), so an edit on the references leaves it alone ("none"). "extrapolate" gives it, as an edit target only,
+# the reference map continued one row: the last target row's references moved by the step between the last target
+# rows' references, where that step is regular (`hooks.masks.extrapolate_mask`); scores never use it.
+EosRefs = Literal["none", "extrapolate"]
+EOS_REFS: tuple[EosRefs, ...] = get_args(EosRefs)
+
 # What causal head profiling measures on the selection set: mean target log-probability, per-token accuracy
 # (the paper's Eq. 1, teacher-forced) or exact accuracy.
 ProfileMetric = Literal["logprob", "partial", "exact"]

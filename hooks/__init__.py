@@ -7,13 +7,14 @@ the `raw` convention; the sample's own columns for the paper's `sample` conventi
 stream: each layer's pattern is folded into the result inside its hook and then freed, and the batch goes through
 in chunks (`batch_size`; by default one pattern stays under 128 MiB). Edits (reinforce, patch_pattern, steer) take
 failure gates: `rows` (bool [batch, pos], e.g. `rows_beyond`) and `gate_below` (the head's own attention on the
-references below τ). Factories return `list[(hook_name, fn)]` for `model.hooks(fwd_hooks=...)` /
+references below τ); `extrapolate_mask` continues a reference map one row past its last row (an extra edit
+target, e.g. the end-of-sequence row). Factories return `list[(hook_name, fn)]` for `model.hooks(fwd_hooks=...)` /
 `model.run_with_hooks`.
 """
 from ._rows import rows_beyond
 from .bias import attn_bias, offset_bias
 from .capture import capture, capture_hooks
-from .masks import attn_mass, share, shift_mask, target_rows
+from .masks import attn_mass, extrapolate_mask, share, shift_mask, target_rows
 from .patch import patch_pattern
 from .reinforce import reinforce
 from .rollout import rollout, rollout_scores
@@ -23,7 +24,7 @@ from .steer import steer
 # What a user calls. Validators and internals stay in their modules for aspan's own use
 # (`hooks._validate.check_heads`, `hooks._stream.pattern_name`, `hooks.reinforce.edit_pattern`, ...).
 __all__ = [
-    "attn_bias", "attn_mass", "capture", "capture_hooks", "head_row_scores", "head_scores", "offset_bias",
-    "offset_scores", "patch_pattern", "reinforce", "rollout", "rollout_scores", "rows_beyond", "share", "shift_mask",
-    "steer", "target_rows",
+    "attn_bias", "attn_mass", "capture", "capture_hooks", "extrapolate_mask", "head_row_scores", "head_scores",
+    "offset_bias", "offset_scores", "patch_pattern", "reinforce", "rollout", "rollout_scores", "rows_beyond", "share",
+    "shift_mask", "steer", "target_rows",
 ]

@@ -60,3 +60,53 @@ def target_rows(mask: Bool[Tensor, "batch q k"], attention_mask: Tensor | None =
     """Rows that have at least one reference (and are real tokens when an attention_mask is given)."""
     rows = mask.any(-1)
     return rows if attention_mask is None else rows & attention_mask.to(rows.device).bool()
+
+
+def extrapolate_mask(
+    mask: Bool[Tensor, "batch pos pos"], last: int = 3, attention_mask: Tensor | None = None
+) -> Bool[Tensor, "batch pos pos"]:
+    """The mask with one more row: the row after each sample's last row with references (in the toolkit's layout the
+    end-of-sequence row, whose reference set is empty) gets the last row's references moved by the step between
+    the last two rows' references, continuing the reference map one row (a copy; `mask` is not changed).
+
+    Per sample, only where the map is regular there: the `last` rows ending at the last row with references all have
+    references, each row's set is the previous one's moved by the same step (same size, nothing dropped), and the
+    moved set fits the causal part of the new row (keys 0 … row); with `attention_mask` the new row must also be a
+    real token. Elsewhere the sample is unchanged. Reversal's anti-diagonal (step -1) continues to the column before
+    the first character; any other task's map is continued the same way, or not at all.
+    """
+    if last < 2:
+        raise ValueError(f"last must be >= 2 (at least one step between two rows), got {last!r}")
+    m = mask[None] if mask.ndim == 2 else mask
+    b, q, k = m.shape
+    if q != k:
+        raise ValueError(f"extrapolate_mask needs the full square mask [batch, pos, pos], got {tuple(m.shape)}")
+    has = m.any(-1)  # [b, q]
+    pos = torch.arange(q, device=m.device)
+    end = torch.where(has, pos, -1).amax(-1)  # [b]: the last row with references (-1: none)
+    rows = end[:, None] - torch.arange(last, device=m.device)  # [b, last]: end, end-1, ...
+    ok = (rows[:, -1] >= 0) & (end + 1 < q)
+    sets = m[torch.arange(b, device=m.device)[:, None], rows.clamp(min=0)]  # [b, last, k]
+    ok &= has.gather(1, rows.clamp(min=0)).all(1)
+    first = torch.where(sets, pos, k).amin(-1)  # [b, last]: the first column of each set
+    step = first[:, 0] - first[:, 1]  # [b]
+    for j in range(1, last):  # set j-1 is set j moved by the step
+        ok &= (_moved(sets[:, j], step) == sets[:, j - 1]).all(-1) & (sets[:, j].sum(-1) == sets[:, j - 1].sum(-1))
+    new = _moved(sets[:, 0], step)  # [b, k]
+    eos = (end + 1).clamp(max=q - 1)
+    ok &= (new.sum(-1) == sets[:, 0].sum(-1)) & ~(new & (pos[None] > eos[:, None])).any(-1)
+    if attention_mask is not None:
+        am = attention_mask.to(m.device).bool()
+        ok &= am.gather(1, eos[:, None])[:, 0]
+    out = m.clone()
+    idx = ok.nonzero()[:, 0]
+    out[idx, eos[idx]] = new[idx]
+    return out if mask.ndim == 3 else out[0]
+
+
+def _moved(cols: Bool[Tensor, "batch k"], step: Tensor) -> Bool[Tensor, "batch k"]:
+    """Each sample's columns moved by its own step (columns moved outside 0 … k-1 are dropped)."""
+    k = cols.shape[-1]
+    src = torch.arange(k, device=cols.device)[None] - step[:, None]  # column c comes from c - step
+    inside = (src >= 0) & (src < k)
+    return cols.gather(-1, src.clamp(0, k - 1)) & inside

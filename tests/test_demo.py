@@ -78,6 +78,14 @@ def test_quick_demo_grid_and_selection(quick_run):
     assert sorted((r["delta"], r["heads"], r["strength"]) for r in grid) == sorted(
         (d, f"top:{k}", c) for d in offsets for k in (1, 2) for c in (1.0, 4.0))  # quick grid: tops x strengths
     assert {r["method"] for r in rows} == {"reinforce", "atoms"}  # and the causal search's proposals
+    # the search offers every edit both ways at the end-of-sequence row; the rule chooses among all of them
+    assert summary["eos"] == json.loads((out / "run.json").read_text())["eos"] == ["none", "extrapolate"]
+    atoms = [r["atoms"] for r in rows if r["method"] == "atoms"]
+    plain = {json.dumps(x) for x in atoms if all("eos" not in a for a in x)}
+    extrapolated = [x for x in atoms if all(a.get("eos") == "extrapolate" for a in x)]
+    assert plain and extrapolated and len(extrapolated) <= len(plain)
+    for x in extrapolated:  # each has its twin that leaves the EOS row alone
+        assert json.dumps([{k: v for k, v in a.items() if k != "eos"} for a in x]) in plain
     assert len(pd.read_csv(out / "sweep.csv")) == len(rows)
     sel = select(rows, id_budget=0.01)
     assert summary["rule"] == sel.rule and sel.rule in printed

@@ -6,8 +6,11 @@ budget, as grid points for the experiment engine, and the two head rankings side
 - The search (`experiments.search.propose`: causal head profiling and greedy selection of pattern-patching atoms)
   proposes heads with per-head key offsets; `search_points` turns the greedy prefixes and variants of the full
   proposal (reinforcement, renormalised reinforcement, PASTA steering, each also gated to rows past the longest
-  training position) into grid points of the registered method "atoms". The engine's one rule then chooses among
-  every evaluated edit (largest OOD exact gain with ID cost <= the budget), reported on held-out samples.
+  training position) into grid points of the registered method "atoms". With the search's `eos` options holding
+  "extrapolate", each of these edits is also evaluated with every atom leaving the end-of-sequence row alone and
+  with every atom editing it on the reference map continued one row (a hypothesis the rule tests, not a choice).
+  The engine's one rule then chooses among every evaluated edit (largest OOD exact gain with ID cost <= the
+  budget), reported on held-out samples.
 - The patching upper bound: pattern patching only (uniform attention on the shifted references; the limit of
   renormalised reinforcement as C grows) at any ID cost.
 """
@@ -64,7 +67,13 @@ def search(eng: E.Engine, model_id: str, seed: int, cfg: SearchConfig, variants:
     id_task = tasks.preset(eng.data.task, "id", **eng.data.id_params)
     beyond = eng.tok.offset + id_task.max_text_len() - 1  # the row predicting the longest sample's last token
     prop = propose(eng.model, eng.tok, eng.samples("selection", seed), eng.samples("id", seed), beyond, cfg)
-    return Searched(prop, _search_points(eng.data, model_id, prop, beyond, variants, seed), beyond)
+    points = _search_points(eng.data, model_id, prop, (beyond, seed), variants, cfg.eos)
+    return Searched(prop, points, beyond)
+
+
+def _eos_versions(combo: list, eos: Sequence[str]) -> list[list]:
+    """The combination with every atom's end-of-sequence treatment set to each option."""
+    return [[(h, dataclasses.replace(e, eos=opt)) for h, e in combo] for opt in eos]
 
 
 def is_patch(row: dict) -> bool:
@@ -74,9 +83,13 @@ def is_patch(row: dict) -> bool:
     return row["method"] == "atoms" and all(a["method"] == "patch" for a in row["atoms"])
 
 
-def _search_points(data: E.Data, model_id: str, prop: Proposal, beyond: int, variants: Sequence[str], seed: int
-                   ) -> list[dict]:
-    """Greedy prefixes (patch), variants of the full proposal (each also gated), and patching every helpful head."""
+def _search_points(data: E.Data, model_id: str, prop: Proposal, where: tuple[int, int], variants: Sequence[str],
+                   eos: Sequence[str] = ("none",)) -> list[dict]:
+    """Greedy prefixes (patch), variants of the full proposal (each also gated), and patching every helpful head;
+    each as chosen, then (appended, so the points without it come first and unchanged) with every atom's `eos` set
+    to each option in `eos` where that is a new edit.
+    `where` is (the longest training row, the data seed)."""
+    beyond, seed = where
     atoms = prop.atoms
     sets: list[tuple[str, list]] = [(f"patch, first {k} of the greedy choice", atoms[:k]) for k in range(1, len(atoms))]
     for name in variants:
@@ -88,10 +101,14 @@ def _search_points(data: E.Data, model_id: str, prop: Proposal, beyond: int, var
                                                                                 helpful.delta)]
     if every and every != atoms:
         sets.append(("patch, every head with a positive effect", every))
+    combos = [combo for _, combo in sets if combo]
+    seen = {str(encode_atoms(c)) for c in combos}
+    for version in [v for _, combo in sets for v in _eos_versions(combo, eos)]:
+        if version and str(encode_atoms(version)) not in seen:  # each new treatment of the EOS row, once
+            seen.add(str(encode_atoms(version)))
+            combos.append(version)
     points = []
-    for _, combo in sets:
-        if not combo:
-            continue
+    for combo in combos:
         heads = "list:" + ",".join(f"{l}.{h}" for (l, h), _ in combo)
         p = E.point(data, model_id, heads, 0.0, method="atoms", seed=seed)
         p["atoms"] = encode_atoms(combo)

@@ -39,7 +39,7 @@ from ..experiments.engine import (
 )
 from ..experiments.search import SearchConfig, encode_atoms
 from ..io import RunDir, settings_key, versions
-from ..options import CONVENTIONS, Convention, check_option
+from ..options import CONVENTIONS, EOS_REFS, Convention, EosRefs, check_option
 from ..report import write_report
 from ..tokenization import CharTokenizer
 from ..training import TrainConfig, train
@@ -94,6 +94,7 @@ class DemoConfig:
     id_budget: float = ID_BUDGET  # the selection rule's budget on the drop of ID exact accuracy (a fraction)
     shard: tuple[int, int] | None = None  # only this shard of the grid (sweep.shard-I-of-N.jsonl), then stop
     rank_convention: Convention = "raw"  # AttnScore convention of the attention-share ranking (sample or raw)
+    eos: tuple[EosRefs, ...] = EOS_REFS  # the search tries each treatment of the end-of-sequence row (Edit.eos)
 
     @classmethod
     def quick_config(cls, **kw: Any) -> "DemoConfig":
@@ -114,6 +115,8 @@ class DemoConfig:
         if not self.id_budget >= 0:
             raise ValueError(f"--id-budget must be >= 0, got {self.id_budget}")
         check_option("--rank-convention", self.rank_convention, CONVENTIONS)
+        if not self.eos or any(e not in EOS_REFS for e in self.eos):
+            raise ValueError(f"eos must be a non-empty tuple of {', '.join(map(repr, EOS_REFS))}, got {self.eos!r}")
         check_device(self.device, "--device")
         check_output_dir(self.out, "--out")
 
@@ -249,9 +252,10 @@ def id_held_out(s: Setup, cfg: DemoConfig) -> list:
 def search_config(cfg: DemoConfig) -> tuple[SearchConfig, tuple[str, ...]]:
     """The causal search's sizes and the variants tried on its proposal (small with --quick)."""
     if cfg.quick:
-        return SearchConfig(deltas=(0, 2), profile=3, max_heads=3, id_budget=cfg.id_budget), ("patch", "reinforce C=5")
+        return (SearchConfig(deltas=(0, 2), profile=3, max_heads=3, id_budget=cfg.id_budget, eos=cfg.eos),
+                ("patch", "reinforce C=5"))
     deltas = tuple(d for d in cfg.deltas if d >= -1)
-    return SearchConfig(deltas=deltas, id_budget=cfg.id_budget), tuple(causal.VARIANTS)
+    return SearchConfig(deltas=deltas, id_budget=cfg.id_budget, eos=cfg.eos), tuple(causal.VARIANTS)
 
 
 def grid_points(s: Setup, r: Ranked, cfg: DemoConfig) -> list[dict]:
@@ -363,6 +367,7 @@ def run_info(cfg: DemoConfig, s: Setup, command: str, t0: float) -> dict[str, An
         "model": s.source, "model_config": _describe(s.model), "model_meta": s.meta, "seed": cfg.seed,
         "samples": cfg.samples, "gen_samples": min(cfg.gen_samples, cfg.samples), "tops": list(cfg.tops),
         "strengths": list(cfg.strengths), "deltas": list(cfg.deltas), "quick": cfg.quick, "id_budget": cfg.id_budget,
+        "eos": list(cfg.eos),
         "device": str(s.model.cfg.device), "versions": versions("circuitsvis", "plotly"),
         "data_seeds": {"id": cfg.seed + 1, "ood_selection": cfg.seed + 2, "ood_held_out": cfg.seed + 3,
                        "id_held_out": cfg.seed + causal.ID_HELD_OUT},
@@ -415,6 +420,7 @@ def make_summary(cfg, s: Setup, r: Ranked, base: Baseline, chosen: dict[str, Cho
     roll = cve["rollout (ref, sample)"]
     flat = {
         "task": cfg.task, "rule": rule_text(cfg.id_budget), "id_budget": cfg.id_budget, "candidates": len(rows),
+        "eos": list(cfg.eos),
         "id_exact": _acc(base.id)[0], "id_partial": _acc(base.id)[1],
         "ood_exact": _acc(base.ood)[0], "ood_partial": _acc(base.ood)[1],
         "ood_generate_exact": _acc(base.gen_ood)[0], "ood_generate_partial": _acc(base.gen_ood)[1],
@@ -525,7 +531,9 @@ def _family(row: dict) -> str:
         return f"{row['method']} (attention-share ranking)"
     kinds = {(a["method"], a["renormalize"], a["beyond"] is not None) for a in row["atoms"]}
     (method, renorm, gated), *_ = sorted(kinds)
-    return f"{'renormalised ' if renorm else ''}{method} (causal search{', gated' if gated else ''})"
+    eos = any(a.get("eos", "none") != "none" for a in row["atoms"])
+    return (f"{'renormalised ' if renorm else ''}{method} (causal search{', gated' if gated else ''}"
+            f"{', EOS row extrapolated' if eos else ''})")
 
 
 # ----------------------------------------------------------------------------------------------- printing
@@ -565,9 +573,14 @@ def _eos_line(summary: dict) -> list[str]:
     d, b = summary["details"].get("selected"), summary["details"]["baseline"]
     if d is None or d["ood_eos_accuracy"] != d["ood_eos_accuracy"]:
         return []
+    extrapolated = "EOS row extrapolated" in summary["selected"]["method"]
+    why = ("the selected edit also edits its row on the reference map continued one row" if extrapolated else
+           "its row has no references of its own (the search's edits of it on the reference map continued one "
+           "row were not selected)" if "extrapolate" in summary.get("eos", []) else
+           "its row has no references for an edit to act on")
     return [f"Exact accuracy counts the end-of-sequence token: with the selected edit {_f(d['ood_all_chars_right'])} "
             f"of held-out OOD samples get every character right; EOS is right in {_f(d['ood_eos_accuracy'])} "
-            f"(baseline {_f(b['ood_eos_accuracy'])}); its row has no references for an edit to act on."]
+            f"(baseline {_f(b['ood_eos_accuracy'])}); {why}."]
 
 
 def _rankings_lines(summary: dict) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from ..options import CONVENTIONS
+from ..options import CONVENTIONS, EOS_REFS
 from .argtypes import device, nonneg_int, output_dir, positive_int
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank-convention", default=None, choices=CONVENTIONS,
                         help="AttnScore convention of the attention-share ranking: raw (default: mass over the whole "
                              "row) or sample (the paper's public code: over the sample's own columns)")
+    parser.add_argument("--eos", choices=("both", *EOS_REFS), default="both",
+                        help="how the search may treat the end-of-sequence row (no references): leave it alone "
+                             "(none), edit it on the reference map continued one row (extrapolate), or try both and "
+                             "let the selection rule decide (default both)")
     parser.add_argument("--shard", default=None, metavar="I/N",
                         help="evaluate only shard I of N of the intervention grid (resumable rows), then stop; a run "
                              "without --shard reuses every shard's rows")
@@ -59,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
         kw["id_budget"] = args.id_budget / 100
     if args.shard:
         kw["shard"] = parse_shard(args.shard)
+    if args.eos != "both":
+        kw["eos"] = (args.eos,)
     cfg = DemoConfig.quick_config(**kw) if args.quick else DemoConfig(**kw)
-    given = {**kw, "id_budget": args.id_budget, "shard": args.shard}
+    given = {**kw, "id_budget": args.id_budget, "shard": args.shard, "eos": None if args.eos == "both" else args.eos}
     flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in given.items()
              if v is not None and k != "train"]
     switches = ["--train"] * bool(args.train) + ["--quick"] * bool(args.quick)

@@ -21,8 +21,9 @@ reinforcement of the heads ranked by attention on the references) is the method 
 the heads' rows by the uniform distribution over the (shifted) references (the causal upper bound of an attention
 edit) and "steer" is PASTA (Zhang et al. 2023: log alpha added to the scores outside the references). A point's
 `gate` restricts any method to rows past the longest ID sample ("beyond": ID samples are untouched by
-construction) or to heads' rows whose attention on the references is below TAU ("below:TAU"). Other methods are
-registered in one line:
+construction) or to heads' rows whose attention on the references is below TAU ("below:TAU"). A point's `eos`
+"extrapolate" also edits the end-of-sequence row (empty reference set) on the reference map continued one row
+(`hooks.extrapolate_mask`): an edit target only, never a score. Other methods are registered in one line:
 
     register("patch", lambda point, batch, model: hooks.patch_pattern(point["heads_list"], batch.ref_mask,
                                                                       delta=point["delta"], model=model))
@@ -39,7 +40,7 @@ import hooks
 
 from ..evaluation import SCORE_COLUMNS
 from ..io import RowWriter, read_rows, settings_key
-from ..options import CONVENTIONS, Convention, check_option
+from ..options import CONVENTIONS, EOS_REFS, Convention, check_option
 
 Head = tuple[int, int]
 HookList = list[tuple[str, Callable]]
@@ -84,13 +85,21 @@ def gate_kwargs(p: dict[str, Any], batch) -> dict[str, Any]:
     return {"rows": rows, "gate_below": tau}
 
 
+def edit_refs(p: dict[str, Any], batch) -> Any:
+    """The references a resolved point edits: the batch's, or with `eos` "extrapolate" the reference map continued
+    one row onto each sample's end-of-sequence row (where its last steps are regular; real tokens only)."""
+    if p.get("eos", "none") == "extrapolate":
+        return hooks.extrapolate_mask(batch.ref_mask, attention_mask=batch.attention_mask)
+    return batch.ref_mask
+
+
 register("reinforce", lambda p, batch, model: hooks.reinforce(
-    p["heads_list"], batch.ref_mask, p["strength"], p.get("threshold"), p.get("renormalize", False), p["delta"],
+    p["heads_list"], edit_refs(p, batch), p["strength"], p.get("threshold"), p.get("renormalize", False), p["delta"],
     model, **gate_kwargs(p, batch)))
 register("patch", lambda p, batch, model: hooks.patch_pattern(
-    p["heads_list"], batch.ref_mask, delta=p["delta"], model=model, **gate_kwargs(p, batch)))
+    p["heads_list"], edit_refs(p, batch), delta=p["delta"], model=model, **gate_kwargs(p, batch)))
 register("steer", lambda p, batch, model: hooks.steer(
-    p["heads_list"], batch.ref_mask, alpha=p["strength"], delta=p["delta"], model=model, **gate_kwargs(p, batch)))
+    p["heads_list"], edit_refs(p, batch), alpha=p["strength"], delta=p["delta"], model=model, **gate_kwargs(p, batch)))
 
 
 # ----------------------------------------------------------------------------------------------- what is run
@@ -138,11 +147,13 @@ class Ranking:
 def point(data: Data, model: str, heads: str, strength: float, **kw: Any) -> dict[str, Any]:
     """A grid point (settings dict). `heads` is `top:N`, `fraction:F` or `list:L.H,L.H`; `kw` sets method
     ("reinforce"), delta (0), threshold (None), renormalize (False), mode ("teacher"), seed (0), set
-    ("selection"), gate (None: see `parse_gate`; stored only when set, so ungated points keep their keys),
+    ("selection"), gate (None: see `parse_gate`; stored only when set, so ungated points keep their keys), eos
+    ("none" or "extrapolate", see `edit_refs`; stored only when "extrapolate", for the same reason),
     rank (a `Ranking`, needed by top/fraction selections; its delta defaults to the point's)."""
     rank: Ranking | None = kw.pop("rank", None)
     rank_delta = kw.pop("rank_delta", None)
     gate = kw.pop("gate", None)
+    eos = check_option("eos", kw.pop("eos", "none"), EOS_REFS)
     p = {"model": model, "task": data.task, "split": data.split, "task_params": data.ood_params,
          "id_params": data.id_params, "n_samples": data.n, "method": "reinforce", "heads": heads,
          "strength": strength, "threshold": None, "renormalize": False, "delta": 0, "mode": "teacher", "seed": 0,
@@ -153,6 +164,8 @@ def point(data: Data, model: str, heads: str, strength: float, **kw: Any) -> dic
     p.update(kw)
     if parse_gate(gate)[0] is not None:
         p["gate"] = gate
+    if eos != "none":
+        p["eos"] = eos
     if p["method"] not in METHODS:
         raise ValueError(f"unknown intervention method {p['method']!r}; choose one of {', '.join(METHODS)}")
     if not heads.startswith("list:"):

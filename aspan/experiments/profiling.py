@@ -43,7 +43,7 @@ from hooks.masks import query_rows
 from hooks.reinforce import edit_pattern
 
 from ..batching import IGNORE, Batch, make_batch, scores_eos
-from ..options import EDIT_METHODS, PROFILE_METRICS, EditMethod, ProfileMetric
+from ..options import EDIT_METHODS, EOS_REFS, PROFILE_METRICS, EditMethod, EosRefs, ProfileMetric
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
 
@@ -59,7 +59,9 @@ class Edit:
 
     Failure gates restrict it further: `beyond` edits only query rows past the longest training position (rows the
     model never saw in training, so in-distribution inputs are untouched by construction); `below` edits a head's
-    row only where that head's own attention on the (shifted) references is below the threshold.
+    row only where that head's own attention on the (shifted) references is below the threshold. `eos`
+    "extrapolate" also edits the end-of-sequence row, whose reference set is empty, on the reference map continued
+    one row (`hooks.extrapolate_mask`; before the shift by delta).
     """
 
     method: EditMethod = "reinforce"  # reinforce: A + C*M; patch: uniform over the references; steer: PASTA
@@ -68,6 +70,7 @@ class Edit:
     renormalize: bool = False  # reinforce only: edited rows renormalised to sum 1
     beyond: int | None = None  # gate: edit only query positions > beyond (None: every row)
     below: float | None = None  # gate: edit a head's row only where its attention on the references < below
+    eos: EosRefs = "none"  # "extrapolate": the EOS row is edited too, on the reference map continued one row
 
     def __post_init__(self) -> None:
         if self.method not in EDIT_METHODS:
@@ -80,6 +83,8 @@ class Edit:
             raise ValueError(f"beyond must be a position >= 0, got {self.beyond}")
         if self.below is not None and not 0 < self.below <= 1:
             raise ValueError(f"below must be an attention mass in (0, 1], got {self.below}")
+        if self.eos not in EOS_REFS:
+            raise ValueError(f"eos must be one of {', '.join(map(repr, EOS_REFS))}, got {self.eos!r}")
 
     @property
     def label(self) -> str:
@@ -87,7 +92,8 @@ class Edit:
         what = {"patch": "patch", "steer": f"steer alpha={self.strength:g}"}.get(
             self.method, f"reinforce C={self.strength:g}{' renormalised' if self.renormalize else ''}")
         gates = ([f"rows > {self.beyond}"] if self.beyond is not None else []) + (
-            [f"head mass < {self.below:g}"] if self.below is not None else [])
+            [f"head mass < {self.below:g}"] if self.below is not None else []) + (
+            ["EOS row extrapolated"] if self.eos == "extrapolate" else [])
         return f"{what} at {ref}" + (f" ({', '.join(gates)})" if gates else "")
 
     def apply(
@@ -115,11 +121,17 @@ class Edit:
             new = torch.where(mass < self.below, new, pattern)
         return new
 
+    def refs(self, ref_mask: Bool[Tensor, "batch pos pos"]) -> Bool[Tensor, "batch pos pos"]:
+        """The references this edit acts on (before the shift by delta): `ref_mask` itself, or with `eos`
+        "extrapolate" a copy whose end-of-sequence rows carry the reference map continued one row."""
+        return hooks.extrapolate_mask(ref_mask) if self.eos == "extrapolate" else ref_mask
+
     def hooks(self, heads: Sequence[Head], ref_mask: Bool[Tensor, "batch pos pos"], model=None) -> list:
         """Forward hooks applying this edit to `heads` through the `hooks` package (teacher forcing or KV-cached
-        generation); the same edit as `apply`."""
+        generation); the same edit as `apply` on `refs(ref_mask)` shifted by delta."""
         rows = None if self.beyond is None else hooks.rows_beyond(ref_mask[..., 0], self.beyond + 1)
         gates = {"rows": rows, "gate_below": self.below}
+        ref_mask = self.refs(ref_mask)
         if self.method == "patch":
             return hooks.patch_pattern(heads, ref_mask, delta=self.delta, model=model, **gates)
         if self.method == "steer":
@@ -142,7 +154,7 @@ def atom_hooks(atoms: Sequence[Atom], ref_mask: Tensor, model=None) -> list[tupl
 def pattern_hooks(edit: Edit, heads: Sequence[Head], ref_mask: Tensor, model=None) -> list[tuple[str, Callable]]:
     """Hooks replacing the pattern of each selected head by `edit.apply` of it (any method; KV-cache aware)."""
     sel = check_heads(heads, *((model.cfg.n_layers, model.cfg.n_heads) if model is not None else ()))
-    mask = hooks.shift_mask(check_mask(ref_mask), edit.delta)
+    mask = hooks.shift_mask(edit.refs(check_mask(ref_mask)), edit.delta)
     by_layer: dict[int, list[int]] = {}
     for layer, head in sel:
         by_layer.setdefault(layer, []).append(head)
@@ -263,7 +275,7 @@ def attribution(model, batches: Sequence[Batch], edit: Edit | Sequence[Edit], ba
 
 def _attribution_batch(model, batch: Batch, edits: list[Edit], base: Sequence[Atom]) -> Tensor:
     cfg = model.cfg
-    masks = [hooks.shift_mask(batch.ref_mask, e.delta) for e in edits]
+    masks = [hooks.shift_mask(e.refs(batch.ref_mask), e.delta) for e in edits]
     probes = torch.zeros(len(edits), cfg.n_layers, cfg.n_heads, device=cfg.device, dtype=cfg.dtype,
                          requires_grad=True)
 

@@ -14,7 +14,9 @@ on the held-out set). Nothing is hand-picked: heads, offsets and methods all com
    Zhang et al. 2023), keeping the heads whose measured effect is positive.
 3. Greedy forward selection over those atoms, vetoing any combination whose ID exact accuracy drops by more than
    the budget on the ID set; a vetoed atom is tried again gated (editing only rows past the longest training
-   position, which leaves ID inputs untouched).
+   position, which leaves ID inputs untouched). With `SearchConfig.eos` holding "extrapolate", every head's atom
+   is offered both ways: leaving the end-of-sequence row alone, and editing it on the reference map continued one
+   row (`Edit.eos`); the selection keeps whichever measures better, per head.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from ..options import EOS_REFS, EosRefs
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
 from .profiling import (
@@ -49,6 +52,7 @@ class SearchConfig:
     metric: str = "exact"  # greedy maximises this on the selection set ...
     tiebreak: str = "partial"  # ... then this
     batch_size: int = 64  # samples per forward
+    eos: tuple[EosRefs, ...] = ("none",)  # how each atom may treat the end-of-sequence row (greedy tries each)
 
     def check(self, n_heads: int) -> None:
         if not self.deltas:
@@ -59,6 +63,8 @@ class SearchConfig:
             raise ValueError(f"max_heads must be >= 1, got {self.max_heads}")
         if not 0 <= self.id_budget <= 1:
             raise ValueError(f"id_budget must be in [0, 1], got {self.id_budget}")
+        if not self.eos or any(e not in EOS_REFS for e in self.eos):
+            raise ValueError(f"eos must be a non-empty tuple of {', '.join(map(repr, EOS_REFS))}, got {self.eos!r}")
 
 
 @dataclass
@@ -87,8 +93,9 @@ def propose(
     atoms = {(int(r.layer), int(r["head"])): Edit("patch", delta=int(r.delta)) for _, r in best.iterrows()}
     effects = {h: exact_effects(model, sel, e, [h], "partial")[h] for h, e in atoms.items()}
     profiled = best.assign(effect=[effects[(int(l), int(h))] for l, h in zip(best.layer, best["head"])])
-    pool = [(head, edit) for head, edit in atoms.items() if effects[head] > 0]
-    gated = {(head, edit): (head, Edit("patch", delta=edit.delta, beyond=beyond)) for head, edit in pool}
+    pool = [(head, Edit("patch", delta=edit.delta, eos=e)) for head, edit in atoms.items() if effects[head] > 0
+            for e in dict.fromkeys(cfg.eos)]
+    gated = {(head, edit): (head, Edit("patch", delta=edit.delta, beyond=beyond, eos=edit.eos)) for head, edit in pool}
     id_base = measure(model, ids, None, "exact")
 
     def allowed(combo: list[Atom]) -> bool:
@@ -112,16 +119,19 @@ def _estimates(model, batches, deltas: Sequence[int], beyond: int) -> pd.DataFra
 
 
 def encode_atoms(atoms: Sequence[Atom]) -> list[dict]:
-    """Atoms as JSON-able dicts (for grid points and summaries)."""
+    """Atoms as JSON-able dicts (for grid points and summaries); `eos` only where it is not "none" (the encoding,
+    and so the grid keys, of every atom without it are those of before the option existed)."""
     return [{"layer": h[0], "head": h[1], "method": e.method, "delta": e.delta, "strength": e.strength,
-             "renormalize": e.renormalize, "beyond": e.beyond, "below": e.below} for h, e in atoms]
+             "renormalize": e.renormalize, "beyond": e.beyond, "below": e.below,
+             **({"eos": e.eos} if e.eos != "none" else {})} for h, e in atoms]
 
 
 def decode_atoms(items: Sequence[dict]) -> list[Atom]:
     """The inverse of `encode_atoms`."""
     return [((int(d["layer"]), int(d["head"])),
              Edit(d["method"], delta=int(d["delta"]), strength=float(d["strength"]),
-                  renormalize=bool(d["renormalize"]), beyond=d["beyond"], below=d["below"])) for d in items]
+                  renormalize=bool(d["renormalize"]), beyond=d["beyond"], below=d["below"], eos=d.get("eos", "none")))
+            for d in items]
 
 
 def describe(atoms: Sequence[Atom]) -> str:
