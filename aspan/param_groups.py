@@ -19,6 +19,13 @@ Groups (combinable with commas; the integers after a group's colon are its indic
 - `all`: everything.
 
 Biases (`b_Q`, `b_K`) are not part of the qk groups: a group names weight matrices, `attn` adds the biases.
+
+Both backends. On a TransformerBridge the tensors that train are the wrapped Hugging Face model's: the query and key
+projections are `nn.Linear` weights `[(head d_head), d_model]`, so column C of head h is row h * d_head + C; the
+whole-tensor groups are the parameters of the bridge's `blocks.L.attn`, `blocks.L.mlp`, `embed` and `pos_embed`
+components. Tensors the bridge holds but does not compute with (GPT-NeoX's fused `query_key_value`, kept beside the
+split projections it runs) never train and are not counted. A group thus selects the same heads, columns and rotary
+pairs on either backend of one checkpoint.
 """
 from __future__ import annotations
 
@@ -92,23 +99,51 @@ def _index(text: str, kind: str) -> int:
     return value
 
 
-def pair_columns(cfg, pair: int) -> tuple[int, int]:
-    """The two `d_head` columns the rotary embedding rotates together as pair `pair` (TransformerLens layout)."""
-    if cfg.positional_embedding_type != "rotary" or not cfg.rotary_dim:
+@dataclass(frozen=True)
+class Rotary:
+    """A model's rotary embedding: how many `d_head` columns rotate, its base, and how pairs are laid out."""
+
+    dim: int  # rotated columns of each head (0: no rotary positions)
+    base: float  # the frequency base (RoPE's theta)
+    adjacent: bool  # pairs are columns (2i, 2i+1) instead of rotate-half's (i, i + dim/2)
+
+
+def rotary_of(model_or_cfg) -> Rotary:
+    """The rotary geometry of a HookedTransformer, its config, or a TransformerBridge (read from the Hugging Face
+    config it wraps: TransformerLens leaves the bridge's `cfg.rotary_dim` unset)."""
+    cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
+    if cfg.positional_embedding_type != "rotary":
+        return Rotary(0, 10000.0, False)
+    hf = getattr(getattr(model_or_cfg, "original_model", None), "config", None)
+    if hf is None or cfg.rotary_dim:
+        return Rotary(int(cfg.rotary_dim or 0), float(cfg.rotary_base), bool(getattr(cfg, "rotary_adjacent_pairs",
+                                                                                    False)))
+    rope = dict(getattr(hf, "rope_parameters", None) or {})
+    factor = rope.get("partial_rotary_factor", getattr(hf, "partial_rotary_factor", getattr(hf, "rotary_pct", 1.0)))
+    base = rope.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+    # Hugging Face's GPT-NeoX and Llama rotate halves (rotate_half), TransformerLens's default layout
+    return Rotary(int(cfg.d_head * factor), float(base), bool(getattr(cfg, "rotary_adjacent_pairs", False)))
+
+
+def pair_columns(model_or_cfg, pair: int) -> tuple[int, int]:
+    """The two `d_head` columns the rotary embedding rotates together as pair `pair` (TransformerLens layout) of a
+    model (either backend) or a HookedTransformer config."""
+    rot = rotary_of(model_or_cfg)
+    if not rot.dim:
         raise ValueError("qk-pair needs a model with rotary positional embeddings")
-    half = cfg.rotary_dim // 2
+    half = rot.dim // 2
     if not 0 <= pair < half:
-        raise ValueError(f"qk-pair {pair} out of range: the model has {half} rotary pairs "
-                         f"(rotary_dim {cfg.rotary_dim})")
-    if getattr(cfg, "rotary_adjacent_pairs", False):
+        raise ValueError(f"qk-pair {pair} out of range: the model has {half} rotary pairs (rotary_dim {rot.dim})")
+    if rot.adjacent:
         return 2 * pair, 2 * pair + 1
     return pair, pair + half
 
 
-def pair_frequency(cfg, pair: int) -> float:
+def pair_frequency(model_or_cfg, pair: int) -> float:
     """Angular frequency of rotary pair `pair`: base^(-2 pair / rotary_dim) radians per position."""
-    pair_columns(cfg, pair)
-    return float(cfg.rotary_base) ** (-2 * pair / cfg.rotary_dim)
+    pair_columns(model_or_cfg, pair)
+    rot = rotary_of(model_or_cfg)
+    return rot.base ** (-2 * pair / rot.dim)
 
 
 def _columns(model, group: Group) -> list[int]:
@@ -118,16 +153,94 @@ def _columns(model, group: Group) -> list[int]:
             if c >= model.cfg.d_head:
                 raise ValueError(f"qk-column {c} out of range: d_head is {model.cfg.d_head}")
         return list(group.indices)
-    return [c for i in group.indices for c in pair_columns(model.cfg, i)]
+    return [c for i in group.indices for c in pair_columns(model, i)]
+
+
+# ----------------------------------------------------------------------------------------------- the two backends
+def is_bridge(model) -> bool:
+    """Whether `model` is a TransformerBridge (it trains the wrapped Hugging Face model's own tensors)."""
+    return getattr(model, "original_model", None) is not None
+
+
+@dataclass(frozen=True)
+class QKWeight:
+    """One query or key projection weight as it trains: its parameter name and how heads and columns lie in it."""
+
+    name: str  # the name in model.named_parameters()
+    layout: Literal["heads", "rows"]  # heads: [head, d_model, d_head] (HookedTransformer); rows: an nn.Linear
+    # weight [(head d_head), d_model] (the Hugging Face q/k projections a TransformerBridge runs)
+    d_head: int
+
+    def mask(self, shape: torch.Size, cols: list[int] | None) -> Bool[Tensor, "..."]:
+        """The entries of columns `cols` of every head (None: every entry)."""
+        m = torch.zeros(shape, dtype=torch.bool)
+        if cols is None:
+            m[...] = True
+        elif self.layout == "heads":
+            m[..., cols] = True
+        else:
+            m.view(-1, self.d_head, shape[-1])[:, cols, :] = True
+        return m
+
+
+def live_parameters(model) -> dict[str, Tensor]:
+    """{name: parameter} of the parameters the forward pass uses. A TransformerBridge also holds tensors it does
+    not compute with (GPT-NeoX's fused `query_key_value` beside the split q, k, v projections it runs): those are
+    found by one backward pass from a two-token input and left out, since training them would change nothing."""
+    named = dict(model.named_parameters())
+    if not is_bridge(model):
+        return named
+    params = list(named.values())
+    flags = [p.requires_grad for p in params]
+    device = params[0].device
+    try:
+        for p in params:
+            p.requires_grad_(True)
+        with torch.enable_grad():
+            out = model(torch.zeros(1, 2, dtype=torch.long, device=device)).float().sum()
+            grads = torch.autograd.grad(out, params, allow_unused=True)
+    finally:
+        for p, flag in zip(params, flags):
+            p.requires_grad_(flag)
+    return {n: p for (n, p), g in zip(named.items(), grads) if g is not None}
+
+
+def qk_weights(model) -> list[QKWeight]:
+    """Every query and key projection weight the model trains (W_Q, W_K or _W_K; on a bridge the q/k projections)."""
+    if not is_bridge(model):
+        return [QKWeight(n, "heads", model.cfg.d_head) for n, _ in model.named_parameters()
+                if n.rsplit(".", 1)[-1] in QK_NAMES]
+    live = live_parameters(model)
+    names = {id(p): n for n, p in live.items()}
+    out = []
+    for layer, block in enumerate(model.blocks):
+        for role in ("q", "k"):
+            inner = getattr(getattr(block.attn, role, None), "original_component", None)
+            weight = getattr(inner, "weight", None)
+            if not isinstance(inner, torch.nn.Linear) or id(weight) not in names:
+                raise ValueError(f"qk groups on a TransformerBridge need separate, live query and key projections; "
+                                 f"layer {layer} of this {type(model.original_model).__name__} has none for {role}")
+            out.append(QKWeight(names[id(weight)], "rows", model.cfg.d_head))
+    return out
+
+
+def _bridge_members(model, kind: GroupKind) -> set[int]:
+    """ids of the parameters a whole-tensor group selects on a TransformerBridge, from its TransformerLens-named
+    components (blocks.L.attn, blocks.L.mlp, embed, pos_embed)."""
+    if kind == "attn":
+        mods = [b.attn for b in model.blocks]
+    elif kind == "mlp":
+        mods = [b.mlp for b in model.blocks]
+    else:
+        mods = [m for m in (getattr(model, "embed", None), getattr(model, "pos_embed", None)) if m is not None]
+    return {id(p) for m in mods for p in m.parameters()}
 
 
 def _selects(name: str, kind: GroupKind) -> bool:
-    """Whether a whole-tensor group `kind` selects parameter `name`."""
-    leaf, parts = name.rsplit(".", 1)[-1], name.split(".")
+    """Whether a whole-tensor group `kind` selects HookedTransformer parameter `name`."""
+    parts = name.split(".")
     if kind == "all":
         return True
-    if kind in ("qk", "qk-column", "qk-pair"):
-        return leaf in QK_NAMES
     if kind == "attn":
         return "attn" in parts
     if kind == "mlp":
@@ -135,21 +248,38 @@ def _selects(name: str, kind: GroupKind) -> bool:
     return parts[0] in ("embed", "pos_embed")
 
 
+def _whole(model, kind: GroupKind) -> list[str]:
+    """Names of the parameters a whole-tensor group (attn, mlp, embed, all) selects, on either backend."""
+    live = live_parameters(model)
+    if kind == "all":
+        return list(live)
+    if not is_bridge(model):
+        return [n for n in live if _selects(n, kind)]
+    members = _bridge_members(model, kind)
+    return [n for n, p in live.items() if id(p) in members]
+
+
 def group_masks(model, spec: TrainOnly | str) -> dict[str, Bool[Tensor, "..."]]:
-    """{param name: bool mask} of the entries `spec` trains (only parameters with at least one entry selected)."""
+    """{param name: bool mask} of the entries `spec` trains (only parameters with at least one entry selected).
+
+    On a TransformerBridge the masks are on the tensors it trains (the Hugging Face projections), selecting the
+    same heads, columns and rotary pairs as on a HookedTransformer of the same checkpoint."""
     spec = parse_train_only(spec)
+    params = dict(model.named_parameters())
     masks: dict[str, Tensor] = {}
+
+    def add(name: str, m: Tensor) -> None:
+        m = m.to(params[name].device)
+        masks[name] = masks[name] | m if name in masks else m
+
     for group in spec.groups:
-        cols = _columns(model, group) if group.kind in INDEXED else None
-        for name, p in model.named_parameters():
-            if not _selects(name, group.kind):
-                continue
-            m = torch.zeros_like(p, dtype=torch.bool)
-            if cols is None:
-                m[...] = True
-            else:
-                m[..., cols] = True
-            masks[name] = masks[name] | m if name in masks else m
+        if group.kind in ("qk", "qk-column", "qk-pair"):
+            cols = _columns(model, group) if group.kind in INDEXED else None
+            for w in qk_weights(model):
+                add(w.name, w.mask(params[w.name].shape, cols))
+        else:
+            for name in _whole(model, group.kind):
+                add(name, torch.ones_like(params[name], dtype=torch.bool))
     if not masks:
         raise ValueError(f"train_only {str(spec)!r} selects no parameter of this model")
     return masks
@@ -160,9 +290,14 @@ def qk_column_masks(model, column: int) -> dict[str, Bool[Tensor, "..."]]:
     return group_masks(model, TrainOnly((Group("qk-column", (column,)),)))
 
 
+def parameter_count(model) -> int:
+    """Entries of the parameters the model computes with (a bridge's unused duplicates left out)."""
+    return sum(p.numel() for p in live_parameters(model).values())
+
+
 def trainable_count(model, spec: TrainOnly | str | None) -> tuple[int, int]:
     """(trainable entries, all entries) of `model` under `spec` (None: everything trains)."""
-    total = sum(p.numel() for p in model.parameters())
+    total = parameter_count(model)
     if parse_train_only(spec) is None:
         return total, total
     return int(sum(int(m.sum()) for m in group_masks(model, spec).values())), total

@@ -35,7 +35,7 @@ from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
 from .io import append_line, atomic_write, write_jsonl, write_text
 from .models.tiny import check_context
-from .param_groups import Freezer, TrainOnly, group_masks, parse_train_only
+from .param_groups import Freezer, TrainOnly, group_masks, live_parameters, parse_train_only
 from .tasks.base import Sample, Task
 from .tokenization import Tokenizer
 
@@ -310,11 +310,19 @@ def _set_rng_state(s: dict) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
+def decays(name: str, p: torch.Tensor) -> bool:
+    """Whether weight decay applies to parameter `name`: weight matrices only, never a bias or a LayerNorm scale.
+    By name as well as shape: HookedTransformer's per-head biases (b_Q, b_K, b_V: [head, d_head]) are 2-D, and the
+    same checkpoint on a TransformerBridge holds them as 1-D Hugging Face biases; both must train alike."""
+    leaf = name.rsplit(".", 1)[-1]
+    return p.ndim >= 2 and leaf != "bias" and not leaf.lstrip("_").startswith("b_")
+
+
 def _optimizer(model, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only; parameters that do not train are left out."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.ndim >= 2]
-    rest = [p for p in params if p.ndim < 2]
+    """AdamW with weight decay on weight matrices only (`decays`); parameters that do not train are left out."""
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    decay = [p for n, p in params if decays(n, p)]
+    rest = [p for n, p in params if not decays(n, p)]
     groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": rest, "weight_decay": 0.0}]
     return torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr, betas=tuple(config.betas))
 
@@ -456,8 +464,9 @@ def _prepare(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConf
 def _setup_optimizer(run: _Run) -> None:
     """Optimiser, schedule and (under torchrun) the DDP wrapper; prints the trainable parameter count."""
     config, model = run.config, run.model
-    n_all = sum(p.numel() for p in model.parameters())
-    n_train = run.freezer.trainable() if run.freezer else sum(p.numel() for p in model.parameters() if p.requires_grad)
+    live = live_parameters(model).values()  # a bridge's unused duplicate tensors left out
+    n_all = sum(p.numel() for p in live)
+    n_train = run.freezer.trainable() if run.freezer else sum(p.numel() for p in live if p.requires_grad)
     run.opts.meta["trainable_parameters"] = {"trainable": n_train, "total": n_all, "fraction": n_train / n_all,
                                              "train_only": config.train_only}
     if run.main and run.opts.progress:

@@ -1,0 +1,177 @@
+"""--train-only on a TransformerBridge: every group selects the same heads, columns and rotary pairs as on a
+HookedTransformer of the same checkpoint, with masks on the Hugging Face tensors the bridge trains; training changes
+exactly those entries; and training from one checkpoint gives the same losses on both backends.
+
+Bridge tensors are compared in TransformerLens's names through the checkpoint converter (`neox.from_hf_state`),
+an independent route from the row arithmetic of `aspan.param_groups`."""
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import einops
+import pytest
+import torch
+
+from aspan import models, tasks
+from aspan.models import neox
+from aspan.param_groups import group_masks, live_parameters, pair_frequency, rotary_of, trainable_count
+from aspan.tokenization import CharTokenizer
+from aspan.training import TrainConfig, train
+
+TOK = CharTokenizer()
+TASK = tasks.get("reversal", length=(1, 3), charset="abcd")
+L, H, D, DH, MLP = 2, 4, 32, 8, 64  # layers, heads, d_model, d_head, d_mlp
+SPECS = ["qk", "qk-column:3,5", "qk-pair:1", "attn", "mlp", "embed", "all", "qk-pair:0,mlp"]
+
+
+def make_checkpoint(path: Path, rotary_factor: float) -> Path:
+    """A random GPT-NeoX (sequential residual, biases) saved as an aspan checkpoint; `rotary_factor` of d_head
+    rotates (partial rotary for 0.5)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(
+        vocab_size=TOK.vocab_size, hidden_size=D, num_hidden_layers=L, num_attention_heads=H, intermediate_size=MLP,
+        hidden_act="gelu", max_position_embeddings=32, use_parallel_residual=False, tie_word_embeddings=False,
+        attention_bias=True, hidden_dropout=0.0, attention_dropout=0.0, initializer_range=0.1,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": rotary_factor},
+        architectures=["GPTNeoXForCausalLM"],
+    )
+    torch.manual_seed(3)
+    hf = GPTNeoXForCausalLM(config).float().eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(0.05 * torch.randn_like(p))  # non-trivial biases and LayerNorms
+    path.mkdir(parents=True)
+    neox.save_hf(hf, path, TOK, {"task": "reversal"})
+    return path
+
+
+@pytest.fixture(scope="module", params=[1.0, 0.5], ids=["rotary", "partial-rotary"])
+def checkpoint(request, tmp_path_factory):
+    torch.set_num_threads(1)
+    return make_checkpoint(tmp_path_factory.mktemp("pg") / "model", request.param), request.param
+
+
+def bridge_of(checkpoint):
+    return models.load(checkpoint[0], device="cpu", backend="bridge").model
+
+
+def hooked_view(bridge, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors keyed by the bridge's parameter names, renamed and reshaped to TransformerLens's parameters through
+    the checkpoint converter; a parameter missing from `tensors` counts as zeros (False for masks)."""
+    orig = bridge.original_model
+    hf_names = set(type(orig)(orig.config).state_dict())
+    canon = {}  # id(parameter) -> its Hugging Face name (or the split q/k/v projection's)
+    for name, t in orig.state_dict(keep_vars=True).items():
+        c = name.replace("._original_component", "").replace("_original_component.", "")
+        if c in hf_names or c.rsplit(".", 2)[-2] in ("q", "k", "v"):
+            canon.setdefault(id(t), c)
+    like = next(iter(tensors.values()))
+    state = {canon[id(p)]: tensors.get(n, torch.zeros(p.shape, dtype=like.dtype)) for n, p in
+             bridge.named_parameters() if id(p) in canon}
+    for l in range(L):
+        stem = f"gpt_neox.layers.{l}.attention."
+        for kind, pattern in (("weight", "qkv (i h) m -> (i qkv h) m"), ("bias", "qkv (i h) -> (i qkv h)")):
+            split = torch.stack([state.pop(f"{stem}{x}.{kind}") for x in "qkv"])
+            state[f"{stem}query_key_value.{kind}"] = einops.rearrange(split, pattern, i=H)
+    cfg = SimpleNamespace(n_layers=L, n_heads=H, d_vocab=TOK.vocab_size)
+    return {k: v for k, v in neox.from_hf_state(state, cfg).items() if k != "unembed.b_U"}
+
+
+def expected(spec: str, name: str, shape, rotary_dim: int) -> torch.Tensor:
+    """Which entries of TransformerLens parameter `name` the group trains, from the architecture alone."""
+    qk = name.rsplit(".", 1)[-1] in ("W_Q", "W_K")
+    half = rotary_dim // 2
+    full, none = torch.ones(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)
+
+    def cols(*c):
+        m = none.clone()
+        m[..., list(c)] = True
+        return m
+
+    return {
+        "qk": full if qk else none,
+        "qk-column:3,5": cols(3, 5) if qk else none,
+        "qk-pair:1": cols(1, 1 + half) if qk else none,
+        "attn": full if ".attn." in name else none,
+        "mlp": full if ".mlp." in name else none,
+        "embed": full if name.startswith("embed.") else none,
+        "all": full,
+        "qk-pair:0,mlp": cols(0, half) if qk else (full if ".mlp." in name else none),
+    }[spec]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_bridge_masks_select_the_hooked_models_entries(checkpoint, spec):
+    bridge = bridge_of(checkpoint)
+    rotary_dim = round(checkpoint[1] * DH)
+    assert rotary_of(bridge).dim == rotary_dim
+    masks = group_masks(bridge, spec)
+    live = live_parameters(bridge)
+    assert set(masks) <= set(live)  # only tensors the bridge computes with (never the fused query_key_value)
+    assert not [n for n in live if "query_key_value" in n or ".qkv." in n]
+    view = hooked_view(bridge, masks)
+    for name, m in view.items():
+        assert torch.equal(m, expected(spec, name, m.shape, rotary_dim)), f"{spec}: {name}"
+    bias = sum(p.numel() for n, p in live.items() if "lm_head" in n and n.endswith("bias"))  # 3.9's added b_U
+    assert all(masks[n].all() for n in masks if "lm_head" in n and n.endswith("bias"))
+    n, total = trainable_count(bridge, spec)
+    assert n == sum(int(m.sum()) for m in view.values()) + (bias if spec == "all" else 0)
+    assert total == sum(p.numel() for p in view.values()) + bias
+
+
+@pytest.mark.hooked
+@pytest.mark.parametrize("spec", SPECS)
+def test_both_backends_train_the_same_entries(checkpoint, spec):
+    hooked = models.load(checkpoint[0], device="cpu", backend="hooked").model
+    bridge = bridge_of(checkpoint)
+    want = group_masks(hooked, spec)
+    got = hooked_view(bridge, group_masks(bridge, spec))
+    for name, m in got.items():
+        assert torch.equal(m, want.get(name, torch.zeros_like(m))), f"{spec}: {name}"
+    assert pair_frequency(bridge, 1) == pair_frequency(hooked, 1)
+    n_hooked, total_hooked = trainable_count(hooked, spec)
+    n_bridge, total_bridge = trainable_count(bridge, spec)  # 3.9's bridge trains an unembedding bias, as b_U
+    assert (n_bridge, total_bridge) == (n_hooked, total_hooked)
+
+
+def test_a_qk_column_step_on_the_bridge_changes_only_that_column(checkpoint):
+    bridge = bridge_of(checkpoint)
+    before = {n: p.detach().clone() for n, p in bridge.named_parameters()}
+    config = TrainConfig.scratch(steps=2, batch_size=8, lr=1e-2, warmup=0, weight_decay=0.5, train_only="qk-column:0")
+    res = train(bridge, TOK, TASK, config, progress=False)
+    after = {n: p.detach().clone() for n, p in bridge.named_parameters()}
+    old, new = hooked_view(bridge, before), hooked_view(bridge, after)
+    for name in old:
+        moved = old[name] != new[name]
+        if name.rsplit(".", 1)[-1] in ("W_Q", "W_K"):
+            assert not moved[..., 1:].any(), name
+            assert moved[..., 0].float().mean() > 0.9, name  # every head's column 0 trains
+        else:
+            assert not moved.any(), name
+    untouched = [n for n in before if not any(k in n for k in (".q.", ".k."))]  # bias, fused copy, everything else
+    assert all(torch.equal(before[n], after[n]) for n in untouched)
+    assert res.history[0]["trainable"] == 2 * L * H * D
+
+
+def losses(model, spec: str) -> list[float]:
+    config = TrainConfig.scratch(steps=4, batch_size=8, lr=3e-3, warmup=0, seed=7, train_only=spec, log_every=1)
+    return [r["loss"] for r in train(model, TOK, TASK, config, progress=False).history if r["kind"] == "train"]
+
+
+@pytest.mark.hooked
+@pytest.mark.parametrize("spec", ["qk-column:0", "qk-pair:1", "attn", "all"])
+def test_training_from_one_checkpoint_gives_the_same_losses_on_both_backends(checkpoint, spec):
+    hooked = models.load(checkpoint[0], device="cpu", backend="hooked").model
+    bridge = bridge_of(checkpoint)
+    start = {n: p.detach().clone() for n, p in hooked.named_parameters()}
+    a, b = losses(hooked, spec), losses(bridge, spec)
+    assert len(a) == 4 and any(not torch.equal(p, start[n]) for n, p in hooked.named_parameters())  # it trains
+    assert all(math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6) for x, y in zip(a, b)), (a, b)
+    got = hooked_view(bridge, {n: p.detach() for n, p in bridge.named_parameters()})
+    want = dict(hooked.named_parameters())
+    for name, t in got.items():
+        w = want[name].detach()
+        if name.endswith("b_K"):  # unrotated key-bias columns shift a whole score row: their gradient is zero but
+            t, w = t[..., : rotary_of(hooked).dim], w[..., : rotary_of(hooked).dim]  # for rounding, Adam scales it
+        torch.testing.assert_close(t, w, atol=2e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
