@@ -141,6 +141,24 @@ def test_table3_counts_every_scored_ood_token(run):
         assert row.convention == conv and row.n_correct + row.n_error == int(rec.scored.sum())
 
 
+def test_the_pipeline_runs_on_the_bridge(run, hf_dir, tmp_path, monkeypatch):
+    """`ASPAN_BACKEND=bridge`: every stage runs on a TransformerBridge, and the untouched checkpoint's rows equal the
+    HookedTransformer's. (The fine-tuned rows may differ a little: HookedTransformer's Llama carries zero biases
+    that train, the bridge's Hugging Face Llama has none.)"""
+    cfg, _, out = run
+    monkeypatch.setenv("ASPAN_BACKEND", "bridge")
+    summary = run_pretrained(PretrainedConfig(model=str(hf_dir), out=str(tmp_path / "bridge"), **TINY),
+                             log=lambda *a: None)
+    assert summary["relative_weight_change"] > 0
+    assert json.loads((out / "run.json").read_text())["backend"] == "hooked"
+    assert json.loads((tmp_path / "bridge" / "run.json").read_text())["backend"] == "bridge"
+    hooked, bridge = pd.read_csv(out / "table2.csv"), pd.read_csv(tmp_path / "bridge" / "table2.csv")
+    pre = hooked.model == "pretrained"
+    assert pre.sum() == 4 * len(cfg.shots) and list(bridge.model == "pretrained") == list(pre)
+    pd.testing.assert_frame_equal(bridge[pre], hooked[pre])
+    assert len(pd.read_csv(tmp_path / "bridge" / "sweep.csv")) == len(cfg.top) * len(cfg.strengths)
+
+
 def test_cli_runs_the_pipeline_and_rejects_bad_configs(hf_dir, tmp_path, capsys):
     config = tmp_path / "c.toml"
     config.write_text(

@@ -369,6 +369,7 @@ def _run_info(cfg: PretrainedConfig, p: Prepared, f: Finetuned, command: str, wa
     return {
         "command": command, "config": asdict(cfg), "model": cfg.model, "model_meta": p.meta,
         "model_config": f"{m.n_layers} layers x {m.n_heads} heads, d_model {m.d_model}",
+        "backend": "bridge" if evaluation.is_bridge(f.model) else "hooked",
         "task": cfg.task, "id_params": p.id_task.params(), "ood_params": p.ood_task.params(),
         "train_config": asdict(p.train_config), "instruction": f.tok.instruction, "few_shot_seed": cfg.few_shot_seed,
         "data_seeds": {"id": cfg.seed + 1, "ood_selection": cfg.seed + 2, "ood_held_out": cfg.seed + 3,

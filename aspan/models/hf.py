@@ -164,8 +164,11 @@ def load_hf_dir(
         arch = architecture(config)
     except ValueError as e:
         raise ValueError(f"{path / 'config.json'}: {e}") from None
+    from .loaded import quiet_hf
+
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        with quiet_hf():
+            hf_model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
         hf_tok = AutoTokenizer.from_pretrained(str(path))
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot load the Hugging Face checkpoint ({e})") from None
