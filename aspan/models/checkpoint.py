@@ -1,5 +1,6 @@
-"""Save and load models: tiny models as Hugging Face GPT-NeoX checkpoints (or the aspan format where no exact
-GPT-NeoX form exists), HF directories, GGUF files; as a HookedTransformer or a TransformerBridge (`backend`)."""
+"""Save and load models: tiny models as Hugging Face checkpoints (GPT-NeoX or GPT-2; the aspan format where no
+exact Hugging Face form exists: ALiBi), HF directories, GGUF files; as a HookedTransformer or a TransformerBridge
+(`backend`)."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ from ..checks import check_device
 from ..io import atomic_dir, clean, to_json
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
-from . import neox
+from . import hfform
 from .loaded import LoadedModel, bridge
 from .tiny import build, has_hooked
 
@@ -57,28 +58,28 @@ def save(
 ) -> Path:
     """Write the checkpoint of `model` (its tokenizer, free `meta`) into `directory`, atomically.
 
-    `hf=None` (default): a standard Hugging Face GPT-NeoX checkpoint when the model has an exact GPT-NeoX form
-    and a character tokenizer (`aspan.models.neox`), else the aspan format (`model.safetensors` with
-    TransformerLens names + `config.json`); `hf=True` requires the former, `hf=False` forces the latter (exact
-    parameters, e.g. for resuming training). Files are written to a temporary directory beside the target, then
-    moved in (`aspan.io.atomic_dir`).
+    `hf=None` (default): a standard Hugging Face checkpoint when the model has an exact Hugging Face form (GPT-NeoX
+    for rotary or no positions, GPT-2 for learned ones) and a character tokenizer (`aspan.models.hfform`), else the
+    aspan format (`model.safetensors` with TransformerLens names + `config.json`); `hf=True` requires the former,
+    `hf=False` forces the latter (exact parameters, e.g. for resuming training). Files are written to a temporary
+    directory beside the target, then moved in (`aspan.io.atomic_dir`).
     """
     if getattr(model, "original_model", None) is not None:  # a TransformerBridge: its Hugging Face model as it is
         if hf is False or not isinstance(tokenizer, CharTokenizer):
             raise ValueError("a TransformerBridge saves as a Hugging Face checkpoint with a character tokenizer")
         with atomic_dir(Path(directory)) as tmp:
-            neox.save_hf(model, tmp, tokenizer, clean(meta))
+            hfform.save_hf(model, tmp, tokenizer, clean(meta))
         return Path(directory)
     if hf is not False and isinstance(tokenizer, CharTokenizer):
-        reason = neox.why_not(model)
+        reason = hfform.why_not(model)
         if reason is None:
             with atomic_dir(Path(directory)) as tmp:
-                neox.save_hf(model, tmp, tokenizer, clean(meta))
+                hfform.save_hf(model, tmp, tokenizer, clean(meta))
             return Path(directory)
         if hf:
-            raise ValueError(f"cannot save as a Hugging Face GPT-NeoX checkpoint: {reason}")
+            raise ValueError(f"cannot save as a Hugging Face checkpoint: {reason}")
     elif hf:
-        raise ValueError("a Hugging Face GPT-NeoX checkpoint needs a character tokenizer")
+        raise ValueError("a Hugging Face checkpoint needs a character tokenizer")
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -122,29 +123,30 @@ def _tokenizer_from_dict(d: dict[str, Any], base_dir: Path) -> Tokenizer:
     raise ValueError(f"unknown tokenizer type {kind!r}")
 
 
-def _load_neox(path: Path, config: dict[str, Any], device: str, backend: Backend) -> LoadedModel:
-    """An aspan tiny model stored as a GPT-NeoX checkpoint, as a HookedTransformer or a TransformerBridge."""
-    tokenizer, meta = neox.aspan_entry(path, config)
-    weights = neox.read_state(path)  # ValueError naming the file if missing, truncated or corrupt
+def _load_hfform(path: Path, config: dict[str, Any], device: str, backend: Backend) -> LoadedModel:
+    """An aspan tiny model stored in its Hugging Face form, as a HookedTransformer or a TransformerBridge."""
+    tokenizer, meta = hfform.aspan_entry(path, config)
+    weights = hfform.read_state(path)  # ValueError naming the file if missing, truncated or corrupt
     if backend == "bridge":
         return LoadedModel(bridge(path, device), tokenizer, meta)
-    cfg = neox.tl_config(config, device)
-    state = neox.from_hf_state(weights, cfg)
+    cfg = hfform.tl_config(config, device)
+    state = hfform.from_hf_state(weights, config, cfg)
     model = build(cfg)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [k for k in missing if not k.endswith(("IGNORE", "mask", "rotary_sin", "rotary_cos"))]:
+    if unexpected or [k for k in missing if not k.endswith(("IGNORE", "mask", "rotary_sin", "rotary_cos", "alibi"))]:
         raise ValueError(f"{path / WEIGHTS}: does not match {path / CONFIG} (missing {missing[:5]})")
     return LoadedModel(model.eval(), tokenizer, meta)
 
 
 def to_bridge(model, tokenizer: Tokenizer, device: str):
-    """A TransformerBridge over the GPT-NeoX form of a HookedTransformer (through a temporary checkpoint)."""
+    """A TransformerBridge over the Hugging Face form of a HookedTransformer (through a temporary checkpoint)."""
     import tempfile
 
-    if not isinstance(tokenizer, CharTokenizer) or neox.why_not(model) is not None:
-        raise ValueError(f"backend 'bridge' needs a model with a GPT-NeoX form: {neox.why_not(model)}")
+    reason = hfform.why_not(model) if isinstance(tokenizer, CharTokenizer) else "no character tokenizer"
+    if reason is not None:
+        raise ValueError(f"backend 'bridge' needs a model with a Hugging Face form: {reason}")
     with tempfile.TemporaryDirectory(prefix="aspan-bridge-") as tmp:
-        neox.save_hf(model, Path(tmp), tokenizer, {})
+        hfform.save_hf(model, Path(tmp), tokenizer, {})
         return bridge(tmp, device)
 
 
@@ -233,10 +235,10 @@ def load(
         if backend == "bridge":
             return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, device))
         return loaded
-    if neox.is_aspan_hf(config):
+    if hfform.is_aspan_hf(config):
         if adapter:
             raise ValueError(f"{path}: an aspan checkpoint stores its tokenizer; unexpected {sorted(adapter)}")
-        return _load_neox(path, config, device, backend)
+        return _load_hfform(path, config, device, backend)
     if backend == "bridge":
         return hf.load_hf_bridge(path, config, device=device, **adapter)
     if config.get("architectures") or config.get("model_type"):

@@ -43,6 +43,13 @@ def _positional_cfg(positional: str, d_head: int) -> dict:
 
 def positional_of(model_or_cfg) -> str:
     """The `Positional` name of a model (or its config): rotary, learned, alibi or none."""
+    original = getattr(model_or_cfg, "original_model", None)  # a TransformerBridge: read its Hugging Face config
+    if original is not None:
+        from .hfform import positional_of_config
+
+        found = positional_of_config(original.config.to_dict())
+        if found is not None:
+            return found
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
     kind = cfg.positional_embedding_type
     if kind == "rotary":
@@ -167,6 +174,21 @@ def _hooked(sizes: dict[str, int], pos_cfg: dict, seed: int, device: str | torch
     return model
 
 
+def _bridged(sizes: dict[str, int], positional: str, seed: int, device: str | torch.device | None,
+             vocab_size: int | Tokenizer):
+    """The tiny model of `sizes` as a fresh Hugging Face model inside a TransformerBridge (TransformerLens 4): GPT-NeoX
+    for rotary or no positions, GPT-2 for learned ones; ValueError for ALiBi, which has no such form."""
+    from .hfform import Sizes, form_for, tiny_bridge
+
+    form_for(positional)  # ValueError naming why ALiBi has no form, before any work
+    if sizes["d_head"] * sizes["n_heads"] != sizes["d_model"]:
+        raise ValueError(f"TransformerLens 4 builds d_head = d_model / n_heads, got d_head={sizes['d_head']}")
+    shape = Sizes(sizes["d_vocab"], sizes["n_layers"], sizes["n_heads"], sizes["d_model"], sizes["d_mlp"],
+                  sizes["n_ctx"], rotary_fraction=0.0 if positional == "none" else 1.0)
+    tok = None if isinstance(vocab_size, int) else vocab_size
+    return tiny_bridge(shape, positional, seed, "cpu" if device is None else str(device), tok)
+
+
 # Keyword parameters kept (12): `tiny` is the public model factory, and each is a model size or setting a user
 # names directly (tiny(tok, n_layers=2, d_model=64)); the helpers below take them grouped.
 def tiny(
@@ -196,15 +218,9 @@ def tiny(
     if task is not None:
         check_context(n_ctx, task, offset)
     d_mlp = 4 * d_model if d_mlp is None else d_mlp
-    if not has_hooked():  # TransformerLens 4: the same network as a GPT-NeoX inside a TransformerBridge
-        if positional != "rotary":
-            raise ValueError(f"positional={positional!r} needs TransformerLens 3 (HookedTransformer); "
-                             "TransformerLens 4 builds rotary models only")
-        from .neox import tiny_bridge
-
-        tok = None if isinstance(vocab_size, int) else vocab_size
-        sizes = dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=d_mlp, n_ctx=n_ctx)
-        return tiny_bridge(sizes, seed, "cpu" if device is None else str(device), tok)
+    if not has_hooked():  # TransformerLens 4: the same network in its Hugging Face form inside a TransformerBridge
+        return _bridged(dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head,
+                             d_mlp=d_mlp, n_ctx=n_ctx), positional, seed, device, vocab_size)
     sizes = dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp,
                  n_ctx=n_ctx)
     return _hooked(sizes, pos_cfg, seed, device)

@@ -17,24 +17,71 @@ def shipped():
     return models.load("reversal", device="cpu", backend="bridge")
 
 
-def test_a_bridge_trains_saves_and_reloads_to_the_same_logits(tmp_path, tok):
+def _bridge(tok, positional: str, path):
+    """A tiny model of `positional` saved at `path` and loaded back as a TransformerBridge (on TransformerLens 4
+    `models.tiny` builds the bridge itself)."""
+    start = models.tiny(tok, n_layers=2, n_heads=4, d_model=80, d_mlp=64, n_ctx=64, device="cpu",
+                        positional=positional)
+    return models.load(models.save(start, path, tok), device="cpu", backend="bridge").model
+
+
+def _train(model, tok, task, steps: int = 20):
+    train(model, tok, task, TrainConfig.scratch(steps=steps, batch_size=16, lr=3e-3, warmup=2), progress=False)
+
+
+@pytest.mark.parametrize("positional", ["rotary", "learned", "none"])
+def test_a_bridge_trains_saves_and_reloads_to_the_same_logits(tmp_path, tok, positional):
     # d_model 80 >= d_vocab 70: the unembedding bias TransformerLens 3.9's bridge adds (and trains) folds exactly
-    start = models.save(models.tiny(tok, n_layers=2, n_heads=4, d_model=80, d_mlp=64, n_ctx=64, device="cpu"),
-                        tmp_path / "start", tok)
-    model = models.load(start, device="cpu", backend="bridge").model
+    model = _bridge(tok, positional, tmp_path / "start")
     task = tasks.get("reversal", length=(1, 3), charset="abcd")
     batch = make_batch(task.generate(8, seed=1), tok)
     with torch.no_grad():
         before = model(batch.tokens).clone()
-    train(model, tok, task, TrainConfig.scratch(steps=20, batch_size=16, lr=3e-3, warmup=2), progress=False)
+    _train(model, tok, task)
     with torch.no_grad():
         after = model(batch.tokens)
     assert (after - before).abs().max() > 0.1  # training changed the bridge's weights
-    reloaded = models.load(models.save(model, tmp_path / "trained", tok, task="reversal"), device="cpu",
-                           backend="bridge")
-    assert reloaded.meta == {"task": "reversal"}
+    saved = models.save(model, tmp_path / "trained", tok, task="reversal")
+    reloaded = models.load(saved, device="cpu", backend="bridge")
+    assert reloaded.meta == {"task": "reversal"} and models.positional_of(reloaded.model) == positional
     with torch.no_grad():
         torch.testing.assert_close(reloaded.model(batch.tokens), after, atol=1e-5, rtol=0)
+    if models.has_hooked():  # the trained weights (q, k, v fused back, b_U folded) mean the same to HookedTransformer
+        hooked = models.load(saved, device="cpu", backend="hooked").model
+        assert models.positional_of(hooked) == positional
+        with torch.no_grad():
+            torch.testing.assert_close(hooked(batch.tokens).log_softmax(-1), after.log_softmax(-1), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("positional", ["none", "learned"])
+def test_nope_stays_without_positions_when_trained_on_the_bridge(tmp_path, tok, positional):
+    """Without positions, layer 0 cannot tell equal tokens apart: its attention over a constant prefix is uniform,
+    before and after training; with learned positions it is not. NoPE has no positional parameter to train."""
+    model = _bridge(tok, positional, tmp_path / "m")
+    _train(model, tok, tasks.get("reversal", length=(1, 4), charset="abcd"), steps=30)
+    tokens = torch.tensor([tok.encode("aaaaaaa")])  # no BOS: every token equal
+    seen = {}
+    with torch.no_grad():
+        model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_pattern",
+                                                 lambda x, hook: seen.setdefault("p", x.detach().clone()))])
+    n = tokens.shape[1]
+    uniform = (torch.tril(torch.ones(n, n)) / torch.arange(1, n + 1)[:, None]).expand_as(seen["p"][0])
+    positional_params = [name for name, _ in model.named_parameters()
+                         if any(k in name for k in ("wpe", "pos_embed", "position", "rotary"))]
+    if positional == "none":
+        assert not positional_params
+        torch.testing.assert_close(seen["p"][0], uniform, atol=1e-5, rtol=0)
+    else:
+        assert positional_params and not torch.allclose(seen["p"][0], uniform, atol=1e-3)
+
+
+def test_tiny_builds_each_encoding_with_a_form_and_names_why_alibi_has_none(tok):
+    for positional in ("rotary", "learned", "none"):
+        model = models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu", positional=positional)
+        assert models.positional_of(model) == positional
+    if not models.has_hooked():  # TransformerLens 4
+        with pytest.raises(ValueError, match="ALiBi has no exact Hugging Face form"):
+            models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu", positional="alibi")
 
 
 def test_kv_cached_generation_with_hooks_equals_teacher_forcing(shipped):

@@ -1,6 +1,6 @@
-"""Tiny models as Hugging Face GPT-NeoX checkpoints, and the two TransformerLens backends (HookedTransformer and
-TransformerBridge) on the same checkpoint: log-probabilities against the Hugging Face model itself, head scores,
-rollout, edits and KV-cached generation."""
+"""Tiny models as standard Hugging Face checkpoints (GPT-NeoX for rotary and no positions, GPT-2 for learned ones),
+and the two TransformerLens backends (HookedTransformer and TransformerBridge) on the same checkpoint:
+log-probabilities against the Hugging Face model itself, head scores, rollout, edits and KV-cached generation."""
 import pytest
 import torch
 
@@ -8,7 +8,7 @@ import hooks
 from aspan import models, tasks
 from aspan.batching import make_batch
 from aspan.evaluation import evaluate, greedy
-from aspan.models import neox
+from aspan.models import gpt2, hfform, neox
 from aspan.tokenization import CharTokenizer
 
 
@@ -17,13 +17,18 @@ def tok():
     return CharTokenizer()
 
 
-@pytest.fixture(scope="module")
-def trained_like(tok):
-    """A tiny model whose every weight (biases, LayerNorms, the unembedding bias b_U) is non-trivial.
+MODEL_TYPE = {"rotary": "gpt_neox", "none": "gpt_neox", "learned": "gpt2"}  # the Hugging Face form of each encoding
+
+
+@pytest.fixture(scope="module", params=list(MODEL_TYPE))
+def trained_like(tok, request):
+    """A tiny model (each encoding with a Hugging Face form) whose every weight (biases, LayerNorms, positions, the
+    unembedding bias b_U) is non-trivial.
 
     d_model 80 >= d_vocab 70, so b_U folds exactly into the final LayerNorm bias."""
     torch.manual_seed(0)
-    model = models.tiny(tok, n_layers=2, n_heads=4, d_model=80, d_mlp=96, n_ctx=64, seed=5, device="cpu")
+    model = models.tiny(tok, n_layers=2, n_heads=4, d_model=80, d_mlp=96, n_ctx=64, seed=5, device="cpu",
+                        positional=request.param)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.2 * torch.randn_like(p))
@@ -33,7 +38,7 @@ def trained_like(tok):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, trained_like, tok):
-    return models.save(trained_like, tmp_path_factory.mktemp("neox") / "model", tok, task="reversal", steps=3)
+    return models.save(trained_like, tmp_path_factory.mktemp("hfform") / "model", tok, task="reversal", steps=3)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +60,10 @@ def test_saved_as_a_standard_hf_checkpoint_that_transformers_loads_alone(checkpo
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     config = (checkpoint / "config.json").read_text()
-    assert '"model_type": "gpt_neox"' in config and '"use_parallel_residual": false' in config
+    assert f'"model_type": "{MODEL_TYPE[models.positional_of(trained_like)]}"' in config
+    assert '"use_parallel_residual": false' in config or '"activation_function": "gelu"' in config
     hf = AutoModelForCausalLM.from_pretrained(str(checkpoint)).eval()
+    assert not hf.config.tie_word_embeddings
     _, b = batch
     with torch.no_grad():
         got = hf(b.tokens, attention_mask=b.attention_mask).logits.log_softmax(-1)[b.attention_mask.bool()]
@@ -66,7 +73,7 @@ def test_saved_as_a_standard_hf_checkpoint_that_transformers_loads_alone(checkpo
 
 
 def test_unembedding_bias_is_folded_exactly(trained_like):
-    b_new = neox.fold_unembed_bias(trained_like).double()
+    b_new = hfform.fold_unembed_bias(trained_like).double()
     W_U, b_U, b = (t.detach().double() for t in (trained_like.unembed.W_U, trained_like.unembed.b_U,
                                                   trained_like.ln_final.b))
     torch.testing.assert_close(b_new @ W_U, b @ W_U + b_U, atol=1e-5, rtol=0)
@@ -79,6 +86,7 @@ def test_both_backends_match_the_hf_model(checkpoint, batch, backend):
     hf = AutoModelForCausalLM.from_pretrained(str(checkpoint)).eval()
     loaded = models.load(checkpoint, device="cpu", backend=backend)
     assert loaded.meta == {"task": "reversal", "steps": 3} and isinstance(loaded.tokenizer, CharTokenizer)
+    assert models.positional_of(loaded.model) == models.positional_of(models.load(checkpoint, device="cpu").model)
     _, b = batch
     with torch.no_grad():
         want = hf(b.tokens, attention_mask=b.attention_mask).logits.log_softmax(-1)[b.attention_mask.bool()]
@@ -141,17 +149,33 @@ def test_evaluate_gives_the_same_records_on_both_backends(pair, batch, tok):
                                        atol=1e-5, rtol=0, equal_nan=True)
 
 
-def test_a_model_without_an_exact_gpt_neox_form_keeps_the_aspan_format(tmp_path, tok):
-    model = models.tiny(tok, n_layers=1, n_heads=2, d_model=32, n_ctx=32, device="cpu")
+@pytest.mark.parametrize("positional", ["rotary", "learned"])
+def test_a_model_without_an_exact_hf_form_keeps_the_aspan_format(tmp_path, tok, positional):
+    model = models.tiny(tok, n_layers=1, n_heads=2, d_model=32, n_ctx=32, device="cpu", positional=positional)
     with torch.no_grad():
         model.unembed.b_U.add_(torch.randn_like(model.unembed.b_U))  # d_vocab 70 > d_model 32: cannot fold
-    assert "cannot be folded" in neox.why_not(model)
+    assert "cannot be folded" in hfform.why_not(model)
     path = models.save(model, tmp_path / "m", tok)
     assert sorted(p.name for p in path.iterdir()) == ["config.json", "model.safetensors"]
-    with pytest.raises(ValueError, match="no exact GPT-NeoX form|cannot be folded"):
+    with pytest.raises(ValueError, match="cannot be folded"):
         models.save(model, tmp_path / "n", tok, hf=True)
-    learned = models.tiny(tok, n_layers=1, n_heads=2, d_model=32, n_ctx=32, device="cpu", positional="learned")
-    assert neox.why_not(learned) == "positions are not rotary"
+    with pytest.raises(ValueError, match="backend 'bridge' needs a model with a Hugging Face form.*cannot be folded"):
+        models.load(path, device="cpu", backend="bridge")
+
+
+def test_alibi_keeps_the_aspan_format_and_loads_hooked_only(tmp_path, tok):
+    alibi = models.tiny(tok, n_layers=1, n_heads=2, d_model=80, n_ctx=32, device="cpu", positional="alibi")
+    assert hfform.why_not(alibi) == hfform.ALIBI_REASON and "ALiBi" in hfform.ALIBI_REASON
+    assert neox.why_not(alibi) == "positions are not rotary (nor none)" and gpt2.why_not(alibi) == \
+        "positions are not learned"
+    path = models.save(alibi, tmp_path / "m", tok)
+    assert sorted(p.name for p in path.iterdir()) == ["config.json", "model.safetensors"]
+    tokens = torch.tensor([tok.encode("abcabc")])
+    assert torch.equal(models.load(path, device="cpu").model(tokens), alibi(tokens))
+    with pytest.raises(ValueError, match="needs a model with a Hugging Face form: ALiBi has no exact"):
+        models.load(path, device="cpu", backend="bridge")
+    with pytest.raises(ValueError, match="cannot save as a Hugging Face checkpoint: ALiBi"):
+        models.save(alibi, tmp_path / "n", tok, hf=True)
 
 
 def test_shipped_checkpoint_on_both_backends_matches_the_tl_parameters(tok):

@@ -1,0 +1,375 @@
+"""Tiny models as standard Hugging Face checkpoints, converted exactly: what every form shares.
+
+Each positional encoding of `models.tiny` has one form, a module with the same functions (`why_not`, `hf_config`,
+`to_hf_state`, `from_hf_state`, `pos_cfg`, `sizes_of_config`, `fuse_qkv`):
+
+- rotary, and none (NoPE, rotary over 0 dimensions): GPT-NeoX with a sequential residual (`aspan.models.neox`;
+  NoPE is `partial_rotary_factor` 0: no rotation and no positional parameter, so it stays NoPE when trained);
+- learned: GPT-2 (`aspan.models.gpt2`: learned absolute positions, Conv1D weights, erf GELU, untied unembedding);
+- ALiBi: none (see ALIBI_REASON), so ALiBi models keep the aspan format and load as a HookedTransformer only.
+
+Neither GPT-NeoX nor GPT-2 has an unembedding bias `b_U`. It is folded into the final LayerNorm's bias:
+`logits = (n * w + b) W_U + b_U`, so a bias `b'` with `b' W_U = b W_U + b_U` gives the same logits for every input.
+Such a `b'` exists when `W_U` has full column rank (`d_vocab <= d_model`); the fold is solved in float64 and checked,
+and a model that cannot be folded is not converted (`why_not` says why).
+
+A checkpoint directory holds what `transformers` needs on its own (`config.json`, `model.safetensors`,
+`tokenizer.json`: a word-level tokenizer with one token per character, the same ids as `CharTokenizer`) plus an
+`aspan` entry in `config.json` (the character tokenizer and the free metadata).
+
+Why ALiBi has no exact form (transformers 5.23, against TransformerLens's ALiBi model: LayerNorm with biases, erf
+GELU, biases in attention and MLP, `q.k / sqrt(d_head) + m_h (j - i)` with Press et al. (2022)'s slopes, no embedding
+LayerNorm). The only causal LMs with ALiBi in transformers 5.23 are Bloom, Falcon and MPT (TransformerLens 4.3's
+bridge has adapters for all three), and none computes that network:
+- Bloom (`models/bloom/modeling_bloom.py`): its attention would match (`alibi.baddbmm(q, k, beta=1,
+  alpha=1/sqrt(head_dim))`, the bias unscaled; slope x key position differs from `m (j - i)` by a per-row constant
+  softmax ignores), but `BloomModel.forward` always applies `word_embeddings_layernorm` to the embeddings, and the MLP
+  is hard-wired to the tanh GELU (`BloomMLP.gelu_impl = BloomGelu()` -> `bloom_gelu_forward`, `tanh(0.79788456 x
+  (1 + 0.044715 x^2))`), with no config switch for either.
+- Falcon (`models/falcon/modeling_falcon.py`, `alibi=True`): the bias is scaled with the scores, `attention_logits =
+  (attention_scores + alibi) * inv_norm_factor` (eager) and `alibi / sqrt(head_dim)` into the mask (SDPA), so the
+  slopes act divided by sqrt(d_head), and `build_alibi_tensor` rounds them through bfloat16.
+- MPT (`models/mpt/modeling_mpt.py`): no bias anywhere (`Wqkv`, `out_proj`, `up_proj`, `down_proj` are
+  `bias=False`; `norm_1.bias = norm_2.bias = norm_f.bias = None`) and `d_mlp` fixed at 4 d_model.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..tokenization import CharTokenizer
+
+KEY = "aspan"  # the entry of config.json that holds the tokenizer and the metadata
+VERSION = 2
+FOLD_TOL = 1e-5  # max |b' W_U - (b W_U + b_U)| allowed, relative to the largest logit bias
+ALIBI_REASON = ("ALiBi has no exact Hugging Face form TransformerLens 4 boots (Bloom: embedding LayerNorm and tanh "
+                "GELU; Falcon: bias scaled by 1/sqrt(d_head); MPT: no biases)")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The shape of a tiny model: what a Hugging Face config of any form needs."""
+
+    d_vocab: int  # vocabulary size
+    n_layers: int  # transformer blocks
+    n_heads: int  # attention heads per block (d_head = d_model / n_heads)
+    d_model: int  # residual width
+    d_mlp: int  # MLP hidden width
+    n_ctx: int  # context length: the learned position table's size, the rotary tables' length
+    eps: float = 1e-5  # LayerNorm epsilon (TransformerLens's default)
+    rotary_fraction: float = 1.0  # share of each head's dimensions that rotate (GPT-NeoX; 0 = no positions)
+    rotary_base: float = 10000.0  # rotary base theta (GPT-NeoX)
+
+    @classmethod
+    def of(cls, cfg) -> Sizes:
+        """The sizes of a TransformerLens config."""
+        rotary = cfg.positional_embedding_type == "rotary"
+        return cls(cfg.d_vocab, cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_mlp, cfg.n_ctx, cfg.eps,
+                   (cfg.rotary_dim or 0) / cfg.d_head if rotary else 1.0, float(cfg.rotary_base))
+
+
+def _forms() -> dict[str, Any]:
+    """The form of each positional encoding (None: no exact form)."""
+    from . import gpt2, neox
+
+    return {"rotary": neox, "none": neox, "learned": gpt2, "alibi": None}
+
+
+def form_for(positional: str):
+    """The form module of a positional encoding; ValueError naming why there is none (ALiBi)."""
+    form = _forms().get(positional)
+    if form is None:
+        raise ValueError(ALIBI_REASON if positional == "alibi" else f"no Hugging Face form for {positional!r}")
+    return form
+
+
+def form_of_config(config: dict[str, Any]):
+    """The form module of a Hugging Face config (by its `model_type`), or None."""
+    return next((f for f in _forms().values() if f is not None and f.MODEL_TYPE == config.get("model_type")), None)
+
+
+def positional_of_config(config: dict[str, Any]) -> str | None:
+    """The `Positional` name of an aspan form's Hugging Face config (None for another model type)."""
+    form = form_of_config(config)
+    return None if form is None else form.positional_of_config(config)
+
+
+def common_checks(cfg) -> list[tuple[Any, str]]:
+    """(test, reason) pairs every form needs: LayerNorm, erf GELU, a sequential residual, a plain MLP, full heads
+    scaled by sqrt(d_head), no local attention or QK norm."""
+    return [
+        (lambda: cfg.normalization_type == "LN", f"normalization {cfg.normalization_type!r} is not LayerNorm"),
+        (lambda: cfg.act_fn == "gelu", f"activation {cfg.act_fn!r} is not gelu"),
+        (lambda: not cfg.parallel_attn_mlp, "the residual is parallel"),
+        (lambda: not cfg.gated_mlp and not cfg.attn_only, "the MLP is gated or absent"),
+        (lambda: cfg.d_head * cfg.n_heads == cfg.d_model, "d_head x n_heads != d_model"),
+        (lambda: cfg.n_key_value_heads in (None, cfg.n_heads), "grouped-query attention"),
+        (
+            lambda: cfg.use_attn_scale and abs(cfg.attn_scale - cfg.d_head**0.5) < 1e-9,
+            "attention is not scaled by sqrt(d_head)",
+        ),
+        (lambda: not cfg.use_local_attn and not getattr(cfg, "use_qk_norm", False), "local attention or QK norm"),
+    ]
+
+
+def first_failure(model, checks: list[tuple[Any, str]]) -> str | None:
+    """The reason of the first failing check (in order: later tests assume the earlier ones passed), then whether
+    the unembedding bias folds; None if all pass."""
+    for ok, reason in checks:
+        if not ok():
+            return reason
+    if fold_unembed_bias(model) is None:
+        cfg = model.cfg
+        return f"the unembedding bias cannot be folded into the final LayerNorm (d_vocab {cfg.d_vocab} > d_model " \
+               f"{cfg.d_model} or W_U rank-deficient)"
+    return None
+
+
+def why_not(model) -> str | None:
+    """None if `model` (a HookedTransformer) converts exactly to its Hugging Face form, else the reason."""
+    from .tiny import positional_of
+
+    positional = positional_of(model)
+    form = _forms().get(positional)
+    if form is None:
+        return ALIBI_REASON if positional == "alibi" else f"positions {positional!r} have no Hugging Face form"
+    return form.why_not(model)
+
+
+def fold_unembed_bias(model) -> Tensor | None:
+    """The final LayerNorm bias `b'` with `b' W_U = b W_U + b_U` (exact to FOLD_TOL), or None if there is none."""
+    return fold_bias(model.unembed.W_U, model.unembed.b_U, model.ln_final.b)
+
+
+def fold_bias(W_U: Tensor, b_U: Tensor, b: Tensor) -> Tensor | None:
+    """`b'` with `b' W_U = b W_U + b_U` for `W_U` [d_model, d_vocab], solved in float64; None if none is exact."""
+    dtype = b.dtype
+    W_U, b_U, b = (x.detach().double().cpu() for x in (W_U, b_U, b))
+    if not b_U.abs().max() > 0:
+        return b.to(dtype)
+    delta = torch.linalg.lstsq(W_U.T, b_U[:, None]).solution[:, 0]  # W_U^T delta = b_U
+    err = (delta @ W_U - b_U).abs().max()
+    if not err <= FOLD_TOL * max(1.0, float(b_U.abs().max())):
+        return None
+    return (b + delta).to(dtype)
+
+
+def token_ids(tokenizer: CharTokenizer | None) -> dict[str, int]:
+    """The special token ids a Hugging Face config records (none without a tokenizer)."""
+    if tokenizer is None:
+        return {}
+    return {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
+
+
+def to_hf(model, tokenizer: CharTokenizer | None = None):
+    """The Hugging Face model (float32, eval mode) with the weights of a convertible TransformerLens model."""
+    reason = why_not(model)
+    if reason is not None:
+        raise ValueError(f"this model has no exact Hugging Face form: {reason}")
+    from .tiny import positional_of
+
+    form = form_for(positional_of(model))
+    hf = form.hf_class()(form.hf_config(Sizes.of(model.cfg), tokenizer)).float().eval()
+    state = form.to_hf_state(model)
+    if "lm_head.weight" not in hf.state_dict() and "lm_head.weight" in state:  # older GPT-NeoX names it embed_out
+        state["embed_out.weight"] = state.pop("lm_head.weight")
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    if unexpected or [k for k in missing if not _is_buffer(k)]:
+        raise RuntimeError(f"{form.MODEL_TYPE} state mismatch: missing {missing}, unexpected {unexpected}")
+    return hf
+
+
+def _is_buffer(name: str) -> bool:
+    """Whether a state-dict entry is a non-learned buffer some transformers versions list (masks, rotary tables)."""
+    return "rotary" in name or "masked_bias" in name or name.endswith(".attn.bias")
+
+
+def hf_tokenizer(tokenizer: CharTokenizer | None, d_vocab: int = 0):
+    """A `PreTrainedTokenizerFast` with the same ids as `tokenizer` (one token per character), for `tokenizer.json`;
+    without one, `d_vocab` placeholder tokens (a TransformerBridge needs a tokenizer file to boot)."""
+    from tokenizers import Regex, decoders, pre_tokenizers
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers import models as tk_models
+    from transformers import PreTrainedTokenizerFast
+
+    if tokenizer is None:
+        stoi = {"<pad>": 0, "<bos>": 1, "<eos>": 2, **{f"<{i}>": i for i in range(3, d_vocab)}}
+    else:
+        stoi = dict(tokenizer.stoi)
+    raw = RawTokenizer(tk_models.WordLevel(stoi, unk_token="<pad>"))
+    raw.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    raw.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
+
+
+def save_hf(model, directory: Path, tokenizer: CharTokenizer | None, meta: dict[str, Any]) -> None:
+    """Write the Hugging Face checkpoint files of `model` (a HookedTransformer with a Hugging Face form, a
+    TransformerBridge, or a Hugging Face model) into `directory` (which exists and is empty)."""
+    from transformers.utils import logging as hf_logging
+
+    if getattr(model, "original_model", None) is not None:
+        # a TransformerBridge (no weight processing: the Hugging Face weights as they are)
+        hf = unwrap(model.original_model, _split_qkv_is_live(model))
+    elif hasattr(model, "config") and hasattr(model, "save_pretrained"):
+        hf = model  # already a Hugging Face model
+    else:
+        hf = to_hf(model, tokenizer)
+    if tokenizer is not None:
+        hf.config.update({KEY: {"version": VERSION, "tokenizer": tokenizer.to_dict(), "meta": meta}})
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        hf.save_pretrained(directory, safe_serialization=True)
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+    hf_tokenizer(tokenizer, hf.config.vocab_size).save_pretrained(directory)
+    mask = os.umask(0)
+    os.umask(mask)
+    for file in Path(directory).iterdir():  # some writers create 0600 files: give every file the umask's mode
+        os.chmod(file, 0o666 & ~mask)
+
+
+def _is_split(name: str) -> bool:
+    """Whether a (canonical) parameter name is one of the bridge's separate q, k, v projections."""
+    return (".attention." in name or ".attn." in name) and name.rsplit(".", 2)[-2] in ("q", "k", "v")
+
+
+def _split_qkv_is_live(bridge) -> bool:
+    """Whether the bridge computes attention with its separate q, k, v projections rather than the fused one
+    (GPT-NeoX's `query_key_value` on TransformerLens 3.9, GPT-2's `c_attn`): both exist as parameters, only one
+    gets a gradient."""
+    named = dict(bridge.original_model.named_parameters())
+    q = next((p for n, p in named.items() if (".attention.q." in n or ".attn.q." in n) and n.endswith("weight")), None)
+    fused = next((p for n, p in named.items()
+                  if ("query_key_value" in n or ".qkv." in n or "c_attn" in n) and n.endswith("weight")), None)
+    if q is None or fused is None:
+        return q is not None
+    flags = (q.requires_grad, fused.requires_grad)
+    q.requires_grad_(True)
+    fused.requires_grad_(True)
+    try:
+        with torch.enable_grad():
+            out = bridge(torch.zeros(1, 2, dtype=torch.long, device=q.device)).float().sum()
+            g_q, g_fused = torch.autograd.grad(out, [q, fused], allow_unused=True)
+    finally:
+        q.requires_grad_(flags[0])
+        fused.requires_grad_(flags[1])
+    return g_q is not None and (g_fused is None or g_q.abs().sum() > 0)
+
+
+def unwrap(wrapped, live_split: bool = False):
+    """A plain Hugging Face model with the weights of the one a TransformerBridge wraps.
+
+    The bridge replaces submodules by wrappers (`_original_component`, plus aliases such as `attn.q`), so the wrapped
+    model's state dict repeats every tensor under several names; the canonical name is the one a fresh model has.
+    Where the bridge trains separate q, k, v projections (`live_split`) they are fused back in the form's layout; an
+    unembedding bias the bridge added (TransformerLens 3.9) is folded into the final LayerNorm bias.
+    """
+    form = form_of_config(wrapped.config.to_dict())
+    fresh = type(wrapped)(wrapped.config).float().eval()
+    target = fresh.state_dict()
+    state, split = {}, {}
+    for name, tensor in wrapped.state_dict().items():
+        canon = name.replace("._original_component", "").replace("_original_component.", "")
+        if canon in target and canon not in state:
+            state[canon] = tensor.detach().cpu()
+        elif _is_split(canon) or canon == "lm_head.bias":
+            split[canon] = tensor.detach().cpu()
+    if split and live_split and form is not None:
+        for key in [k for k in split if k.endswith(".q.weight") or k.endswith(".q.bias")]:
+            stem, kind = key[: -len("q.weight" if key.endswith("weight") else "q.bias")], key.rsplit(".", 1)[-1]
+            parts = [split.get(f"{stem}{x}.{kind}") for x in "qkv"]
+            if all(x is not None for x in parts):
+                state[f"{stem}{form.FUSED_QKV}.{kind}"] = form.fuse_qkv(parts, kind, wrapped.config)
+    bias = split.get("lm_head.bias")
+    if bias is not None and "lm_head.bias" not in target and bias.abs().max() > 0:
+        head = state.get("lm_head.weight", state.get("embed_out.weight"))
+        folded = None if form is None else fold_bias(head.T, bias, state[form.FINAL_LN_BIAS])
+        if folded is None:
+            raise ValueError("the bridge's trained unembedding bias cannot be folded into the final LayerNorm bias")
+        state[form.FINAL_LN_BIAS] = folded
+    missing = [k for k in target if k not in state and not _is_buffer(k)]
+    if missing:
+        raise ValueError(f"cannot recover the Hugging Face weights of this TransformerBridge (missing {missing[:3]})")
+    fresh.load_state_dict(state, strict=False)
+    return fresh
+
+
+def is_aspan_hf(config: dict[str, Any]) -> bool:
+    """Whether a config.json is an aspan tiny model in one of its Hugging Face forms."""
+    return isinstance(config.get(KEY), dict) and form_of_config(config) is not None
+
+
+def tl_config(config: dict[str, Any], device: str | None):
+    """The TransformerLens config of an aspan Hugging Face checkpoint (the tiny model's config, read back)."""
+    from transformer_lens import HookedTransformerConfig
+
+    form = form_of_config(config)
+    s = form.sizes_of_config(config)
+    return HookedTransformerConfig(
+        n_layers=s.n_layers, d_model=s.d_model, n_ctx=s.n_ctx, d_head=s.d_model // s.n_heads, n_heads=s.n_heads,
+        d_mlp=s.d_mlp, d_vocab=s.d_vocab, act_fn="gelu", normalization_type="LN", eps=s.eps, **form.pos_cfg(s),
+        default_prepend_bos=False, device=device, init_weights=False,
+    )
+
+
+def from_hf_state(state: dict[str, Tensor], config: dict[str, Any], cfg) -> dict[str, Tensor]:
+    """TransformerLens weights from an aspan Hugging Face checkpoint's (`b_U` is zero: it lives in the final
+    LayerNorm bias)."""
+    out = form_of_config(config).from_hf_state(state, cfg)
+    head = out["unembed.W_U"]
+    out["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=head.dtype)
+    return {k: v.contiguous() for k, v in out.items()}
+
+
+def read_state(path: Path) -> dict[str, Tensor]:
+    """The safetensors weights of a checkpoint directory (ValueError naming the file if unreadable)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    file = path / "model.safetensors"
+    if not file.is_file():
+        raise ValueError(f"{file}: missing")
+    try:
+        return load_file(str(file), device="cpu")
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise ValueError(f"{file}: corrupt or truncated safetensors file ({e})") from None
+
+
+def aspan_entry(path: Path, config: dict[str, Any]) -> tuple[CharTokenizer, dict[str, Any]]:
+    """The character tokenizer and metadata stored in an aspan Hugging Face checkpoint's config.json."""
+    entry = config[KEY]
+    try:
+        return CharTokenizer.from_dict(entry["tokenizer"]), dict(entry.get("meta", {}))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path / 'config.json'}: invalid {KEY!r} entry ({type(e).__name__}: {e})") from None
+
+
+def dumps_config(config: dict[str, Any]) -> str:
+    return json.dumps(config, indent=2, sort_keys=True)
+
+
+def tiny_bridge(sizes: Sizes, positional: str, seed: int, device: str, tokenizer: CharTokenizer | None = None):
+    """The tiny model (LayerNorm, gelu, sequential residual; `positional` rotary, none or learned) as a fresh Hugging
+    Face model of its form inside a TransformerBridge: what `models.tiny` builds on TransformerLens 4, where
+    HookedTransformer no longer exists. Initialised at TransformerLens's scale (0.8 / sqrt(d_model))."""
+    import tempfile
+
+    from .loaded import bridge
+
+    form = form_for(positional)
+    config = form.hf_config(sizes, None)
+    config.initializer_range = 0.8 / sizes.d_model**0.5
+    with torch.random.fork_rng():  # seeded init without touching the caller's global RNG state
+        torch.manual_seed(seed)
+        hf = form.hf_class()(config).float().eval()
+    with tempfile.TemporaryDirectory(prefix="aspan-tiny-") as tmp:
+        save_hf(hf, Path(tmp), tokenizer, {})
+        return bridge(tmp, device)
