@@ -575,6 +575,10 @@ def _checkpoint(run: _Run, step: int) -> None:
     if run.opts.out_dir is not None and run.main:
         state = {"step": step, "optimizer": run.opt.state_dict(), "scheduler": run.sched.state_dict(),
                  "rng": _rng_state(), "config": asdict(run.config)}
+        if getattr(run.model, "original_model", None) is not None:
+            # a TransformerBridge: its Hugging Face form is the same function, but on TransformerLens 3.9 not the same
+            # parameters (the unembedding bias it adds is folded away), so resuming copies these instead
+            state["parameters"] = [p.detach().cpu() for p in run.model.parameters()]
         _save_checkpoint(run.opts.out_dir, run.model, run.tokenizer, state, {**run.opts.meta, "step": step})
 
 
@@ -601,11 +605,10 @@ def check_resume(ckpt: Path, config: TrainConfig, meta: dict | None, model) -> N
     """ValueError naming the first setting of this run that differs from the checkpoint's: a resumed run must be the
     run it continues (same training settings, task, data, initialisation and architecture), or it would record
     settings it never trained with."""
-    from .models.checkpoint import cfg_to_dict
+    from .models.checkpoint import architecture, saved_info
 
     try:
-        saved = json.loads((ckpt / "config.json").read_text())
-        saved_meta, saved_model = saved["meta"], saved["model"]
+        saved_meta, saved_model = saved_info(ckpt)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"cannot resume: {ckpt / 'config.json'} is unreadable ({type(e).__name__}: {e})") from None
     as_json = lambda d: json.loads(json.dumps(d, default=str))  # noqa: E731  (tuples as lists, like the saved file)
@@ -613,7 +616,7 @@ def check_resume(ckpt: Path, config: TrainConfig, meta: dict | None, model) -> N
     pairs = [(f"--{k.replace('_', '-')}", old.get(k), v) for k, v in new.items() if k not in RESUME_FREE and k in old]
     pairs += [(f"run setting {k!r}", saved_meta.get(k), v) for k, v in as_json(meta or {}).items()
               if k not in ("step", "train_config", "trainable_parameters")]
-    current = cfg_to_dict(model.cfg)
+    current = architecture(model)
     pairs += [(f"model {k}", saved_model.get(k), current.get(k)) for k in ARCHITECTURE
               if k in saved_model or k in current]
     for what, before, now in pairs:
@@ -636,9 +639,11 @@ def _load_state(ckpt: Path, run: _Run) -> int:
         if saved.get(key) != getattr(run.config, key):
             raise ValueError(f"cannot resume {ckpt}: it was trained with {key}={saved.get(key)!r}, "
                              f"now {getattr(run.config, key)!r}")
-    loaded = models.load(ckpt, device=str(run.device)).model
+    params = state.get("parameters")  # a bridge's exact parameters
+    if params is None:
+        params = list(models.load(ckpt, device=str(run.device), backend="hooked").model.parameters())
     with torch.no_grad():
-        for p, q in zip(run.model.parameters(), loaded.parameters()):
+        for p, q in zip(run.model.parameters(), params, strict=True):
             p.copy_(q)
     run.opt.load_state_dict(state["optimizer"])
     run.sched.load_state_dict(state["scheduler"])

@@ -101,6 +101,7 @@ def data_task(path: str, data: list, task: str | None) -> str | None:
 def _resumes(out: Path, config) -> list[dict]:
     """The resumes recorded in `out/run.json` so far, plus this one (the step it continues from, and the run length
     before and now), so run.json says truthfully how the run was made; [] when there is nothing to resume."""
+    from aspan.models.checkpoint import saved_info
     from aspan.training import latest_checkpoint
 
     ckpt = latest_checkpoint(out)
@@ -110,7 +111,7 @@ def _resumes(out: Path, config) -> list[dict]:
         before = json.loads((out / "run.json").read_text())
     except (OSError, ValueError):
         before = {}
-    saved = json.loads((ckpt / "config.json").read_text()).get("meta", {})
+    saved = saved_info(ckpt)[0]
     old = saved.get("train_config", {})
     return [*before.get("resumes", []), {"from_step": saved.get("step"), "steps_before": old.get("steps"),
                                          "epochs_before": old.get("epochs"), "steps": config.steps,

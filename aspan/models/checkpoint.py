@@ -64,9 +64,11 @@ def save(
     `hf=False` forces the latter (exact parameters, e.g. for resuming training). Files are written to a temporary
     directory beside the target, then moved in (`aspan.io.atomic_dir`).
     """
-    if getattr(model, "original_model", None) is not None:  # a TransformerBridge: its Hugging Face model as it is
-        if hf is False or not isinstance(tokenizer, CharTokenizer):
-            raise ValueError("a TransformerBridge saves as a Hugging Face checkpoint with a character tokenizer")
+    if getattr(model, "original_model", None) is not None:
+        # a TransformerBridge: its Hugging Face model as it is, which `hf=False` asks for too (the weights it trains;
+        # on TransformerLens 3.9 the bridge's added unembedding bias is folded into the final LayerNorm bias)
+        if not isinstance(tokenizer, CharTokenizer):
+            raise ValueError("a TransformerBridge saves as a Hugging Face checkpoint: it needs a character tokenizer")
         with atomic_dir(Path(directory)) as tmp:
             hfform.save_hf(model, tmp, tokenizer, clean(meta))
         return Path(directory)
@@ -110,6 +112,26 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ValueError(f"{file}: expected a JSON object, got {type(config).__name__}")
     return config
+
+
+def saved_info(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(meta, architecture) of a checkpoint directory in either format: its free metadata and its model's
+    TransformerLens config fields (ValueError naming the file if unreadable)."""
+    config = _read_config(Path(path))
+    if hfform.is_aspan_hf(config):
+        return dict(config[hfform.KEY].get("meta", {})), hfform.tl_fields(config)
+    return config["meta"], config["model"]
+
+
+def architecture(model) -> dict[str, Any]:
+    """The TransformerLens config fields of a model, as `saved_info` gives them: a TransformerBridge's from its Hugging
+    Face config (its own `cfg` leaves out, e.g., the rotary dimension)."""
+    original = getattr(model, "original_model", None)
+    if original is not None:
+        config = original.config.to_dict()
+        if hfform.form_of_config(config) is not None:
+            return hfform.tl_fields(config)
+    return cfg_to_dict(model.cfg)
 
 
 def _tokenizer_from_dict(d: dict[str, Any], base_dir: Path) -> Tokenizer:

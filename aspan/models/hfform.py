@@ -307,17 +307,21 @@ def is_aspan_hf(config: dict[str, Any]) -> bool:
     return isinstance(config.get(KEY), dict) and form_of_config(config) is not None
 
 
+def tl_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The TransformerLens config fields of an aspan Hugging Face config (what a HookedTransformer of it has, and what
+    a resumed training run compares)."""
+    form = form_of_config(config)
+    s = form.sizes_of_config(config)
+    return dict(n_layers=s.n_layers, d_model=s.d_model, n_ctx=s.n_ctx, d_head=s.d_model // s.n_heads,
+                n_heads=s.n_heads, d_mlp=s.d_mlp, d_vocab=s.d_vocab, act_fn="gelu", normalization_type="LN", eps=s.eps,
+                n_key_value_heads=None, **form.pos_cfg(s))
+
+
 def tl_config(config: dict[str, Any], device: str | None):
     """The TransformerLens config of an aspan Hugging Face checkpoint (the tiny model's config, read back)."""
     from transformer_lens import HookedTransformerConfig
 
-    form = form_of_config(config)
-    s = form.sizes_of_config(config)
-    return HookedTransformerConfig(
-        n_layers=s.n_layers, d_model=s.d_model, n_ctx=s.n_ctx, d_head=s.d_model // s.n_heads, n_heads=s.n_heads,
-        d_mlp=s.d_mlp, d_vocab=s.d_vocab, act_fn="gelu", normalization_type="LN", eps=s.eps, **form.pos_cfg(s),
-        default_prepend_bos=False, device=device, init_weights=False,
-    )
+    return HookedTransformerConfig(**tl_fields(config), default_prepend_bos=False, device=device, init_weights=False)
 
 
 def from_hf_state(state: dict[str, Tensor], config: dict[str, Any], cfg) -> dict[str, Tensor]:

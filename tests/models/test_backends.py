@@ -75,6 +75,34 @@ def test_nope_stays_without_positions_when_trained_on_the_bridge(tmp_path, tok, 
         assert positional_params and not torch.allclose(seen["p"][0], uniform, atol=1e-3)
 
 
+@pytest.mark.parametrize("positional", ["rotary", "learned", "none"])
+def test_a_bridge_run_checkpoints_and_resumes_to_the_same_model(tmp_path, tok, positional):
+    """Training checkpoints of a bridge are its Hugging Face form; resuming from one continues the same run (the same
+    function: on TransformerLens 3.9 the bridge's added unembedding bias comes back folded)."""
+    task = tasks.get("reversal", length=(1, 3), charset="abcd")
+    cfg = TrainConfig.scratch(steps=6, batch_size=8, lr=3e-3, warmup=2, log_every=1, eval_every=0, ckpt_every=3)
+    tokens = make_batch(task.generate(8, seed=1), tok).tokens
+    straight = train(_bridge(tok, positional, tmp_path / "s"), tok, task, cfg, out_dir=tmp_path / "a", progress=False)
+    half = train(_bridge(tok, positional, tmp_path / "h"), tok, task, cfg, out_dir=tmp_path / "b", progress=False,
+                 stop_after=3)
+    assert (tmp_path / "b" / "checkpoints" / "step-00000003" / "tokenizer.json").is_file()  # a Hugging Face form
+    with torch.no_grad():
+        assert not torch.allclose(half.model(tokens), straight.model(tokens), atol=1e-3)
+    resumed = train(_bridge(tok, positional, tmp_path / "r"), tok, task, cfg, out_dir=tmp_path / "b", resume=True,
+                    progress=False)
+    final = models.load(tmp_path / "b", device="cpu", backend="bridge")
+    assert final.meta["step"] == 6 and models.positional_of(final.model) == positional
+    with torch.no_grad():
+        want = straight.model(tokens)
+        torch.testing.assert_close(resumed.model(tokens), want, atol=1e-4, rtol=0)
+        torch.testing.assert_close(final.model(tokens), want, atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="cannot resume .* model n_layers = 2, now 1"):
+        small = models.tiny(tok, n_layers=1, n_heads=4, d_model=80, n_ctx=64, device="cpu", positional=positional)
+        train(small if not models.has_hooked() else models.load(models.save(small, tmp_path / "1", tok),
+                                                                  device="cpu", backend="bridge").model,
+              tok, task, cfg, out_dir=tmp_path / "b", resume=True, progress=False)
+
+
 def test_tiny_builds_each_encoding_with_a_form_and_names_why_alibi_has_none(tok):
     for positional in ("rotary", "learned", "none"):
         model = models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu", positional=positional)
