@@ -334,6 +334,8 @@ def checkpoint_dims(model: str) -> tuple[int, int] | None:
         c = json.loads(file.read_text())
         if "model" in c and isinstance(c["model"], dict):  # aspan checkpoint
             return int(c["model"]["n_layers"]), int(c["model"]["n_heads"])
+        if "n_layer" in c:  # a GPT-2 config (learned-position tiny models) keeps GPT-2's own names
+            return int(c["n_layer"]), int(c["n_head"])
         return int(c["num_hidden_layers"]), int(c["num_attention_heads"])  # Hugging Face config
     except (ValueError, KeyError, TypeError):
         return None  # the loader reports a corrupt checkpoint with its own clear error

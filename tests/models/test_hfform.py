@@ -187,3 +187,9 @@ def test_shipped_checkpoint_on_both_backends_matches_the_tl_parameters(tok):
     for backend in ("hooked", "bridge"):
         other = models.load("reversal", device="cpu", backend=backend).model
         torch.testing.assert_close(_logprobs(other, b), reference, atol=1e-4, rtol=0)
+
+
+def test_a_sweep_reads_the_model_dimensions_of_every_form(checkpoint):
+    from aspan.experiments.sweep import checkpoint_dims
+
+    assert checkpoint_dims(str(checkpoint)) == (2, 4)
