@@ -20,7 +20,7 @@ from hooks._validate import check_heads
 
 from ..checks import check_device, check_offsets
 from ..io import read_toml
-from ..options import CONVENTIONS, MODES, RANK_KEYS
+from ..options import CONVENTIONS, EOS_REFS, MODES, RANK_KEYS
 from .engine import (
     ID_BUDGET,
     METHODS,
@@ -41,7 +41,7 @@ __all__ = ["SweepConfig", "grid", "parse_shard", "report_selection", "run_sweep"
 
 TOP_KEYS = {
     "model", "task", "split", "task_params", "id_params", "n_samples", "seeds", "batch_size", "mode", "method",
-    "strengths", "thresholds", "renormalize", "deltas", "delta", "device", "heads", "gates",
+    "strengths", "thresholds", "renormalize", "deltas", "delta", "device", "heads", "gates", "eos",
 }
 HEAD_KEYS = {"top", "fraction", "list", "by", "rank_samples", "rank_seed", "rank_delta", "rank_params", "convention"}
 BUILTIN_MODELS = ("smollm2",)
@@ -70,6 +70,7 @@ class SweepConfig:
     modes: tuple[str, ...] = ("teacher",)
     methods: tuple[str, ...] = ("reinforce",)  # intervention methods of the engine's registry
     gates: tuple[str | None, ...] = (None,)  # failure gates: None, "beyond", "below:TAU" (engine.parse_gate)
+    eos: tuple[str, ...] = ("none",)  # end-of-sequence row: left alone, or "extrapolate" (engine.edit_refs)
     thresholds: tuple[float | None, ...] = (None,)
     renormalize: tuple[bool, ...] = (False,)
     deltas: tuple[int, ...] = (0,)
@@ -192,9 +193,14 @@ def _grid_settings(raw: dict[str, Any]) -> dict[str, Any]:
             parse_gate(g)
         except ValueError as e:
             raise ValueError(f"sweep config: gates: {e}") from None
+    eos = tuple(_str(e, "eos") for e in _list(raw.get("eos", ["none"]), "eos"))
+    for e in eos:
+        if e not in EOS_REFS:
+            raise ValueError(f"sweep config: eos: must be one of {', '.join(EOS_REFS)}, got {e!r}")
     return {"strengths": tuple(_number(c, "strengths", minimum=0.0) for c in _nonempty(raw["strengths"], "strengths")),
             "deltas": deltas, "thresholds": _dedup(thresholds), "modes": _dedup(modes), "methods": _dedup(methods),
-            "renormalize": _dedup(tuple(renorm)), "gates": _dedup(tuple(None if g == "none" else g for g in gates))}
+            "renormalize": _dedup(tuple(renorm)), "gates": _dedup(tuple(None if g == "none" else g for g in gates)),
+            "eos": _dedup(eos)}
 
 
 def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
@@ -237,10 +243,10 @@ def grid(config: SweepConfig) -> list[dict[str, Any]]:
     data = config.data()
     rank = Ranking(config.rank_by, config.rank_samples, config.rank_seed, config.rank_params, config.rank_convention)
     axes = (config.selections(), config.methods, config.strengths, config.thresholds, config.renormalize,
-            config.deltas, config.modes, config.seeds, config.gates)
+            config.deltas, config.modes, config.seeds, config.gates, config.eos)
     return [point(data, config.model, sel, strength, method=method, threshold=thr, renormalize=renorm, delta=delta,
-                  mode=mode, seed=seed, rank=rank, rank_delta=config.rank_delta, gate=gate)
-            for sel, method, strength, thr, renorm, delta, mode, seed, gate in itertools.product(*axes)]
+                  mode=mode, seed=seed, rank=rank, rank_delta=config.rank_delta, gate=gate, eos=eos)
+            for sel, method, strength, thr, renorm, delta, mode, seed, gate, eos in itertools.product(*axes)]
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -386,14 +392,17 @@ def report_selection(config: SweepConfig, rows: pd.DataFrame, out_path: str | Pa
 
 
 def _same_setting(p: dict[str, Any], row: dict[str, Any]) -> bool:
+    """Whether grid point `p` is the setting of a `summary_table` row (which writes "none" for unset options)."""
     thr = None if row["threshold"] == "none" else row["threshold"]
     return all(p[c] == row[c] for c in ("mode", "heads", "strength", "renormalize", "delta", "method")) and \
-        p["threshold"] == thr
+        p["threshold"] == thr and p.get("gate", "none") == row.get("gate", "none") and \
+        p.get("eos", "none") == row.get("eos", "none")
 
 
 # --- tables and figures -------------------------------------------------------------------------------------
 
-SETTING_COLUMNS = ["mode", "method", "heads", "n_heads", "strength", "threshold", "renormalize", "delta", "gate"]
+SETTING_COLUMNS = ["mode", "method", "heads", "n_heads", "strength", "threshold", "renormalize", "delta", "gate",
+                   "eos"]
 METRICS = ["exact", "partial", "attn_rollout_sample", "attn_rollout_raw", "attn_heads_sample", "attn_heads_raw",
            "baseline_exact", "baseline_partial", "baseline_attn_rollout_sample", "baseline_attn_rollout_raw",
            "id_exact", "id_partial", "id_baseline_exact", "id_baseline_partial"]
@@ -409,7 +418,10 @@ def summary_table(rows: pd.DataFrame, set_name: str = "selection") -> pd.DataFra
         return pd.DataFrame(columns=SETTING_COLUMNS)
     r = rows.assign(threshold=rows.threshold.astype(object).where(rows.threshold.notna(), "none"))
     gate = r["gate"] if "gate" in r else pd.Series(None, index=r.index, dtype=object)
-    r = r.assign(gate=gate.astype(object).where(gate.notna(), "none"))  # ungated points store no gate
+    eos = r["eos"] if "eos" in r else pd.Series(None, index=r.index, dtype=object)
+    # ungated points store no gate, and points that leave the EOS row alone no eos
+    r = r.assign(gate=gate.astype(object).where(gate.notna(), "none"),
+                 eos=eos.astype(object).where(eos.notna(), "none"))
     g = r.groupby(SETTING_COLUMNS, dropna=False, sort=False)
     out = g[METRICS].mean().join(g.seed.nunique().rename("seeds")).join(g.n.sum().rename("n")).reset_index()
     out["gain_exact"] = out.exact - out.baseline_exact

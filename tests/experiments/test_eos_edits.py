@@ -153,3 +153,31 @@ def test_search_points_offer_both_treatments_of_the_eos_row():
     strip = lambda p: [{k: v for k, v in a.items() if k != "eos"} for a in p["atoms"]]  # noqa: E731
     assert sorted(map(str, map(strip, added))) == sorted(map(str, map(strip, before)))  # one twin per edit
     assert len({E.settings_key(p) for p in both}) == len(both)
+
+
+def test_sweep_configs_take_eos_as_a_grid_axis():
+    """`eos = ["none", "extrapolate"]` doubles the grid; "none" points keep the keys of a config without the axis;
+    the seed-averaged table keeps the two apart and the held-out evaluation takes only the chosen one (and its
+    gate)."""
+    from aspan.experiments.sweep import SweepConfig, _same_setting, grid, summary_table
+
+    raw = {"model": "reversal", "task": "reversal", "strengths": [1.0], "method": ["patch"],
+           "gates": ["none", "beyond"], "heads": {"list": [[1, 7]]}, "n_samples": 4, "seeds": [0, 1]}
+    plain = grid(SweepConfig.from_dict(raw))
+    both = grid(SweepConfig.from_dict({**raw, "eos": ["none", "extrapolate"]}))
+    assert len(both) == 2 * len(plain) == 8
+    assert {E.settings_key(p) for p in plain} == {E.settings_key(p) for p in both if "eos" not in p}
+    metrics = {m: 0.5 for m in ("attn_rollout_sample", "attn_rollout_raw", "attn_heads_sample", "attn_heads_raw",
+                                "baseline_attn_rollout_sample", "baseline_attn_rollout_raw", "id_partial",
+                                "id_baseline_partial", "partial", "baseline_partial")}
+    rows = pd.DataFrame([{**p, **metrics, "n_heads": 1, "n": 4, "baseline_exact": 0.0, "id_baseline_exact": 1.0,
+                          "exact": 0.75 if p.get("eos") and not p.get("gate") else 0.25, "id_exact": 1.0}
+                         for p in both])
+    table = summary_table(rows)
+    assert len(table) == 4 and set(table.eos) == {"none", "extrapolate"} and set(table.gate) == {"none", "beyond"}
+    best = E.select(table).row
+    assert (best["eos"], best["gate"]) == ("extrapolate", "none")
+    chosen = [p for p in both if _same_setting(p, best)]
+    assert len(chosen) == 2 and all(p["eos"] == "extrapolate" and "gate" not in p for p in chosen)  # one per seed
+    with pytest.raises(ValueError, match="sweep config: eos"):
+        SweepConfig.from_dict({**raw, "eos": ["sometimes"]})
