@@ -148,7 +148,8 @@ def point(data: Data, model: str, heads: str, strength: float, **kw: Any) -> dic
     """A grid point (settings dict). `heads` is `top:N`, `fraction:F` or `list:L.H,L.H`; `kw` sets method
     ("reinforce"), delta (0), threshold (None), renormalize (False), mode ("teacher"), seed (0), set
     ("selection"), gate (None: see `parse_gate`; stored only when set, so ungated points keep their keys), eos
-    ("none" or "extrapolate", see `edit_refs`; stored only when "extrapolate", for the same reason),
+    ("none" or "extrapolate": `edit_refs`, which the built-in methods use; stored only when "extrapolate", for the
+    same reason),
     rank (a `Ranking`, needed by top/fraction selections; its delta defaults to the point's)."""
     rank: Ranking | None = kw.pop("rank", None)
     rank_delta = kw.pop("rank_delta", None)
