@@ -2,7 +2,8 @@
 leaves the EOS row alone on every atom, and its version that extrapolates the EOS row on every atom, on the demo's
 held-out OOD set (seed 3) and held-out ID set (seed 4): exact and per-token accuracy, the share of samples with every
 target character right, and EOS accuracy overall and per input length; and, unedited, the mean attention of each
-selected layer-1 head at the EOS row on columns 0-3 (BOS and the first three characters).
+selected layer-1 head at the EOS row on columns 0-3 (BOS and the first three characters); and the paired held-out
+OOD comparison of the selected edit with its twin (samples made exact, samples lost, two-sided sign test).
 
     python results/causal_demo/eos_twins.py RUN_DIR OUT.json     # RUN_DIR: an `aspan demo --samples 200` run
 """
@@ -13,6 +14,7 @@ import json
 import sys
 
 import torch
+from scipy.stats import binomtest
 
 from aspan import evaluation, models, tasks
 from aspan.batching import make_batch
@@ -25,7 +27,8 @@ def measure(model, tok, samples, atoms) -> dict:
     res = evaluation.evaluate(model, tok, samples, fwd_hooks=fwd, attn=False)
     rec, summary = res.records, res.summary()
     eos = rec[rec.eos]
-    return {"exact": summary["exact"], "partial": summary["partial"], "eos_accuracy": float(eos.correct.mean()),
+    return {"per_sample_exact": [bool(x) for x in rec.groupby("sample_id").correct.all()],
+            "exact": summary["exact"], "partial": summary["partial"], "eos_accuracy": float(eos.correct.mean()),
             "all_chars_right": float(rec[~rec.eos].groupby("sample_id").correct.all().mean()),
             "eos_accuracy_by_length": {int(k): float(v) for k, v in eos.groupby("length").correct.mean().items()}}
 
@@ -60,6 +63,13 @@ def main(run: str, out: str) -> None:
     result = {"selected_edit": describe(selected)}
     for name, atoms in variants.items():
         result[name] = {s: measure(model, tok, samples, atoms) for s, samples in sets.items()}
+    x, y = (result[k]["held_out_ood"]["per_sample_exact"] for k in ("selected", "EOS row left alone"))
+    for name in variants:  # per-sample flags only feed the paired comparison
+        for per_set in result[name].values():
+            per_set.pop("per_sample_exact")
+    gained, lost = sum(a and not b for a, b in zip(x, y)), sum(b and not a for a, b in zip(x, y))
+    result["paired_selected_vs_left_alone"] = {"gained": gained, "lost": lost,
+                                               "sign_test_p": binomtest(gained, gained + lost).pvalue}
     layer1 = [h for h, _ in selected if h[0] == 1]
     result["eos_row_attention_columns_0_3"] = {s: eos_row_attention(model, tok, samples, layer1)
                                                for s, samples in sets.items()}
