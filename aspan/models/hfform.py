@@ -21,16 +21,21 @@ Why ALiBi has no exact form (transformers 5.23, against TransformerLens's ALiBi 
 GELU, biases in attention and MLP, `q.k / sqrt(d_head) + m_h (j - i)` with Press et al. (2022)'s slopes, no embedding
 LayerNorm). The only causal LMs with ALiBi in transformers 5.23 are Bloom, Falcon and MPT (TransformerLens 4.3's
 bridge has adapters for all three), and none computes that network:
-- Bloom (`models/bloom/modeling_bloom.py`): its attention would match (`alibi.baddbmm(q, k, beta=1,
-  alpha=1/sqrt(head_dim))`, the bias unscaled; slope x key position differs from `m (j - i)` by a per-row constant
-  softmax ignores), but `BloomModel.forward` always applies `word_embeddings_layernorm` to the embeddings, and the MLP
+- Bloom (`models/bloom/modeling_bloom.py`): its attention would match for a power-of-two head count
+  (`alibi.baddbmm(q, k, beta=1, alpha=1/sqrt(head_dim))`, the bias unscaled; slope x key position differs from
+  `m (j - i)` by a per-row constant softmax ignores; other head counts get interleaved slopes, not TransformerLens's
+  `2^(-8 h / n)`), but `BloomModel.forward` always applies `word_embeddings_layernorm` to the embeddings, and the MLP
   is hard-wired to the tanh GELU (`BloomMLP.gelu_impl = BloomGelu()` -> `bloom_gelu_forward`, `tanh(0.79788456 x
-  (1 + 0.044715 x^2))`), with no config switch for either.
-- Falcon (`models/falcon/modeling_falcon.py`, `alibi=True`): the bias is scaled with the scores, `attention_logits =
-  (attention_scores + alibi) * inv_norm_factor` (eager) and `alibi / sqrt(head_dim)` into the mask (SDPA), so the
-  slopes act divided by sqrt(d_head), and `build_alibi_tensor` rounds them through bfloat16.
+  (1 + 0.044715 x^2))`, up to 5e-4 from the erf GELU), with no config switch for either.
+- Falcon (`models/falcon/modeling_falcon.py`, `alibi=True`): `FalconModel.forward` puts `alibi / sqrt(head_dim)` into
+  the attention mask; with SDPA (the default) that is the whole bias, so the slopes act divided by sqrt(d_head); the
+  eager path adds the bias a second time (`attention_logits = (attention_scores + alibi) * inv_norm_factor`, then
+  the mask), 2 / sqrt(d_head) in all, which equals 1 only for d_head 4 and disagrees with SDPA there; and
+  `build_alibi_tensor` rounds the slopes through bfloat16.
 - MPT (`models/mpt/modeling_mpt.py`): no bias anywhere (`Wqkv`, `out_proj`, `up_proj`, `down_proj` are
   `bias=False`; `norm_1.bias = norm_2.bias = norm_f.bias = None`) and `d_mlp` fixed at 4 d_model.
+`tests/models/test_hfform.py` measures these (Falcon's effective ALiBi scale on both paths, Bloom's GELU, MPT's
+parameters) against TransformerLens's ALiBi pattern.
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ KEY = "aspan"  # the entry of config.json that holds the tokenizer and the metad
 VERSION = 2
 FOLD_TOL = 1e-5  # max |b' W_U - (b W_U + b_U)| allowed, relative to the largest logit bias
 ALIBI_REASON = ("ALiBi has no exact Hugging Face form TransformerLens 4 boots (Bloom: embedding LayerNorm and tanh "
-                "GELU; Falcon: bias scaled by 1/sqrt(d_head); MPT: no biases)")
+                "GELU; Falcon: ALiBi scaled by 1/sqrt(d_head); MPT: no biases)")
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,11 @@ def test_alibi_keeps_the_aspan_format_and_loads_hooked_only(tmp_path, tok):
         models.load(path, device="cpu", backend="bridge")
     with pytest.raises(ValueError, match="cannot save as a Hugging Face checkpoint: ALiBi"):
         models.save(alibi, tmp_path / "n", tok, hf=True)
+    with torch.no_grad():  # q = k = 0: TransformerLens's ALiBi pattern alone, m_h (j - i) unscaled
+        for name in ("W_Q", "b_Q", "W_K", "b_K"):
+            getattr(alibi.blocks[0].attn, name).zero_()
+        _, cache = alibi.run_with_cache(tokens)
+    torch.testing.assert_close(cache["pattern", 0][0], _alibi_pattern(2, 6, 1.0), atol=1e-6, rtol=0)
 
 
 def test_shipped_checkpoint_on_both_backends_matches_the_tl_parameters(tok):
@@ -193,3 +198,40 @@ def test_a_sweep_reads_the_model_dimensions_of_every_form(checkpoint):
     from aspan.experiments.sweep import checkpoint_dims
 
     assert checkpoint_dims(str(checkpoint)) == (2, 4)
+
+
+def _alibi_pattern(n_heads: int, n: int, scale: float) -> torch.Tensor:
+    """softmax over keys of scale * m_h (j - i), causal, with Press et al.'s slopes m_h = 2^(-8 (h+1) / n_heads)."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, n_heads + 1) / n_heads)
+    dist = (torch.arange(n)[None, :] - torch.arange(n)[:, None]).float()
+    return (scale * slopes[:, None, None] * dist).masked_fill(dist > 0, float("-inf")).softmax(-1)
+
+
+def test_the_alibi_models_of_transformers_are_not_transformerlens_alibi(monkeypatch):
+    """What hfform.ALIBI_REASON says, measured: Bloom's MLP is the tanh GELU and it normalises its embeddings; MPT has
+    no bias; Falcon (SDPA, its default) scales the ALiBi bias by 1/sqrt(d_head), and its eager path adds it twice."""
+    from transformers import BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM, MptConfig, MptForCausalLM
+
+    x = torch.linspace(-4, 4, 101)
+    bloom = BloomForCausalLM(BloomConfig(vocab_size=8, hidden_size=8, n_layer=1, n_head=2))
+    assert (bloom.transformer.h[0].mlp.gelu_impl(x) - torch.nn.functional.gelu(x)).abs().max() > 1e-4
+    assert isinstance(bloom.transformer.word_embeddings_layernorm, torch.nn.LayerNorm)
+    mpt = MptForCausalLM(MptConfig(vocab_size=8, d_model=8, n_layers=1, n_heads=2))
+    assert not [n for n, _ in mpt.named_parameters() if n.endswith("bias")]
+    masks = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda q, k, v, attn_mask=None, **kw: masks.append(attn_mask) or sdpa(q, k, v, attn_mask, **kw))
+    for impl in ("sdpa", "eager"):
+        falcon = FalconForCausalLM(FalconConfig(
+            vocab_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, alibi=True, bias=True,
+            new_decoder_architecture=False, parallel_attn=False, multi_query=False, attn_implementation=impl,
+            bos_token_id=None, eos_token_id=None)).eval()
+        with torch.no_grad():
+            falcon.transformer.h[0].self_attention.query_key_value.weight.zero_()  # q = k = 0: only the bias is left
+            falcon.transformer.h[0].self_attention.query_key_value.bias.zero_()
+            out = falcon(torch.zeros(1, 6, dtype=torch.long), output_attentions=impl == "eager")
+        pattern = masks[-1][0].softmax(-1) if impl == "sdpa" else out.attentions[0][0]
+        scale = (1.0 if impl == "sdpa" else 2.0) / 8**0.5  # d_head 8
+        torch.testing.assert_close(pattern, _alibi_pattern(2, 6, scale), atol=1e-6, rtol=0)
+        assert (pattern - _alibi_pattern(2, 6, 1.0)).abs().max() > 1e-3  # TransformerLens's ALiBi: scale 1
