@@ -180,7 +180,10 @@ def _bridged(sizes: dict[str, int], positional: str, seed: int, device: str | to
     for rotary or no positions, GPT-2 for learned ones; ValueError for ALiBi, which has no such form."""
     from .hfform import Sizes, form_for, tiny_bridge
 
-    form_for(positional)  # ValueError naming why ALiBi has no form, before any work
+    try:
+        form_for(positional)  # before any work
+    except ValueError as e:
+        raise ValueError(f"positional={positional!r} needs TransformerLens 3 (HookedTransformer): {e}") from None
     if sizes["d_head"] * sizes["n_heads"] != sizes["d_model"]:
         raise ValueError(f"TransformerLens 4 builds d_head = d_model / n_heads, got d_head={sizes['d_head']}")
     shape = Sizes(sizes["d_vocab"], sizes["n_layers"], sizes["n_heads"], sizes["d_model"], sizes["d_mlp"],
