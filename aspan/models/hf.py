@@ -196,7 +196,7 @@ def load_gguf(
     **adapter: Any,
 ) -> LoadedModel:
     """A `.gguf` file (dequantised to float32 by transformers; needs the `gguf` package), as a HookedTransformer
-    or as a TransformerBridge over the dequantised Hugging Face model (`backend`)."""
+    (`n_ctx` shortens its context) or as a TransformerBridge over the dequantised Hugging Face model (`backend`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .loaded import bridge, quiet_hf

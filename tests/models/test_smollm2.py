@@ -147,7 +147,8 @@ def test_the_same_reinforcement_changes_both_backends_logits_identically(smol, s
         edit = hooks.reinforce(HEADS, two.ref_mask, 2.0, delta=1, model=model)
         changes.append(_log_probs(model, two, edit) - _log_probs(model, two))
     assert changes[0].abs().max() > 1e-2  # the edit matters ...
-    torch.testing.assert_close(changes[1], changes[0], atol=1e-4, rtol=0)  # ... and the same on both
+    # ... and the same on both: the changes reach ~15 nats, the backends' log-probs differ by ~5e-5 before any edit
+    torch.testing.assert_close(changes[1], changes[0], atol=1e-4, rtol=1e-5)
 
 
 def test_both_backends_evaluate_alike(smol, smollm2_bridge, two):
