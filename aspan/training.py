@@ -35,7 +35,7 @@ from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
 from .io import append_line, atomic_write, write_jsonl, write_text
 from .models.tiny import check_context
-from .param_groups import Freezer, TrainOnly, group_masks, live_parameters, parse_train_only
+from .param_groups import Freezer, TrainOnly, group_masks, is_bridge, live_parameters, parse_train_only
 from .tasks.base import Sample, Task
 from .tokenization import Tokenizer
 
@@ -420,8 +420,7 @@ def train(
     opts = RunOptions(None if out_dir is None else Path(out_dir), eval_data, resume, fwd_hooks, progress,
                       stop_after, dict(meta or {}))
     run = _prepare(model, tokenizer, data, config or TrainConfig.scratch(), opts)
-    spec = parse_train_only(run.config.train_only)
-    run.freezer = Freezer(model, group_masks(model, spec)) if spec is not None else None
+    run.freezer = _freezer(model, parse_train_only(run.config.train_only))
     try:
         _setup_optimizer(run)
         _start(run)
@@ -431,6 +430,17 @@ def train(
         if run.freezer:
             run.freezer.close()
     return TrainResult(model, run.history, opts.out_dir)
+
+
+def _freezer(model, spec: TrainOnly | None) -> Freezer | None:
+    """What trains: the groups of `spec`; on a TransformerBridge without groups, every parameter it computes with
+    (its unused duplicate tensors frozen: they would get no gradient, which DistributedDataParallel rejects)."""
+    if spec is not None:
+        return Freezer(model, group_masks(model, spec))
+    if not is_bridge(model):
+        return None
+    live = live_parameters(model)
+    return Freezer(model, {n: torch.ones_like(p, dtype=torch.bool) for n, p in live.items() if p.requires_grad})
 
 
 def _prepare(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConfig, opts: RunOptions) -> _Run:

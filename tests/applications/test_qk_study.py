@@ -22,7 +22,7 @@ def test_quick_study_writes_a_complete_table(study):
     cfg = QKStudyConfig.quick()
     table = pd.read_csv(study / "table.csv")
     model = models.load("reversal", device="cpu").model
-    conds = conditions(cfg, model.cfg)
+    conds = conditions(cfg, model)
     want = {("none", "nan")} | {(c.name, "0.0") for c in conds if c.lrs}
     want |= {(c, "0.5") for c in cfg.replay_conditions}
     assert set(zip(table.condition, table.replay.fillna(-1).astype(str).replace("-1.0", "nan"))) == want
@@ -81,6 +81,6 @@ def test_gpu_config_parses_into_the_full_design():
     add_arguments(p)
     cfg = config_from_args(p.parse_args(["--out", "x", "--config", "configs/qk_study_gpu.toml"]))
     model = models.load("reversal", device="cpu").model
-    names = [c.name for c in conditions(cfg, model.cfg)]
+    names = [c.name for c in conditions(cfg, model)]
     assert names[:4] == ["none", "all", "attn", "qk"] and len(names) == 4 + 8 + 16  # every pair and every column
     assert cfg.buckets[-1] == (31, 50) and cfg.replay_conditions == ("*",) and len(cfg.seeds) == 5

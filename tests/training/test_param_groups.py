@@ -71,6 +71,8 @@ def changed_entries(spec: str, name: str, shape) -> torch.Tensor:
     }[spec]
 
 
+# HookedTransformer's names here; the bridge's: tests/training/test_param_groups_backends.py
+@pytest.mark.hooked
 @pytest.mark.parametrize("spec", ["qk", "qk-column:3,5", "qk-pair:1", "attn", "mlp", "embed", "all", "qk-pair:0,mlp",
                                   "qk,qk-column:2"])
 def test_each_group_changes_exactly_its_parameters(spec, capsys):
@@ -118,6 +120,7 @@ def rotary_partners(model, column: int) -> set[int]:
     return set(torch.nonzero(y[0, 1:, 0].abs().sum(0) > 1e-6).flatten().tolist())
 
 
+@pytest.mark.hooked  # through HookedTransformer's apply_rotary; the bridge's rotary: test_param_groups_backends.py
 @pytest.mark.parametrize("variant", ["default", "adjacent", "partial"])
 def test_pair_is_what_the_rotary_embedding_mixes(variant):
     model = tiny()

@@ -14,7 +14,14 @@ import torch
 
 from aspan import models, tasks
 from aspan.models import neox
-from aspan.param_groups import group_masks, live_parameters, pair_frequency, rotary_of, trainable_count
+from aspan.param_groups import (
+    group_masks,
+    live_parameters,
+    pair_columns,
+    pair_frequency,
+    rotary_of,
+    trainable_count,
+)
 from aspan.tokenization import CharTokenizer
 from aspan.training import TrainConfig, train
 
@@ -118,6 +125,31 @@ def test_bridge_masks_select_the_hooked_models_entries(checkpoint, spec):
     n, total = trainable_count(bridge, spec)
     assert n == sum(int(m.sum()) for m in view.values()) + (bias if spec == "all" else 0)
     assert total == sum(p.numel() for p in view.values()) + bias
+
+
+def test_pair_is_what_the_bridges_rotary_embedding_mixes(checkpoint):
+    """Through the wrapped Hugging Face model's own rotary embedding (its `apply_rotary_pos_emb`)."""
+    from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
+
+    bridge = bridge_of(checkpoint)
+    rot = rotary_of(bridge)
+    x = torch.zeros(1, 1, 6, DH)  # [batch, head, pos, d_head]
+    cos, sin = bridge.original_model.gpt_neox.rotary_emb(x, torch.arange(6)[None])
+
+    def partners(column: int) -> set[int]:
+        one = x.clone()
+        one[..., column] = 1.0
+        y, _ = apply_rotary_pos_emb(one, one, cos, sin)
+        return set(torch.nonzero(y[0, 0, 1:].abs().sum(0) > 1e-6).flatten().tolist())
+
+    for i in range(rot.dim // 2):
+        cols = pair_columns(bridge, i)
+        assert partners(cols[0]) == set(cols) == partners(cols[1])
+        assert math.acos(float(cos[0, 1, cols[0]])) == pytest.approx(pair_frequency(bridge, i), abs=1e-4)
+    assert sorted(c for i in range(rot.dim // 2) for c in pair_columns(bridge, i)) == list(range(rot.dim))
+    assert all(partners(c) == {c} for c in range(rot.dim, DH))
+    with pytest.raises(ValueError, match="out of range"):
+        pair_columns(bridge, rot.dim // 2)
 
 
 @pytest.mark.hooked

@@ -122,6 +122,7 @@ def test_schedule_warms_up_then_decays():
     assert all(x >= y for x, y in zip(lrs[9:], lrs[10:])) and lrs[-1] == pytest.approx(0.1, abs=1e-3)
 
 
+@pytest.mark.hooked  # HookedTransformer's names; the bridge's masks: tests/training/test_param_groups_backends.py
 def test_qk_column_trains_only_that_column(capsys):
     model = tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -195,9 +196,11 @@ def _ddp_worker(rank: int, world: int, init: str, out: str) -> None:
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     torch.set_num_threads(1)
+    model = tiny(seed=rank)  # built before the process group, as under torchrun (a bridge boots from files that
+    # transformers writes on rank 0 only once a group exists)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     try:
-        res = train(tiny(seed=rank), TOK, TASK, cfg(steps=3), progress=False)  # DDP broadcasts rank 0's weights
+        res = train(model, TOK, TASK, cfg(steps=3), progress=False)  # DDP broadcasts rank 0's weights
         losses = [r["loss"] for r in res.history if r["kind"] == "train"]
         torch.save({"state": res.model.state_dict(), "loss": losses}, f"{out}/rank{rank}.pt")
     finally:

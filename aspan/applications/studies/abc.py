@@ -27,7 +27,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
 
@@ -265,6 +265,27 @@ def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) 
     return ctx.write(row)
 
 
+def unavailable(cfg: AbcStudyConfig) -> dict[str, str]:
+    """{condition: why} for the conditions this environment cannot build: a TransformerBridge model needs a Hugging
+    Face form of its positional encoding (ALiBi has none here), and abs/abc need one of `bias_positional`. Probed
+    with a one-layer model per encoding, before any training."""
+    from ... import models
+
+    why: dict[str, str | None] = {}
+    out = {}
+    for condition in cfg.conditions:
+        positional = condition if condition in ("rotary", "learned", "alibi", "none") else cfg.bias_positional
+        if positional not in why:
+            try:
+                models.tiny(8, n_layers=1, n_heads=1, d_model=8, n_ctx=8, device="cpu", positional=positional)
+                why[positional] = None
+            except ValueError as e:
+                why[positional] = str(e)
+        if why[positional] is not None:
+            out[condition] = why[positional]
+    return out
+
+
 @dataclass
 class _Ctx:
     """State of one study run: settings, output directory, evaluation sets, rows so far, chosen learning rates."""
@@ -277,6 +298,7 @@ class _Ctx:
     shared: dict[str, Any]
     chosen: dict[tuple[str, str], float]
     bar: Any = None
+    missing: dict[str, str] = field(default_factory=dict)  # conditions this environment cannot build, and why
 
     def write(self, row: dict) -> dict:
         self.writer.write(row)
@@ -304,8 +326,10 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True) -> "p
     shared = {k: v for k, v in asdict(cfg).items() if k not in ("tasks", "conditions", "seeds", "lrs", "device")}
     writer = RowWriter(out / "runs.jsonl")
     rows = {r["key"]: r for r in read_rows(out / "runs.jsonl")}
-    ctx = _Ctx(cfg, out, sets, writer, rows, shared, {})
-    order = [c for c in CONDITIONS if c in cfg.conditions]  # rotary before abc
+    ctx = _Ctx(cfg, out, sets, writer, rows, shared, {}, missing=unavailable(cfg))
+    for condition, why in ctx.missing.items():
+        print(f"abc study: condition {condition} not run: {why}", file=sys.stderr)
+    order = [c for c in CONDITIONS if c in cfg.conditions and c not in ctx.missing]  # rotary before abc
     total = len(cfg.tasks) * len(order) * (len(cfg.lrs) + len(cfg.seeds) - 1)
     t0 = time.perf_counter()
     with tqdm(total=total, desc="abc study", disable=not progress, dynamic_ncols=True) as ctx.bar:
@@ -371,13 +395,14 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
                "seeds": g.seeds.iloc[0]}
         row.update({f"{n} digits": f"{m:.3f} ± {sd:.3f}" for n, m, sd in zip(g.digits, g.exact_mean, g.exact_sd)})
         wide.append(row)
-    run.write_json("summary.json", {"tables": {"exact accuracy (mean ± sd over seeds), held-out test sets": wide}})
+    run.write_json("summary.json", {"tables": {"exact accuracy (mean ± sd over seeds), held-out test sets": wide},
+                                    "not_run": ctx.missing})
     for name in ctx.cfg.tasks:
         run.figure(study_figure(table, name), f"abc_{name}")
     run.write_json("run.json", {
         "command": "study abc", "argv": sys.argv, "config": asdict(ctx.cfg), "wall_s_this_invocation": wall_s,
         "train_eval_s_all_rows": sum(r.get("wall_s", 0.0) for r in ctx.rows.values()),
-        "chosen_lr": {f"{t}/{c}": lr for (t, c), lr in ctx.chosen.items()},
+        "chosen_lr": {f"{t}/{c}": lr for (t, c), lr in ctx.chosen.items()}, "not_run": ctx.missing,
         "selection_rule": "per task and condition, the learning rate with the highest mean exact accuracy on the "
                           f"selection sets ({', '.join(map(str, ctx.cfg.select_buckets))} digits) at seed "
                           f"{ctx.cfg.seeds[0]}; reported on held-out test sets",

@@ -90,22 +90,24 @@ class Condition:
     frequency: float | None = None  # that pair's rotation frequency base^(-2i/rotary_dim), rad per position
 
 
-def conditions(cfg: QKStudyConfig, model_cfg) -> list[Condition]:
-    """The study's conditions for a model (pairs default to every rotary pair; indices are range-checked)."""
-    from ...param_groups import pair_columns, pair_frequency
+def conditions(cfg: QKStudyConfig, model) -> list[Condition]:
+    """The study's conditions for a model of either backend (pairs default to every rotary pair; indices are
+    range-checked)."""
+    from ...param_groups import pair_columns, pair_frequency, rotary_of
 
-    half = model_cfg.rotary_dim // 2 if model_cfg.positional_embedding_type == "rotary" else 0
+    half = rotary_of(model).dim // 2
     pairs = range(half) if cfg.pairs is None else cfg.pairs
     out = [Condition("none", None, ()), Condition("all", None, cfg.lr_large), Condition("attn", "attn", cfg.lr_large),
            Condition("qk", "qk", cfg.lr_qk)]
     for i in pairs:
-        pair_columns(model_cfg, i)
-        out.append(Condition(f"qk-pair:{i}", f"qk-pair:{i}", cfg.lr_small, i, pair_frequency(model_cfg, i)))
+        pair_columns(model, i)
+        out.append(Condition(f"qk-pair:{i}", f"qk-pair:{i}", cfg.lr_small, i, pair_frequency(model, i)))
+    d_head = model.cfg.d_head
     for c in cfg.columns:
-        if not 0 <= c < model_cfg.d_head:
-            raise ValueError(f"column {c} out of range: d_head is {model_cfg.d_head}")
-        i = next((i for i in range(half) if c in pair_columns(model_cfg, i)), None)
-        freq = None if i is None else pair_frequency(model_cfg, i)
+        if not 0 <= c < d_head:
+            raise ValueError(f"column {c} out of range: d_head is {d_head}")
+        i = next((i for i in range(half) if c in pair_columns(model, i)), None)
+        freq = None if i is None else pair_frequency(model, i)
         out.append(Condition(f"qk-column:{c}", f"qk-column:{c}", cfg.lr_small, i, freq))
     return out
 
@@ -140,7 +142,7 @@ def setup(cfg: QKStudyConfig, device: str = "cpu") -> Setup:
         models.check_context(model, t, tokenizer.offset)
     select = ft_task.generate(cfg.n_select, seed=cfg.select_seed)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return Setup(cfg, model, tokenizer, base, ft_task, id_task, select, report, conditions(cfg, model.cfg))
+    return Setup(cfg, model, tokenizer, base, ft_task, id_task, select, report, conditions(cfg, model))
 
 
 # ----------------------------------------------------------------------------------------------- one run
