@@ -24,8 +24,9 @@ Both backends. On a TransformerBridge the tensors that train are the wrapped Hug
 projections are `nn.Linear` weights `[(head d_head), d_model]`, so column C of head h is row h * d_head + C; the
 whole-tensor groups are the parameters of the bridge's `blocks.L.attn`, `blocks.L.mlp`, `embed` and `pos_embed`
 components. Tensors the bridge holds but does not compute with (GPT-NeoX's fused `query_key_value`, kept beside the
-split projections it runs) never train and are not counted. A group thus selects the same heads, columns and rotary
-pairs on either backend of one checkpoint.
+split projections it runs) never train and are not counted, nor does the zero unembedding bias TransformerLens 3.9's
+bridge adds (the Hugging Face model has none, so the bridge trains exactly the parameters it saves; the hooked model's
+`b_U` is in `all`). A group thus selects the same heads, columns and rotary pairs on either backend of one checkpoint.
 """
 from __future__ import annotations
 
@@ -183,13 +184,28 @@ class QKWeight:
         return m
 
 
+def added_unembed_bias(model) -> Tensor | None:
+    """The unembedding bias a TransformerBridge adds to a Hugging Face model that has none (TransformerLens 3.9 gives
+    it one of zeros), else None. The wrapped model's class, built on the meta device, says whether it has one."""
+    bias = getattr(getattr(getattr(model, "unembed", None), "original_component", None), "bias", None)
+    if bias is None or not is_bridge(model):
+        return None
+    orig = model.original_model
+    with torch.device("meta"):
+        fresh = type(orig)(orig.config)
+    return bias if getattr(fresh.get_output_embeddings(), "bias", None) is None else None
+
+
 def live_parameters(model) -> dict[str, Tensor]:
-    """{name: parameter} of the parameters the forward pass uses. A TransformerBridge also holds tensors it does
-    not compute with (GPT-NeoX's fused `query_key_value` beside the split q, k, v projections it runs): those are
-    found by one backward pass from a two-token input and left out, since training them would change nothing."""
+    """{name: parameter} of the parameters that train. A TransformerBridge also holds tensors it does not compute
+    with (GPT-NeoX's fused `query_key_value` beside the split q, k, v projections it runs), found by one backward
+    pass from a two-token input, and may add an unembedding bias its Hugging Face model has no slot for
+    (`added_unembed_bias`): both are left out, so a trained bridge saves exactly as its Hugging Face model."""
     named = dict(model.named_parameters())
     if not is_bridge(model):
         return named
+    added = added_unembed_bias(model)
+    named = {n: p for n, p in named.items() if p is not added}
     params = list(named.values())
     flags = [p.requires_grad for p in params]
     device = params[0].device

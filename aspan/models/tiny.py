@@ -176,16 +176,18 @@ def _hooked(sizes: dict[str, int], pos_cfg: dict, seed: int, device: str | torch
 
 def _bridged(sizes: dict[str, int], positional: str, seed: int, device: str | torch.device | None,
              vocab_size: int | Tokenizer):
-    """The tiny model of `sizes` as a fresh Hugging Face model inside a TransformerBridge (TransformerLens 4): GPT-NeoX
-    for rotary or no positions, GPT-2 for learned ones; ValueError for ALiBi, which has no such form."""
+    """The tiny model of `sizes` as a fresh Hugging Face model inside a TransformerBridge (TransformerLens 4, or the
+    bridge backend on 3.9): GPT-NeoX for rotary or no positions, GPT-2 for learned ones; ValueError for ALiBi, which
+    has no such form."""
     from .hfform import Sizes, form_for, tiny_bridge
 
     try:
         form_for(positional)  # before any work
     except ValueError as e:
-        raise ValueError(f"positional={positional!r} needs TransformerLens 3 (HookedTransformer): {e}") from None
+        raise ValueError(f"positional={positional!r} needs the hooked backend (HookedTransformer, TransformerLens 3): "
+                         f"{e}") from None
     if sizes["d_head"] * sizes["n_heads"] != sizes["d_model"]:
-        raise ValueError(f"TransformerLens 4 builds d_head = d_model / n_heads, got d_head={sizes['d_head']}")
+        raise ValueError(f"the bridge backend builds d_head = d_model / n_heads, got d_head={sizes['d_head']}")
     shape = Sizes(sizes["d_vocab"], sizes["n_layers"], sizes["n_heads"], sizes["d_model"], sizes["d_mlp"],
                   sizes["n_ctx"], rotary_fraction=0.0 if positional == "none" else 1.0)
     tok = None if isinstance(vocab_size, int) else vocab_size
@@ -221,7 +223,10 @@ def tiny(
     if task is not None:
         check_context(n_ctx, task, offset)
     d_mlp = 4 * d_model if d_mlp is None else d_mlp
-    if not has_hooked():  # TransformerLens 4: the same network in its Hugging Face form inside a TransformerBridge
+    from .checkpoint import default_backend
+
+    # TransformerLens 4, or ASPAN_BACKEND=bridge: the same network in its Hugging Face form inside a TransformerBridge
+    if default_backend() == "bridge":
         return _bridged(dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head,
                              d_mlp=d_mlp, n_ctx=n_ctx), positional, seed, device, vocab_size)
     sizes = dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp,

@@ -153,9 +153,13 @@ def test_unknown_backend_is_a_clear_error():
             models.load("reversal", backend="hooked")
 
 
-def test_the_environment_chooses_the_default_backend(monkeypatch):
+def test_the_environment_chooses_the_default_backend(monkeypatch, tok):
     monkeypatch.setenv("ASPAN_BACKEND", "bridge")
     assert hasattr(models.load("reversal", device="cpu").model, "original_model")  # a TransformerBridge
+    built = models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu")  # models built too
+    assert hasattr(built, "original_model")
+    with pytest.raises(ValueError, match="positional='alibi' needs the hooked backend"):
+        models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu", positional="alibi")
     monkeypatch.setenv("ASPAN_BACKEND", "nope")
     with pytest.raises(ValueError, match="ASPAN_BACKEND must be one of 'hooked', 'bridge', got 'nope'"):
         models.load("reversal", device="cpu")
