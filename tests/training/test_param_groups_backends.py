@@ -208,3 +208,28 @@ def test_training_from_one_checkpoint_gives_the_same_losses_on_both_backends(che
         if name.endswith("b_K"):  # unrotated key-bias columns shift a whole score row: their gradient is zero but
             t, w = t[..., : rotary_of(hooked).dim], w[..., : rotary_of(hooked).dim]  # for rounding, Adam scales it
         torch.testing.assert_close(t, w, atol=2e-5, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_qk_groups_on_grouped_query_bridges(arch, tmp_path):
+    """Llama and Qwen2 (4 query heads, 2 key heads; Qwen2's projections have biases): on the bridge the groups mask
+    rows h * d_head + c of q_proj and k_proj; on 3.9 those are the entries of the hooked model's W_Q and _W_K."""
+    from tests.models.hf_fixtures import save_random_model
+
+    save_random_model(arch, tmp_path / arch)
+    bridge = models.load(tmp_path / arch, device="cpu", backend="bridge").model
+    hooked = models.load(tmp_path / arch, device="cpu", backend="hooked").model if models.has_hooked() else None
+    d_head, half = bridge.cfg.d_head, rotary_of(bridge).dim // 2
+    for spec, cols in (("qk-column:3", [3]), ("qk-pair:1", [1, 1 + half]), ("qk", list(range(d_head)))):
+        masks = group_masks(bridge, spec)
+        assert len(masks) == 2 * bridge.cfg.n_layers and all(n.endswith("weight") for n in masks)
+        for name, m in masks.items():
+            per_head = einops.rearrange(m, "(n h) m -> n m h", h=d_head)  # TransformerLens's [head, d_model, d_head]
+            assert per_head[..., cols].all() and per_head.sum() == per_head[..., cols].numel(), (spec, name)
+        if hooked is not None:
+            want = group_masks(hooked, spec)
+            got = {f"blocks.{n.split('layers.')[1].split('.')[0]}.attn.{'W_Q' if '.q' in n else '_W_K'}":
+                   einops.rearrange(m, "(n h) m -> n m h", h=d_head) for n, m in masks.items()}
+            assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want), spec
+            assert trainable_count(bridge, spec)[0] == trainable_count(hooked, spec)[0]
+            assert pair_frequency(bridge, 1) == pytest.approx(pair_frequency(hooked, 1), rel=1e-12)
