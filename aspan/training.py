@@ -311,11 +311,12 @@ def _set_rng_state(s: dict) -> None:
 
 
 def decays(name: str, p: torch.Tensor) -> bool:
-    """Whether weight decay applies to parameter `name`: weight matrices only, never a bias or a LayerNorm scale.
-    By name as well as shape: HookedTransformer's per-head biases (b_Q, b_K, b_V: [head, d_head]) are 2-D, and the
-    same checkpoint on a TransformerBridge holds them as 1-D Hugging Face biases; both must train alike."""
-    leaf = name.rsplit(".", 1)[-1]
-    return p.ndim >= 2 and leaf != "bias" and not leaf.lstrip("_").startswith("b_")
+    """Whether weight decay applies to parameter `name`: every tensor of two or more dimensions (nanoGPT's rule), which
+    on a HookedTransformer includes the per-head query/key/value biases (`b_Q`, `b_K`, `b_V`: [head, d_head]), as
+    every committed result was trained. A TransformerBridge holds those biases as 1-D Hugging Face ones (`q.bias`,
+    `k.bias`, `v.bias`): they decay too, so both backends train alike. Other biases and LayerNorms never decay."""
+    parts = name.replace("._original_component", "").split(".")
+    return p.ndim >= 2 or (parts[-1] == "bias" and len(parts) > 1 and parts[-2] in ("q", "k", "v", "qkv"))
 
 
 def _optimizer(model, config: TrainConfig) -> torch.optim.AdamW:

@@ -6,9 +6,10 @@ Each positional encoding of `models.tiny` has one form, a module with the same f
 - rotary, and none (NoPE, rotary over 0 dimensions): GPT-NeoX with a sequential residual (`aspan.models.neox`;
   NoPE is `partial_rotary_factor` 0: no rotation and no positional parameter, so it stays NoPE when trained);
 - learned: GPT-2 (`aspan.models.gpt2`: learned absolute positions, Conv1D weights, erf GELU, untied unembedding);
-- ALiBi: none (see ALIBI_REASON), so ALiBi models keep the aspan format and load as a HookedTransformer only.
+- alibi: Bloom (`aspan.models.bloom`: ALiBi, tanh GELU, the embedding LayerNorm inverted; power-of-two head counts,
+  d_mlp = 4 d_model and d_vocab < d_model, else the aspan format and a HookedTransformer only).
 
-Neither GPT-NeoX nor GPT-2 has an unembedding bias `b_U`. It is folded into the final LayerNorm's bias:
+None of GPT-NeoX, GPT-2 and Bloom has an unembedding bias `b_U`. It is folded into the final LayerNorm's bias:
 `logits = (n * w + b) W_U + b_U`, so a bias `b'` with `b' W_U = b W_U + b_U` gives the same logits for every input.
 Such a `b'` exists when `W_U` has full column rank (`d_vocab <= d_model`); the fold is solved in float64 and checked,
 and a model that cannot be folded is not converted (`why_not` says why).
@@ -17,25 +18,14 @@ A checkpoint directory holds what `transformers` needs on its own (`config.json`
 `tokenizer.json`: a word-level tokenizer with one token per character, the same ids as `CharTokenizer`) plus an
 `aspan` entry in `config.json` (the character tokenizer and the free metadata).
 
-Why ALiBi has no exact form (transformers 5.23, against TransformerLens's ALiBi model: LayerNorm with biases, erf
-GELU, biases in attention and MLP, `q.k / sqrt(d_head) + m_h (j - i)` with Press et al. (2022)'s slopes, no embedding
-LayerNorm). The only causal LMs with ALiBi in transformers 5.23 are Bloom, Falcon and MPT (TransformerLens 4.3's
-bridge has adapters for all three), and none computes that network:
-- Bloom (`models/bloom/modeling_bloom.py`): its attention would match for a power-of-two head count
-  (`alibi.baddbmm(q, k, beta=1, alpha=1/sqrt(head_dim))`, the bias unscaled; slope x key position differs from
-  `m (j - i)` by a per-row constant softmax ignores; other head counts get interleaved slopes, not TransformerLens's
-  `2^(-8 h / n)`), but `BloomModel.forward` always applies `word_embeddings_layernorm` to the embeddings, and the MLP
-  is hard-wired to the tanh GELU (`BloomMLP.gelu_impl = BloomGelu()` -> `bloom_gelu_forward`, `tanh(0.79788456 x
-  (1 + 0.044715 x^2))`, up to 5e-4 from the erf GELU), with no config switch for either.
-- Falcon (`models/falcon/modeling_falcon.py`, `alibi=True`): `FalconModel.forward` puts `alibi / sqrt(head_dim)` into
-  the attention mask; with SDPA (the default) that is the whole bias, so the slopes act divided by sqrt(d_head); the
-  eager path adds the bias a second time (`attention_logits = (attention_scores + alibi) * inv_norm_factor`, then
-  the mask), 2 / sqrt(d_head) in all, which equals 1 only for d_head 4 and disagrees with SDPA there; and
-  `build_alibi_tensor` rounds the slopes through bfloat16.
-- MPT (`models/mpt/modeling_mpt.py`): no bias anywhere (`Wqkv`, `out_proj`, `up_proj`, `down_proj` are
-  `bias=False`; `norm_1.bias = norm_2.bias = norm_f.bias = None`) and `d_mlp` fixed at 4 d_model.
-`tests/models/test_hfform.py` measures these (Falcon's effective ALiBi scale on both paths, Bloom's GELU, MPT's
-parameters) against TransformerLens's ALiBi pattern.
+Why ALiBi is Bloom (transformers 5.23 has three causal LMs with ALiBi, and TransformerLens 4.3's bridge boots all
+three): Bloom's attention is TransformerLens's (`alibi.baddbmm(q, k, beta=1, alpha=1/sqrt(head_dim))`, the bias
+unscaled) for a power-of-two head count; its embedding LayerNorm is inverted and its tanh GELU is what ALiBi tiny
+models use (`aspan.models.bloom`). Falcon (`alibi=True`) scales the bias: `FalconModel.forward` puts
+`alibi / sqrt(head_dim)` into the attention mask, and the eager path adds it a second time
+(`(attention_scores + alibi) * inv_norm_factor`), so neither path is TransformerLens's ALiBi. MPT has no bias
+anywhere (`Wqkv`, `out_proj`, `up_proj`, `down_proj` are `bias=False`; its LayerNorms have none).
+`tests/models/test_hfform.py` measures both against TransformerLens's ALiBi pattern.
 """
 from __future__ import annotations
 
@@ -53,8 +43,6 @@ from ..tokenization import CharTokenizer
 KEY = "aspan"  # the entry of config.json that holds the tokenizer and the metadata
 VERSION = 2
 FOLD_TOL = 1e-5  # max |b' W_U - (b W_U + b_U)| allowed, relative to the largest logit bias
-ALIBI_REASON = ("ALiBi has no exact Hugging Face form TransformerLens 4 boots (Bloom: embedding LayerNorm and tanh "
-                "GELU; Falcon: ALiBi scaled by 1/sqrt(d_head); MPT: no biases)")
 
 
 @dataclass(frozen=True)
@@ -81,16 +69,16 @@ class Sizes:
 
 def _forms() -> dict[str, Any]:
     """The form of each positional encoding (None: no exact form)."""
-    from . import gpt2, neox
+    from . import bloom, gpt2, neox
 
-    return {"rotary": neox, "none": neox, "learned": gpt2, "alibi": None}
+    return {"rotary": neox, "none": neox, "learned": gpt2, "alibi": bloom}
 
 
 def form_for(positional: str):
-    """The form module of a positional encoding; ValueError naming why there is none (ALiBi)."""
+    """The form module of a positional encoding; ValueError if there is none."""
     form = _forms().get(positional)
     if form is None:
-        raise ValueError(ALIBI_REASON if positional == "alibi" else f"no Hugging Face form for {positional!r}")
+        raise ValueError(f"no Hugging Face form for {positional!r}")
     return form
 
 
@@ -105,12 +93,13 @@ def positional_of_config(config: dict[str, Any]) -> str | None:
     return None if form is None else form.positional_of_config(config)
 
 
-def common_checks(cfg) -> list[tuple[Any, str]]:
-    """(test, reason) pairs every form needs: LayerNorm, erf GELU, a sequential residual, a plain MLP, full heads
-    scaled by sqrt(d_head), no local attention or QK norm."""
+def common_checks(cfg, act_fn: str = "gelu") -> list[tuple[Any, str]]:
+    """(test, reason) pairs every form needs: LayerNorm, the form's GELU (`act_fn`: erf "gelu" unless the form says
+    otherwise), a sequential residual, a plain MLP, full heads scaled by sqrt(d_head), no local attention or QK
+    norm."""
     return [
         (lambda: cfg.normalization_type == "LN", f"normalization {cfg.normalization_type!r} is not LayerNorm"),
-        (lambda: cfg.act_fn == "gelu", f"activation {cfg.act_fn!r} is not gelu"),
+        (lambda: cfg.act_fn == act_fn, f"activation {cfg.act_fn!r} is not {act_fn}"),
         (lambda: not cfg.parallel_attn_mlp, "the residual is parallel"),
         (lambda: not cfg.gated_mlp and not cfg.attn_only, "the MLP is gated or absent"),
         (lambda: cfg.d_head * cfg.n_heads == cfg.d_model, "d_head x n_heads != d_model"),
@@ -143,7 +132,7 @@ def why_not(model) -> str | None:
     positional = positional_of(model)
     form = _forms().get(positional)
     if form is None:
-        return ALIBI_REASON if positional == "alibi" else f"positions {positional!r} have no Hugging Face form"
+        return f"positions {positional!r} have no Hugging Face form"
     return form.why_not(model)
 
 
@@ -243,7 +232,8 @@ def save_hf(model, directory: Path, tokenizer: CharTokenizer | None, meta: dict[
 
 def _is_split(name: str) -> bool:
     """Whether a (canonical) parameter name is one of the bridge's separate q, k, v projections."""
-    return (".attention." in name or ".attn." in name) and name.rsplit(".", 2)[-2] in ("q", "k", "v")
+    return (".attention." in name or ".attn." in name or ".self_attention." in name) and \
+        name.rsplit(".", 2)[-2] in ("q", "k", "v")
 
 
 def _split_qkv_is_live(bridge) -> bool:
@@ -251,7 +241,8 @@ def _split_qkv_is_live(bridge) -> bool:
     (GPT-NeoX's `query_key_value` on TransformerLens 3.9, GPT-2's `c_attn`): both exist as parameters, only one
     gets a gradient."""
     named = dict(bridge.original_model.named_parameters())
-    q = next((p for n, p in named.items() if (".attention.q." in n or ".attn.q." in n) and n.endswith("weight")), None)
+    q = next((p for n, p in named.items() if any(f".{a}.q." in n for a in ("attention", "attn", "self_attention"))
+              and n.endswith("weight")), None)
     fused = next((p for n, p in named.items()
                   if ("query_key_value" in n or ".qkv." in n or "c_attn" in n) and n.endswith("weight")), None)
     if q is None or fused is None:
@@ -318,7 +309,8 @@ def tl_fields(config: dict[str, Any]) -> dict[str, Any]:
     form = form_of_config(config)
     s = form.sizes_of_config(config)
     return dict(n_layers=s.n_layers, d_model=s.d_model, n_ctx=s.n_ctx, d_head=s.d_model // s.n_heads,
-                n_heads=s.n_heads, d_mlp=s.d_mlp, d_vocab=s.d_vocab, act_fn="gelu", normalization_type="LN", eps=s.eps,
+                n_heads=s.n_heads, d_mlp=s.d_mlp, d_vocab=s.d_vocab, act_fn=getattr(form, "ACT_FN", "gelu"),
+                normalization_type="LN", eps=s.eps,
                 n_key_value_heads=None, **form.pos_cfg(s))
 
 
@@ -366,8 +358,8 @@ def dumps_config(config: dict[str, Any]) -> str:
 
 
 def tiny_bridge(sizes: Sizes, positional: str, seed: int, device: str, tokenizer: CharTokenizer | None = None):
-    """The tiny model (LayerNorm, gelu, sequential residual; `positional` rotary, none or learned) as a fresh Hugging
-    Face model of its form inside a TransformerBridge: what `models.tiny` builds on TransformerLens 4, where
+    """The tiny model (LayerNorm, GELU, sequential residual; `positional` rotary, none, learned or alibi) as a fresh
+    Hugging Face model of its form inside a TransformerBridge: what `models.tiny` builds on TransformerLens 4, where
     HookedTransformer no longer exists. Initialised at TransformerLens's scale (0.8 / sqrt(d_model))."""
     import tempfile
 

@@ -36,8 +36,8 @@ def _positional_cfg(positional: str, d_head: int) -> dict:
         return {"positional_embedding_type": "rotary", "rotary_dim": 0}
     if positional == "learned":
         return {"positional_embedding_type": "standard"}
-    if positional == "alibi":
-        return {"positional_embedding_type": "alibi"}
+    if positional == "alibi":  # the tanh GELU: exactly Bloom's, the Hugging Face form of ALiBi (models.bloom)
+        return {"positional_embedding_type": "alibi", "act_fn": "gelu_new"}
     raise ValueError(f"unknown positional encoding {positional!r}; choose one of {', '.join(POSITIONAL)}")
 
 
@@ -161,9 +161,8 @@ def _hooked(sizes: dict[str, int], pos_cfg: dict, seed: int, device: str | torch
         n_heads=sizes["n_heads"],
         d_mlp=sizes["d_mlp"],
         d_vocab=sizes["d_vocab"],
-        act_fn="gelu",
         normalization_type="LN",
-        **pos_cfg,
+        **{"act_fn": "gelu", **pos_cfg},
         device=None if device is None else str(device),
         default_prepend_bos=False,
     )
@@ -177,8 +176,8 @@ def _hooked(sizes: dict[str, int], pos_cfg: dict, seed: int, device: str | torch
 def _bridged(sizes: dict[str, int], positional: str, seed: int, device: str | torch.device | None,
              vocab_size: int | Tokenizer):
     """The tiny model of `sizes` as a fresh Hugging Face model inside a TransformerBridge (TransformerLens 4, or the
-    bridge backend on 3.9): GPT-NeoX for rotary or no positions, GPT-2 for learned ones; ValueError for ALiBi, which
-    has no such form."""
+    bridge backend on 3.9): GPT-NeoX for rotary or no positions, GPT-2 for learned ones, Bloom for ALiBi (power-of-two
+    head counts and d_mlp = 4 d_model only: ValueError otherwise)."""
     from .hfform import Sizes, form_for, tiny_bridge
 
     try:
@@ -188,6 +187,10 @@ def _bridged(sizes: dict[str, int], positional: str, seed: int, device: str | to
                          f"{e}") from None
     if sizes["d_head"] * sizes["n_heads"] != sizes["d_model"]:
         raise ValueError(f"the bridge backend builds d_head = d_model / n_heads, got d_head={sizes['d_head']}")
+    n = sizes["n_heads"]
+    if positional == "alibi" and (n & (n - 1) or sizes["d_mlp"] != 4 * sizes["d_model"]):
+        raise ValueError(f"ALiBi on the bridge (Bloom) needs a power-of-two head count and d_mlp = 4 x d_model, got "
+                         f"{n} heads and d_mlp {sizes['d_mlp']}")
     shape = Sizes(sizes["d_vocab"], sizes["n_layers"], sizes["n_heads"], sizes["d_model"], sizes["d_mlp"],
                   sizes["n_ctx"], rotary_fraction=0.0 if positional == "none" else 1.0)
     tok = None if isinstance(vocab_size, int) else vocab_size
@@ -211,7 +214,8 @@ def tiny(
     positional: Positional = "rotary",
 ) -> HookedTransformer:
     """A from-scratch model that trains on CPU in minutes: LayerNorm, gelu, no dropout, `positional` encoding
-    (rotary by default; "learned", "alibi" or "none", see `Positional`).
+    (rotary by default; "learned", "alibi" or "none", see `Positional`). ALiBi models use the tanh GELU
+    ("gelu_new"), which makes them exactly Bloom (`aspan.models.bloom`).
 
     `d_head` defaults to `d_model // n_heads`, `d_mlp` to `4 * d_model`. With `task` (or a task name: its OOD
     preset), `n_ctx` is checked to cover the longest sample; `offset` defaults to the tokenizer's (else 1).

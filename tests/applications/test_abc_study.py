@@ -57,8 +57,8 @@ def test_quick_study_writes_a_complete_table_and_resumes(tmp_path, capsys):
     out = tmp_path / "study"
     assert main(["study", "abc", "--quick", "--out", str(out), "--no-progress"]) == 0
     cfg = AbcStudyConfig.quick()
-    missing = unavailable(cfg)  # on a TransformerBridge: encodings without a Hugging Face form (ALiBi)
-    assert not missing if models.checkpoint.default_backend() == "hooked" else "alibi" in missing
+    missing = unavailable(cfg)  # every encoding has a Hugging Face form at these sizes (ALiBi: Bloom, 2 heads)
+    assert not missing
     assert capsys.readouterr().err.count(" not run: ") == len(missing)
     ran = [c for c in CONDITIONS if c not in missing]
     table = pd.read_csv(out / "table.csv")
@@ -90,3 +90,9 @@ def test_bad_settings_fail_before_any_work(tmp_path, capsys, argv, msg):
     out = tmp_path / "bad"
     assert main(["study", "abc", "--quick", "--out", str(out), *argv]) == 2
     assert msg in capsys.readouterr().err and not out.exists()
+
+
+def test_a_condition_the_bridge_cannot_build_is_named_before_any_training(monkeypatch):
+    monkeypatch.setenv("ASPAN_BACKEND", "bridge")
+    missing = unavailable(AbcStudyConfig.quick(n_heads=3, d_model=24))  # ALiBi as Bloom needs 2^k heads
+    assert list(missing) == ["alibi"] and "power-of-two head count" in missing["alibi"]

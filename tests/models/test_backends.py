@@ -20,8 +20,8 @@ def shipped():
 def _bridge(tok, positional: str, path):
     """A tiny model of `positional` saved at `path` and loaded back as a TransformerBridge (on TransformerLens 4
     `models.tiny` builds the bridge itself)."""
-    start = models.tiny(tok, n_layers=2, n_heads=4, d_model=80, d_mlp=64, n_ctx=64, device="cpu",
-                        positional=positional)
+    start = models.tiny(tok, n_layers=2, n_heads=4, d_model=80, d_mlp=None if positional == "alibi" else 64, n_ctx=64,
+                        device="cpu", positional=positional)  # Bloom (ALiBi) has d_mlp = 4 d_model
     return models.load(models.save(start, path, tok), device="cpu", backend="bridge").model
 
 
@@ -29,7 +29,7 @@ def _train(model, tok, task, steps: int = 20):
     train(model, tok, task, TrainConfig.scratch(steps=steps, batch_size=16, lr=3e-3, warmup=2), progress=False)
 
 
-@pytest.mark.parametrize("positional", ["rotary", "learned", "none"])
+@pytest.mark.parametrize("positional", ["rotary", "learned", "none", "alibi"])
 def test_a_bridge_trains_saves_and_reloads_to_the_same_logits(tmp_path, tok, positional):
     # d_model 80 >= d_vocab 70: the unembedding bias TransformerLens 3.9's bridge adds (and trains) folds exactly
     model = _bridge(tok, positional, tmp_path / "start")
@@ -75,7 +75,7 @@ def test_nope_stays_without_positions_when_trained_on_the_bridge(tmp_path, tok, 
         assert positional_params and not torch.allclose(seen["p"][0], uniform, atol=1e-3)
 
 
-@pytest.mark.parametrize("positional", ["rotary", "learned", "none"])
+@pytest.mark.parametrize("positional", ["rotary", "learned", "none", "alibi"])
 def test_a_bridge_run_checkpoints_and_resumes_to_the_same_model(tmp_path, tok, positional):
     """Training checkpoints of a bridge are its Hugging Face form; resuming from one continues the same run (the same
     function: on TransformerLens 3.9 the bridge's added unembedding bias comes back folded)."""
@@ -103,13 +103,13 @@ def test_a_bridge_run_checkpoints_and_resumes_to_the_same_model(tmp_path, tok, p
               tok, task, cfg, out_dir=tmp_path / "b", resume=True, progress=False)
 
 
-def test_tiny_builds_each_encoding_with_a_form_and_names_why_alibi_has_none(tok):
-    for positional in ("rotary", "learned", "none"):
+def test_tiny_builds_each_encoding_and_names_why_an_alibi_shape_has_no_form(tok):
+    for positional in ("rotary", "learned", "none", "alibi"):
         model = models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu", positional=positional)
         assert models.positional_of(model) == positional
-    if not models.has_hooked():  # TransformerLens 4
-        with pytest.raises(ValueError, match="ALiBi has no exact Hugging Face form"):
-            models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu", positional="alibi")
+    if not models.has_hooked():  # TransformerLens 4: ALiBi is Bloom, whose slopes match for 2^k heads only
+        with pytest.raises(ValueError, match="power-of-two head count"):
+            models.tiny(tok, n_layers=1, n_heads=3, d_model=24, n_ctx=16, device="cpu", positional="alibi")
 
 
 def test_kv_cached_generation_with_hooks_equals_teacher_forcing(shipped):
@@ -158,8 +158,8 @@ def test_the_environment_chooses_the_default_backend(monkeypatch, tok):
     assert hasattr(models.load("reversal", device="cpu").model, "original_model")  # a TransformerBridge
     built = models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu")  # models built too
     assert hasattr(built, "original_model")
-    with pytest.raises(ValueError, match="positional='alibi' needs the hooked backend"):
-        models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu", positional="alibi")
+    assert models.positional_of(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu",
+                                            positional="alibi")) == "alibi"  # a Bloom bridge
     monkeypatch.setenv("ASPAN_BACKEND", "nope")
     with pytest.raises(ValueError, match="ASPAN_BACKEND must be one of 'hooked', 'bridge', got 'nope'"):
         models.load("reversal", device="cpu")

@@ -218,3 +218,22 @@ def test_ddp_two_processes_on_gloo(tmp_path):
     single = train(tiny(), TOK, TASK, cfg(steps=3), progress=False).model.state_dict()
     for k, v in single.items():
         torch.testing.assert_close(r0["state"][k], v, atol=1e-5, rtol=1e-4)
+
+
+def test_weight_decay_takes_every_matrix_and_the_attention_biases_on_either_backend():
+    """HookedTransformer: exactly the tensors of two or more dimensions (its per-head b_Q/b_K/b_V included, as the
+    committed results were trained); a TransformerBridge: its matrices and the q/k/v biases of the same heads."""
+    from aspan.training import decays
+
+    model = tiny()
+    decayed = {n for n, p in model.named_parameters() if decays(n, p)}
+    assert decayed == {n for n, p in model.named_parameters() if p.ndim >= 2}
+    assert {"blocks.0.attn.b_Q", "blocks.0.attn.b_K", "blocks.0.attn.b_V"} <= decayed
+    assert not {"blocks.0.attn.b_O", "blocks.0.mlp.b_in", "blocks.0.ln1.b", "unembed.b_U"} & decayed
+    one = torch.zeros(4)
+    for name, want in [("gpt_neox.layers.0._original_component.attention.q._original_component.bias", True),
+                       ("transformer.h.0._original_component.attn.v._original_component.bias", True),
+                       ("model.layers.0.self_attn.k_proj.bias", False),  # not a bridge name: a plain 1-D bias
+                       ("gpt_neox.layers.0._original_component.attention.o._original_component.bias", False),
+                       ("transformer.ln_f._original_component.weight", False)]:
+        assert decays(name, one) is want, name

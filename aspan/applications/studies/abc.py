@@ -267,8 +267,9 @@ def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) 
 
 def unavailable(cfg: AbcStudyConfig) -> dict[str, str]:
     """{condition: why} for the conditions this environment cannot build: a TransformerBridge model needs a Hugging
-    Face form of its positional encoding (ALiBi has none here), and abs/abc need one of `bias_positional`. Probed
-    with a one-layer model per encoding, before any training."""
+    Face form of its positional encoding (ALiBi's, Bloom, needs a power-of-two head count), and abs/abc need one of
+    `bias_positional`. Probed with a one-layer model of the study's width and heads per encoding, before any
+    training."""
     from ... import models
 
     why: dict[str, str | None] = {}
@@ -277,7 +278,8 @@ def unavailable(cfg: AbcStudyConfig) -> dict[str, str]:
         positional = condition if condition in ("rotary", "learned", "alibi", "none") else cfg.bias_positional
         if positional not in why:
             try:
-                models.tiny(8, n_layers=1, n_heads=1, d_model=8, n_ctx=8, device="cpu", positional=positional)
+                models.tiny(8, n_layers=1, n_heads=cfg.n_heads, d_model=cfg.d_model, n_ctx=8, device="cpu",
+                            positional=positional)
                 why[positional] = None
             except ValueError as e:
                 why[positional] = str(e)
