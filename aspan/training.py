@@ -51,7 +51,7 @@ class TrainConfig:
     batch_size: int = 64  # global batch (split across DDP ranks)
     lr: float = 1e-3
     betas: tuple[float, float] = (0.9, 0.98)
-    weight_decay: float = 0.1  # on matrices only (not biases, LayerNorm)
+    weight_decay: float = 0.1  # on tensors of >= 2 dimensions (matrices and per-head q/k/v biases; `decays`)
     warmup: int = 100  # linear warm-up steps, then cosine decay to min_lr_ratio·lr
     min_lr_ratio: float = 0.1
     grad_clip: float | None = 1.0
