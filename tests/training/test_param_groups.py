@@ -48,9 +48,11 @@ def expected_count(spec: str, vocab: int) -> int:
             "embed": embed, "all": total, "qk-pair:0,mlp": 2 * qk_col + mlp, "qk,qk-column:2": DH * qk_col}[spec]
 
 
-def changed_entries(spec: str, name: str, shape) -> torch.Tensor:
-    """Independent description of which entries `spec` may change (a bool tensor of `shape`)."""
+def changed_entries(spec: str, name: str, shape, rotary_dim: int = DH) -> torch.Tensor:
+    """Independent description of which entries of TransformerLens parameter `name` (of `shape`) `spec` may change,
+    from the architecture alone (a bool tensor)."""
     qk = name.split(".")[-1] in ("W_Q", "W_K")
+    half = rotary_dim // 2
     full, none = torch.ones(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)
 
     def cols(*c):
@@ -61,12 +63,12 @@ def changed_entries(spec: str, name: str, shape) -> torch.Tensor:
     return {
         "qk": full if qk else none,
         "qk-column:3,5": cols(3, 5) if qk else none,
-        "qk-pair:1": cols(1, 1 + DH // 2) if qk else none,
+        "qk-pair:1": cols(1, 1 + half) if qk else none,
         "attn": full if ".attn." in name else none,
         "mlp": full if ".mlp." in name else none,
         "embed": full if name.startswith("embed.") else none,
         "all": full,
-        "qk-pair:0,mlp": cols(0, DH // 2) if qk else (full if ".mlp." in name else none),
+        "qk-pair:0,mlp": cols(0, half) if qk else (full if ".mlp." in name else none),
         "qk,qk-column:2": full if qk else none,
     }[spec]
 

@@ -25,6 +25,7 @@ from aspan.param_groups import (
 )
 from aspan.tokenization import CharTokenizer
 from aspan.training import TrainConfig, train
+from tests.training.test_param_groups import changed_entries
 
 TOK = CharTokenizer()
 TASK = tasks.get("reversal", length=(1, 3), charset="abcd")
@@ -86,29 +87,6 @@ def hooked_view(bridge, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     return {k: v for k, v in neox.from_hf_state(state, cfg).items() if k != "unembed.b_U"}
 
 
-def expected(spec: str, name: str, shape, rotary_dim: int) -> torch.Tensor:
-    """Which entries of TransformerLens parameter `name` the group trains, from the architecture alone."""
-    qk = name.rsplit(".", 1)[-1] in ("W_Q", "W_K")
-    half = rotary_dim // 2
-    full, none = torch.ones(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool)
-
-    def cols(*c):
-        m = none.clone()
-        m[..., list(c)] = True
-        return m
-
-    return {
-        "qk": full if qk else none,
-        "qk-column:3,5": cols(3, 5) if qk else none,
-        "qk-pair:1": cols(1, 1 + half) if qk else none,
-        "attn": full if ".attn." in name else none,
-        "mlp": full if ".mlp." in name else none,
-        "embed": full if name.startswith("embed.") else none,
-        "all": full,
-        "qk-pair:0,mlp": cols(0, half) if qk else (full if ".mlp." in name else none),
-    }[spec]
-
-
 @pytest.mark.parametrize("spec", SPECS)
 def test_bridge_masks_select_the_hooked_models_entries(checkpoint, spec):
     bridge = bridge_of(checkpoint)
@@ -120,7 +98,7 @@ def test_bridge_masks_select_the_hooked_models_entries(checkpoint, spec):
     assert not [n for n in live if "query_key_value" in n or ".qkv." in n]
     view = hooked_view(bridge, masks)
     for name, m in view.items():
-        assert torch.equal(m, expected(spec, name, m.shape, rotary_dim)), f"{spec}: {name}"
+        assert torch.equal(m, changed_entries(spec, name, m.shape, rotary_dim)), f"{spec}: {name}"
     added = added_unembed_bias(bridge)  # TransformerLens 3.9's zero unembedding bias: never trains
     assert all(p is not added for p in live.values()) and (added is None or not added.any())
     n, total = trainable_count(bridge, spec)
