@@ -227,9 +227,15 @@ def test_weight_decay_takes_every_matrix_and_the_attention_biases_on_either_back
 
     model = tiny()
     decayed = {n for n, p in model.named_parameters() if decays(n, p)}
-    assert decayed == {n for n, p in model.named_parameters() if p.ndim >= 2}
-    assert {"blocks.0.attn.b_Q", "blocks.0.attn.b_K", "blocks.0.attn.b_V"} <= decayed
-    assert not {"blocks.0.attn.b_O", "blocks.0.mlp.b_in", "blocks.0.ln1.b", "unembed.b_U"} & decayed
+    matrices = {n for n, p in model.named_parameters() if p.ndim >= 2}
+    if hasattr(model, "original_model"):  # TransformerLens 4: a TransformerBridge over GPT-NeoX
+        qkv_biases = {n for n in dict(model.named_parameters()) if n.endswith("_original_component.bias")
+                      and n.replace("._original_component", "").split(".")[-2] in ("q", "k", "v", "qkv")}
+        assert len(qkv_biases) == 2 * 4 and decayed == matrices | qkv_biases  # 2 layers x q, k, v, fused qkv
+    else:
+        assert decayed == matrices
+        assert {"blocks.0.attn.b_Q", "blocks.0.attn.b_K", "blocks.0.attn.b_V"} <= decayed
+        assert not {"blocks.0.attn.b_O", "blocks.0.mlp.b_in", "blocks.0.ln1.b", "unembed.b_U"} & decayed
     one = torch.zeros(4)
     for name, want in [("gpt_neox.layers.0._original_component.attention.q._original_component.bias", True),
                        ("transformer.h.0._original_component.attn.v._original_component.bias", True),
