@@ -94,8 +94,11 @@ def test_closed_stdout_pipe_ends_quietly(tmp_path):
 
 def _interrupt(tmp_path: Path, sig: int) -> tuple[int, str]:
     """Start a big `aspan data -o`, wait until its temp file is being written, send `sig`."""
+    # the default SIGINT disposition in the child: a shell's background job (`pytest &`) ignores SIGINT, and Python
+    # then installs no KeyboardInterrupt handler, so the test would measure how pytest was started
     p = subprocess.Popen([sys.executable, "-m", "aspan.cli", "data", "reversal", "-n", "100000000", "-o", "out.jsonl"],
-                         cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while not leftovers(tmp_path) and time.time() < deadline:
         time.sleep(0.1)
