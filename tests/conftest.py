@@ -186,3 +186,17 @@ def padded_batch(lengths, pos: int | None = None, seed: int = 0, left: bool = Fa
         am[i, sl] = 1
         mask[i, sl, sl] = small[i, :n, :n]
     return tokens, am, mask
+
+
+def check_cached_generation(model, prompt: torch.Tensor, steps: int, fwd_hooks) -> torch.Tensor:
+    """Greedy generation of `steps` tokens under `fwd_hooks`: KV-cached equals uncached and teacher forcing on the
+    generated text (same hooks), and the hooks change the text; returns the cached generation."""
+    from aspan.evaluation import greedy
+
+    cached = greedy(model, prompt, steps, use_cache=True, fwd_hooks=fwd_hooks)
+    assert torch.equal(cached, greedy(model, prompt, steps, use_cache=False, fwd_hooks=fwd_hooks))
+    with torch.no_grad():
+        forced = model.run_with_hooks(torch.cat([prompt, cached[:, :-1]], 1), fwd_hooks=fwd_hooks)
+    assert torch.equal(forced[:, prompt.shape[1] - 1 :].argmax(-1), cached)
+    assert not torch.equal(cached, greedy(model, prompt, steps))  # the hooks changed the generated text
+    return cached

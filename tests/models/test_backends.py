@@ -8,8 +8,9 @@ import torch
 import hooks
 from aspan import models, tasks
 from aspan.batching import make_batch
-from aspan.evaluation import evaluate, greedy
+from aspan.evaluation import evaluate
 from aspan.training import TrainConfig, train
+from tests.conftest import check_cached_generation
 
 
 @pytest.fixture(scope="module")
@@ -117,13 +118,7 @@ def test_kv_cached_generation_with_hooks_equals_teacher_forcing(shipped):
     sample = tasks.get("reversal", length=(14, 14)).generate(1, seed=3)[0]
     b = make_batch([sample], tok)
     p = b.offset + sample.prompt_len
-    fwd = hooks.reinforce([(1, 2), (1, 7)], b.ref_mask, 4.0, delta=2)
-    cached = greedy(model, b.tokens[:, :p], 15, use_cache=True, fwd_hooks=fwd)
-    assert torch.equal(cached, greedy(model, b.tokens[:, :p], 15, use_cache=False, fwd_hooks=fwd))
-    with torch.no_grad():
-        forced = model.run_with_hooks(torch.cat([b.tokens[:, :p], cached[:, :-1]], 1), fwd_hooks=fwd)
-    assert torch.equal(forced[:, p - 1 :].argmax(-1), cached)
-    assert not torch.equal(cached, greedy(model, b.tokens[:, :p], 15))  # the hooks changed the generated text
+    check_cached_generation(model, b.tokens[:, :p], 15, hooks.reinforce([(1, 2), (1, 7)], b.ref_mask, 4.0, delta=2))
 
 
 def test_the_shipped_model_fails_ood_and_reinforcement_helps(shipped):

@@ -8,8 +8,9 @@ import torch
 import hooks
 from aspan import tasks
 from aspan.batching import make_batch
-from aspan.evaluation import evaluate, greedy, is_bridge
+from aspan.evaluation import evaluate, is_bridge
 from aspan.hf_tokenization import HFCharAdapter
+from tests.conftest import check_cached_generation
 
 HEADS = [(layer, h) for layer in range(0, 30, 6) for h in range(3)]
 
@@ -36,13 +37,7 @@ def test_kv_cached_generation_with_hooks_equals_teacher_forcing(smollm2_bridge, 
     model = smollm2_bridge[0].model
     sample, b = sample_batch
     p = b.offset + sample.prompt_len
-    fwd = hooks.reinforce(HEADS, b.ref_mask, 4.0, model=model)
-    cached = greedy(model, b.tokens[:, :p], 7, use_cache=True, fwd_hooks=fwd)
-    assert torch.equal(cached, greedy(model, b.tokens[:, :p], 7, use_cache=False, fwd_hooks=fwd))
-    with torch.no_grad():
-        forced = model.run_with_hooks(torch.cat([b.tokens[:, :p], cached[:, :-1]], 1), fwd_hooks=fwd)
-    assert torch.equal(forced[:, p - 1 :].argmax(-1), cached)
-    assert not torch.equal(cached, greedy(model, b.tokens[:, :p], 7))  # the hooks changed the generated text
+    check_cached_generation(model, b.tokens[:, :p], 7, hooks.reinforce(HEADS, b.ref_mask, 4.0, model=model))
 
 
 def test_reinforcement_changes_only_rows_after_a_reference(smollm2_bridge, sample_batch):
