@@ -43,6 +43,7 @@ from hooks._validate import check_heads, check_hook_points
 
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .io import write_jsonl
+from .models.loaded import is_bridge  # noqa: F401  (part of this module's surface: evaluation.is_bridge)
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
 from .tokenization import Tokenizer
@@ -135,11 +136,6 @@ def greedy(
                 seq = torch.cat([seq, nxt[:, None]], 1)
                 logits = model(seq)
     return torch.stack(out, 1)
-
-
-def is_bridge(model) -> bool:
-    """Whether `model` is a TransformerBridge (it wraps a Hugging Face model) rather than a HookedTransformer."""
-    return getattr(model, "original_model", None) is not None
 
 
 def cached_step(model, batch: int, device) -> Callable[[Tensor, int], Tensor]:

@@ -37,6 +37,8 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from .models.loaded import is_bridge
+
 GroupKind = Literal["qk", "qk-column", "qk-pair", "attn", "mlp", "embed", "all"]
 KINDS: tuple[str, ...] = get_args(GroupKind)
 INDEXED: tuple[str, ...] = ("qk-column", "qk-pair")  # groups that take indices after a colon
@@ -158,11 +160,6 @@ def _columns(model, group: Group) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------- the two backends
-def is_bridge(model) -> bool:
-    """Whether `model` is a TransformerBridge (it trains the wrapped Hugging Face model's own tensors)."""
-    return getattr(model, "original_model", None) is not None
-
-
 @dataclass(frozen=True)
 class QKWeight:
     """One query or key projection weight as it trains: its parameter name and how heads and columns lie in it."""

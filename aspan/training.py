@@ -320,7 +320,8 @@ def decays(name: str, p: torch.Tensor) -> bool:
 
 
 def _optimizer(model, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on weight matrices only (`decays`); parameters that do not train are left out."""
+    """AdamW with weight decay where `decays` says (tensors of >= 2 dimensions and the query/key/value biases);
+    parameters that do not train are left out."""
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     decay = [p for n, p in params if decays(n, p)]
     rest = [p for n, p in params if not decays(n, p)]
@@ -586,7 +587,7 @@ def _checkpoint(run: _Run, step: int) -> None:
     if run.opts.out_dir is not None and run.main:
         state = {"step": step, "optimizer": run.opt.state_dict(), "scheduler": run.sched.state_dict(),
                  "rng": _rng_state(), "config": asdict(run.config)}
-        if getattr(run.model, "original_model", None) is not None:
+        if is_bridge(run.model):
             # a TransformerBridge: its Hugging Face form is the same function, but on TransformerLens 3.9 not the same
             # parameters (the unembedding bias it adds is folded away), so resuming copies these instead
             state["parameters"] = [p.detach().cpu() for p in run.model.parameters()]

@@ -1,5 +1,5 @@
-"""Save and load models: tiny models as Hugging Face checkpoints (GPT-NeoX or GPT-2; the aspan format where no
-exact Hugging Face form exists: ALiBi), HF directories, GGUF files; as a HookedTransformer or a TransformerBridge
+"""Save and load models: tiny models as Hugging Face checkpoints (GPT-NeoX, GPT-2 or Bloom; the aspan format where
+no exact Hugging Face form exists), HF directories, GGUF files; as a HookedTransformer or a TransformerBridge
 (`backend`)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..io import atomic_dir, clean, to_json
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
-from .loaded import LoadedModel, bridge
+from .loaded import LoadedModel, bridge, is_bridge
 from .tiny import build, has_hooked
 
 WEIGHTS, CONFIG, HF_TOKENIZER_DIR = "model.safetensors", "config.json", "hf_tokenizer"
@@ -59,12 +59,12 @@ def save(
     """Write the checkpoint of `model` (its tokenizer, free `meta`) into `directory`, atomically.
 
     `hf=None` (default): a standard Hugging Face checkpoint when the model has an exact Hugging Face form (GPT-NeoX
-    for rotary or no positions, GPT-2 for learned ones) and a character tokenizer (`aspan.models.hfform`), else the
-    aspan format (`model.safetensors` with TransformerLens names + `config.json`); `hf=True` requires the former,
-    `hf=False` forces the latter (exact parameters, e.g. for resuming training). Files are written to a temporary
-    directory beside the target, then moved in (`aspan.io.atomic_dir`).
+    for rotary or no positions, GPT-2 for learned ones, Bloom for ALiBi) and a character tokenizer
+    (`aspan.models.hfform`), else the aspan format (`model.safetensors` with TransformerLens names + `config.json`);
+    `hf=True` requires the former, `hf=False` forces the latter (exact parameters, e.g. for resuming training).
+    Files are written to a temporary directory beside the target, then moved in (`aspan.io.atomic_dir`).
     """
-    if getattr(model, "original_model", None) is not None:
+    if is_bridge(model):
         # a TransformerBridge: its Hugging Face model as it is, which `hf=False` asks for too (the weights it trains;
         # on TransformerLens 3.9 the bridge's added unembedding bias is folded into the final LayerNorm bias)
         if not isinstance(tokenizer, CharTokenizer):

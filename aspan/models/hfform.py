@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from ..tokenization import CharTokenizer
+from .loaded import is_bridge
 
 KEY = "aspan"  # the entry of config.json that holds the tokenizer and the metadata
 VERSION = 2
@@ -207,7 +208,7 @@ def save_hf(model, directory: Path, tokenizer: CharTokenizer | None, meta: dict[
     TransformerBridge, or a Hugging Face model) into `directory` (which exists and is empty)."""
     from transformers.utils import logging as hf_logging
 
-    if getattr(model, "original_model", None) is not None:
+    if is_bridge(model):
         # a TransformerBridge (no weight processing: the Hugging Face weights as they are)
         hf = unwrap(model.original_model, _split_qkv_is_live(model))
     elif hasattr(model, "config") and hasattr(model, "save_pretrained"):

@@ -10,6 +10,12 @@ from typing import Any, NamedTuple
 from ..tokenization import Tokenizer
 
 
+def is_bridge(model) -> bool:
+    """Whether `model` is a TransformerBridge (it wraps a Hugging Face model, and trains that model's own tensors)
+    rather than a HookedTransformer."""
+    return getattr(model, "original_model", None) is not None
+
+
 class LoadedModel(NamedTuple):
     """A loaded model: the HookedTransformer or TransformerBridge, its tokenizer and the free metadata saved with it."""
 
