@@ -43,7 +43,7 @@ from hooks._validate import check_heads, check_hook_points
 
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .io import write_jsonl
-from .models.loaded import is_bridge  # noqa: F401  (part of this module's surface: evaluation.is_bridge)
+from .models.loaded import cache_keyword, forward_cache_to_attention, is_bridge  # noqa: F401  (is_bridge: part of this module's surface)
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
 from .tokenization import Tokenizer
@@ -149,8 +149,9 @@ def cached_step(model, batch: int, device) -> Callable[[Tensor, int], Tensor]:
     if is_bridge(model):
         from transformers import DynamicCache
 
-        hf_cache = DynamicCache()
-        return lambda new, total: model(new, attention_mask=ones(total), past_key_values=hf_cache, use_cache=True)
+        forward_cache_to_attention(model)  # bridges built elsewhere than aspan.models too
+        hf_cache = {cache_keyword(model): DynamicCache()}
+        return lambda new, total: model(new, attention_mask=ones(total), use_cache=True, **hf_cache)
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
     tl_cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, batch)

@@ -193,7 +193,9 @@ def check_cached_generation(model, prompt: torch.Tensor, steps: int, fwd_hooks) 
     generated text (same hooks), and the hooks change the text; returns the cached generation."""
     from aspan.evaluation import greedy
 
-    cached = greedy(model, prompt, steps, use_cache=True, fwd_hooks=fwd_hooks)
+    with warnings.catch_warnings():  # no deprecation warning from our calls (e.g. transformers' cache keyword)
+        warnings.simplefilter("error", FutureWarning)
+        cached = greedy(model, prompt, steps, use_cache=True, fwd_hooks=fwd_hooks)
     assert torch.equal(cached, greedy(model, prompt, steps, use_cache=False, fwd_hooks=fwd_hooks))
     with torch.no_grad():
         forced = model.run_with_hooks(torch.cat([prompt, cached[:, :-1]], 1), fwd_hooks=fwd_hooks)

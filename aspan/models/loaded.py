@@ -65,4 +65,35 @@ def bridge(source: str | os.PathLike | Any, device: str, tokenizer: Any = None):
         # no weight processing: the weights HookedTransformer gets, so the same edits act the same (folding value
         # biases into the output bias assumes pattern rows sum to 1, which a reinforcement edit breaks)
         model.enable_compatibility_mode(disable_warnings=True, no_processing=True)
+    forward_cache_to_attention(model)
     return model.eval()
+
+
+def cache_keyword(model) -> str:
+    """The keyword the bridge's Hugging Face model takes its key-value cache under: `cache` in the transformers
+    releases that renamed it (they warn that `past_key_values` is deprecated), `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.original_model.forward).parameters else "past_key_values"
+
+
+def _cache_as_past_key_values(module, args, kwargs):
+    if kwargs.get("cache") is not None and kwargs.get("past_key_values") is None:
+        kwargs["past_key_values"] = kwargs["cache"]
+    return args, kwargs
+
+
+def forward_cache_to_attention(model) -> None:
+    """Make every attention component of a TransformerBridge see the key-value cache, whatever transformers calls it.
+
+    transformers releases that renamed `past_key_values` to `cache` pass the cache to each layer's attention as
+    `cache=`, but TransformerLens's bridge attention (3.9 and 4.3) reads only `past_key_values` (or `layer_past`):
+    it then attends to the new tokens alone, and KV-cached generation silently diverges from uncached generation.
+    A forward pre-hook on each such component copies `cache` to `past_key_values`. Idempotent; no-op on a
+    HookedTransformer and on releases without the rename."""
+    if not is_bridge(model) or getattr(model, "_aspan_cache_forwarded", False):
+        return
+    for module in model.modules():
+        if hasattr(type(module), "_update_kv_cache"):  # TransformerLens's attention bridge components
+            module.register_forward_pre_hook(_cache_as_past_key_values, with_kwargs=True)
+    model._aspan_cache_forwarded = True

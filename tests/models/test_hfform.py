@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 import hooks
 from aspan import models, tasks
 from aspan.batching import make_batch
-from aspan.evaluation import evaluate, greedy
+from aspan.evaluation import evaluate
 from aspan.models import bloom, gpt2, hfform, neox
 from aspan.tokenization import CharTokenizer
+from tests.conftest import check_cached_generation
 
 
 @pytest.fixture(scope="module")
@@ -146,14 +147,7 @@ def test_kv_cached_generation_with_hooks_equals_teacher_forcing_on_the_bridge(pa
     sample = tasks.get("reversal", length=(6, 6)).generate(1, seed=3)[0]
     b = make_batch([sample], tok)
     p = b.offset + sample.prompt_len
-    prompt, mask = b.tokens[:, :p], b.ref_mask
-    fwd = hooks.reinforce([(1, 1)], mask, 1.5)
-    cached = greedy(bridge, prompt, 8, use_cache=True, fwd_hooks=fwd)
-    assert torch.equal(cached, greedy(bridge, prompt, 8, use_cache=False, fwd_hooks=fwd))
-    full = torch.cat([prompt, cached[:, :-1]], 1)  # teacher forcing on the generated text, same hooks
-    with torch.no_grad():
-        forced = bridge.run_with_hooks(full, fwd_hooks=fwd)[:, p - 1 :].argmax(-1)
-    assert torch.equal(forced, cached)
+    check_cached_generation(bridge, b.tokens[:, :p], 8, hooks.reinforce([(1, 1), (1, 2)], b.ref_mask, 4.0))
 
 
 def test_evaluate_gives_the_same_records_on_both_backends(pair, batch, tok):
