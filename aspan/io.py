@@ -3,6 +3,8 @@
 A write goes to a unique temporary file beside its target and is renamed over it, so a reader (or a parallel
 shard) never sees half a file and an exception leaves nothing behind. JSON is strict (NaN/inf become null) and
 made by one sanitiser, `clean`. Resumable results are JSONL rows keyed by a stable hash of their settings.
+Character devices and FIFOs are written in place (renaming over them would destroy the node); nothing is
+appended, truncated or replaced through a symbolic link (the run directory could otherwise write anywhere).
 
     run = RunDir("runs/demo")
     run.write_json("run.json", {"command": "aspan demo", "versions": versions()})
@@ -13,12 +15,14 @@ made by one sanitiser, `clean`. Resumable results are JSONL rows keyed by a stab
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
 import os
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -84,26 +88,60 @@ def remove_stale_temps(directory: PathLike, name: str = "*", recursive: bool = F
     return removed
 
 
+def _straight_target(path: Path) -> bool:
+    """Whether `path` is written in place rather than replaced: a character device (`/dev/null`, `/dev/full`) or a
+    FIFO, whose reader expects the bytes; renaming a file over it would destroy the node and send nothing. A symbolic
+    link to anything else is refused (ValueError naming it): a run directory is never written through a link."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+        return True
+    if path.is_symlink():
+        raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): refusing to write through it; remove "
+                         "it or write elsewhere")
+    return False
+
+
+def _naming(error: OSError, path: Path) -> OSError:
+    """`error` with `path` as its file name (a full disk says which file it could not write)."""
+    if error.filename is not None or error.errno is None:
+        return error
+    return type(error)(error.errno, error.strerror or str(error), str(path))
+
+
 def atomic_write(path: PathLike, write: Callable[[IO], None], binary: bool = False) -> Path:
     """Call `write(file)` on a temporary file beside `path`, fsync, then rename it over `path`.
 
     On any exception (KeyboardInterrupt, and SIGTERM under the CLI, included) the temporary file is removed and
     `path` is left untouched; temporary files a killed writer left beside `path` are removed first. The file gets
-    the mode any new file gets (0666 minus the umask), not mkstemp's private 0600.
+    the mode any new file gets (0666 minus the umask), not mkstemp's private 0600. A character device or a FIFO is
+    written in place instead; a symbolic link is refused. An OSError (a full disk) names `path`.
     """
     path = Path(path)
+    mode, encoding = ("wb", {}) if binary else ("w", {"encoding": "utf-8"})
+    if _straight_target(path):
+        try:
+            with open(path, mode, **encoding) as f:
+                write(f)
+        except OSError as e:
+            raise _naming(e, path) from None
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        with os.fdopen(fd, mode, **encoding) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise _naming(e, path) from None
         raise
     return path
 
@@ -283,22 +321,51 @@ def union_rows(paths: Iterable[PathLike]) -> list[dict[str, Any]]:
     return rows
 
 
+def _open_no_link(path: Path, flags: int) -> int:
+    """`os.open(path, flags | O_NOFOLLOW)`: a run-directory file is never appended to or truncated through a symbolic
+    link (it could point anywhere); ValueError naming the file when it is one."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP or (e.errno == errno.EMLINK and path.is_symlink()):
+            raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): refusing to write through it; "
+                             "remove it or use another run directory") from None
+        raise
+
+
+def _append(path: Path, data: bytes, sync: bool = True) -> None:
+    """Append `data` with one O_APPEND write, then (with `sync`) fsync; no symbolic link followed."""
+    fd = _open_no_link(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _cut_torn_tail(path: Path) -> None:
     """Truncate an unterminated last line so the next append starts on a fresh line."""
-    if not path.exists() or path.stat().st_size == 0:
+    if not os.path.lexists(path):
         return
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return
-    with open(path, "r+b") as f:
-        f.truncate(data.rfind(b"\n") + 1)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = _open_no_link(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read()
+        if not data.endswith(b"\n"):
+            os.ftruncate(fd, data.rfind(b"\n") + 1)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class RowWriter:
     """Appends rows to a JSONL file, one whole line per write then fsync: a killed run loses at most a torn last
-    line, which readers skip and the next writer cuts off, so a resumed run computes only the missing keys."""
+    line, which readers skip and the next writer cuts off, so a resumed run computes only the missing keys. A
+    symbolic link in its place is refused (ValueError naming it) before any row is computed."""
 
     def __init__(self, path: PathLike):
         self.path = Path(path)
@@ -310,22 +377,14 @@ class RowWriter:
         """Append `row` unless its key is already in the file; True when written."""
         if row.get("key") in self.keys:
             return False
-        line = json.dumps(clean(row), sort_keys=True, allow_nan=False, default=str) + "\n"
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        _append(self.path, (json.dumps(clean(row), sort_keys=True, allow_nan=False, default=str) + "\n").encode())
         self.keys.add(row.get("key"))
         return True
 
 
 def append_line(path: PathLike, row: dict[str, Any]) -> None:
     """Append one JSON line with a single O_APPEND write, so a crash never leaves half a row (training logs)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-    try:
-        os.write(fd, (to_json(row, indent=None) + "\n").encode())
-    finally:
-        os.close(fd)
+    _append(Path(path), (to_json(row, indent=None) + "\n").encode(), sync=False)
 
 
 # ----------------------------------------------------------------------------------------------- run directories
@@ -379,21 +438,35 @@ def _busy(directory: Path, lock: Path, holder: dict[str, Any]) -> ValueError:
                       f"(if that job is gone, remove {lock})")
 
 
+def _holder_pid(lock: Path, holder: dict[str, Any]) -> int:
+    """The pid a lock file names; ValueError naming the file when it is not a number."""
+    pid = holder.get("pid", 0)
+    try:
+        return int(pid or 0)
+    except (TypeError, ValueError):
+        raise ValueError(f"{lock}: pid {pid!r} is not a process id; remove it if no job uses its directory") from None
+
+
 def _acquire(directory: Path, lock: Path, command: str) -> int:
     """Hold `lock`: an exclusive `flock` on it (the kernel drops it when its holder dies, so a crashed job's lock is
-    taken over) plus the holder's description in it, for the message a second job gets. Returns the open fd."""
+    taken over) plus the holder's description in it, for the message a second job gets. Returns the open fd.
+
+    A free flock decides: the pid written in the file may since belong to an unrelated process. Only where the file
+    system has no flock (some network mounts) does the holder's pid decide, and a lock file naming another host
+    is respected either way (its job cannot be seen from here)."""
     import fcntl
 
     me = {"host": HOST, "pid": os.getpid(), "command": command, "started": _now()}
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+        fd = _open_no_link(lock, os.O_RDWR | os.O_CREAT)
+        flocked = True
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise _busy(directory, lock, _read_holder(lock)) from None
-        except OSError:  # a file system without flock (some network mounts): the holder's pid decides below
-            pass
+        except OSError:  # a file system without flock: the holder's pid decides below
+            flocked = False
         try:
             same = os.fstat(fd).st_ino == os.stat(lock).st_ino
         except FileNotFoundError:  # its holder removed it between our open and our flock: start over
@@ -405,9 +478,15 @@ def _acquire(directory: Path, lock: Path, command: str) -> int:
         if holder and holder.get("host") != HOST:  # another host's job: its liveness cannot be checked from here
             os.close(fd)
             raise _busy(directory, lock, holder)
-        if holder and holder.get("pid") != os.getpid() and _pid_alive(int(holder.get("pid", 0) or 0)):
-            os.close(fd)  # alive yet not locking: a file system without flock; trust the pid
-            raise _busy(directory, lock, holder)
+        if not flocked and holder:
+            try:
+                pid = _holder_pid(lock, holder)
+            except ValueError:
+                os.close(fd)
+                raise
+            if pid != os.getpid() and _pid_alive(pid):
+                os.close(fd)
+                raise _busy(directory, lock, holder)
         os.ftruncate(fd, 0)
         os.write(fd, (to_json(me, indent=None) + "\n").encode())
         os.fsync(fd)

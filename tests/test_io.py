@@ -1,8 +1,11 @@
 """The run-directory writer: atomic writes leave nothing on failure, strict JSON, resumable JSONL rows."""
+import errno
 import json
 import os
+import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -141,3 +144,117 @@ def test_run_dir_writes_tables_records_and_figures(tmp_path):
     assert pd.read_json(run / "r.jsonl", lines=True).a.tolist() == [1, 2]
     assert json.loads((run / "s.json").read_text()) == {"x": None}
     assert json.loads(path.read_text())["data"][0]["y"] == [2]
+
+
+# ------------------------------------------------------------------------------------ the command line's writes
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def aspan(*args: str, cwd: Path, code: str | None = None) -> subprocess.CompletedProcess:
+    """`aspan ARGS` in a subprocess (`code`, when given, runs first in the same interpreter, e.g. a monkeypatch)."""
+    main = "import sys\nfrom aspan.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", f"{code or ''}\n{main}", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+
+
+def one_line(err: str, *words: str) -> None:
+    assert "Traceback" not in err and err.strip().count("\n") == 0, err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def char_device(directory: Path, name: str) -> Path:
+    """A character device like /dev/NAME (null, full): made in `directory` where this user may (root), so the code
+    under test never touches the machine's own node; else the machine's (which such a user cannot replace)."""
+    numbers = {"null": (1, 3), "full": (1, 7)}[name]
+    node = directory / name
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(*numbers))
+    except PermissionError:
+        return Path("/dev") / name
+    return node
+
+
+def test_data_to_a_character_device_writes_into_it_and_keeps_the_node(tmp_path):
+    null = char_device(tmp_path, "null")
+    r = aspan("data", "reversal", "-n", "3", "-o", str(null), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISCHR(os.lstat(null).st_mode)  # not replaced by a regular file
+    assert not [p for p in null.parent.iterdir() if p.name.startswith(f".{null.name}.")]  # no temp file beside it
+
+
+def test_data_to_a_full_device_is_one_line_no_space_naming_the_file(tmp_path):
+    full = char_device(tmp_path, "full")
+    r = aspan("data", "reversal", "-n", "3", "-o", str(full), cwd=tmp_path)
+    assert r.returncode == 2
+    one_line(r.stderr, str(full), "No space left on device")
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
+
+
+def test_data_to_a_fifo_reaches_its_reader(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # open before the writer, so its open does not block
+    try:
+        r = aspan("data", "reversal", "-n", "3", "-o", str(fifo), cwd=tmp_path)
+        got = os.read(reader, 1 << 16).decode()
+    finally:
+        os.close(reader)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line)["task"] for line in got.splitlines()] == ["reversal"] * 3
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_data_on_a_full_disk_names_the_file_and_leaves_no_temp_file(tmp_path):
+    full_disk = ("import errno, os\ndef fsync(fd):\n    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+                 "os.fsync = fsync")
+    out = tmp_path / "out" / "samples.jsonl"
+    r = aspan("data", "reversal", "-n", "3", "-o", str(out), cwd=tmp_path, code=full_disk)
+    assert r.returncode == 2
+    one_line(r.stderr, str(out), "No space left on device")
+    assert list(out.parent.iterdir()) == []
+
+
+def _stale_lock(directory: Path, pid) -> None:
+    """A lock file no job holds (its flock is free) naming `pid` on this host."""
+    directory.mkdir()
+    (directory / io.LOCK).write_text(json.dumps({"host": io.HOST, "pid": pid, "command": "gone", "started": "?"}))
+
+
+@pytest.mark.parametrize("pid", [os.getpid(), "abc"], ids=["live-unrelated-pid", "junk-pid"])
+def test_a_lock_whose_flock_is_free_does_not_block_the_directory(tmp_path, pid):
+    """The pid of a dead holder may belong to another process by now (here: this test's own, alive), or the file
+    may hold junk: the free flock says no job holds the directory."""
+    run_dir = tmp_path / "run"
+    _stale_lock(run_dir, pid)
+    r = aspan("eval", "reversal", "-n", "2", "--no-attn", "--device", "cpu", "--run-dir", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (run_dir / "run.json").exists() and not (run_dir / io.LOCK).exists()
+
+
+def test_a_junk_pid_where_flock_is_unsupported_names_the_lock_file(tmp_path, monkeypatch):
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "no locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    _stale_lock(tmp_path / "run", "abc")
+    with pytest.raises(ValueError, match=rf"^{tmp_path / 'run' / io.LOCK}: pid 'abc' is not a process id"):
+        with io.claim(tmp_path / "run"):
+            pass
+
+
+def test_rows_are_never_appended_or_cut_through_a_symbolic_link(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep: no newline at the end")
+    link = tmp_path / "rows.jsonl"
+    link.symlink_to(victim)
+    with pytest.raises(ValueError, match=rf"^{link} is a symbolic link"):
+        RowWriter(link)
+    with pytest.raises(ValueError, match=rf"^{link} is a symbolic link"):
+        io.append_line(link, {"x": 1})
+    with pytest.raises(ValueError, match=rf"^{link} is a symbolic link"):
+        io.write_json(link, {"x": 1})
+    assert victim.read_text() == "keep: no newline at the end" and link.is_symlink()
