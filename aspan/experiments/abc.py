@@ -24,6 +24,7 @@ from torch import Tensor
 
 from ..options import DIRECTIONS, Direction, Mode, Rows, check_option
 from ..tasks.base import SEPARATORS
+from .calibration import calibrate  # noqa: F401  (the paper's Algorithm 1, beside the aligned variant below)
 
 PROMPT_DIRECTIONS = ("diagonal", "vertical")  # the directions that mean the same on prompt rows at any length
 NEG = -1e4  # "large negative": zero after softmax, yet finite so a row without kept cells stays a softmax
