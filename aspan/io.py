@@ -273,7 +273,10 @@ def read_toml(path: PathLike, what: str = "config") -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: {path}")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); TOML files "
+                         "are UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
 
@@ -285,24 +288,28 @@ def settings_key(settings: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def read_rows(path: PathLike) -> list[dict[str, Any]]:
+def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "") -> list[dict[str, Any]]:
     """Rows of a JSONL file, the first of each `key` kept; a torn last line is skipped, a corrupt middle one is an
-    error."""
+    error. With `fields`, every row must be a JSON object holding them: otherwise a ValueError naming the file and
+    line, "not a `what` row"."""
     path = Path(path)
     if not path.exists():
         return []
     lines = path.read_bytes().split(b"\n")
+    fields = tuple(fields)
     rows, seen = [], set()
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, UnicodeDecodeError):
             if i == len(lines) - 1:  # torn last line (no newline yet): an interrupted write
                 break
             raise ValueError(f"{path}: line {i + 1} is not valid JSON") from None
-        key = row.get("key")
+        if fields and (problem := _row_problem(row, fields)):
+            raise ValueError(f"{path} line {i + 1}: not a {what or 'result'} row ({problem})")
+        key = row.get("key") if isinstance(row, dict) else None
         if key is not None and key in seen:
             continue
         seen.add(key)
@@ -310,11 +317,21 @@ def read_rows(path: PathLike) -> list[dict[str, Any]]:
     return rows
 
 
-def union_rows(paths: Iterable[PathLike]) -> list[dict[str, Any]]:
-    """Rows of several JSONL files (e.g. shards), deduplicated by key, in file order."""
+def _row_problem(row: Any, fields: tuple[str, ...]) -> str:
+    """What keeps a parsed JSON line from being a row with `fields` ("" when nothing does)."""
+    if not isinstance(row, dict):
+        return f"a JSON {type(row).__name__}, not an object"
+    missing = [f for f in fields if f not in row]
+    return f"no {missing[0]!r}" if missing else ""
+
+
+def union_rows(paths: Iterable[PathLike], fields: Iterable[str] = (), what: str = "") -> list[dict[str, Any]]:
+    """Rows of several JSONL files (e.g. shards), deduplicated by key, in file order (`fields`, `what`: as
+    `read_rows`)."""
     rows, seen = [], set()
+    fields = tuple(fields)
     for p in paths:
-        for r in read_rows(p):
+        for r in read_rows(p, fields, what):
             if r.get("key") not in seen:
                 seen.add(r.get("key"))
                 rows.append(r)
@@ -367,11 +384,12 @@ class RowWriter:
     line, which readers skip and the next writer cuts off, so a resumed run computes only the missing keys. A
     symbolic link in its place is refused (ValueError naming it) before any row is computed."""
 
-    def __init__(self, path: PathLike):
+    def __init__(self, path: PathLike, fields: Iterable[str] = (), what: str = ""):
+        """`fields`, `what`: every row already in the file must hold these keys (`read_rows`)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _cut_torn_tail(self.path)
-        self.keys = {r.get("key") for r in read_rows(self.path)}
+        self.keys = {r.get("key") for r in read_rows(self.path, fields, what)}
 
     def write(self, row: dict[str, Any]) -> bool:
         """Append `row` unless its key is already in the file; True when written."""

@@ -42,6 +42,6 @@ def run(args: argparse.Namespace) -> int:
                                         if k not in RUNTIME and not k.startswith("_") and not callable(v)}}
     config = getattr(args, "config", None)
     if config and Path(config).is_file():  # the file's content defines the run, not its name
-        settings["config"] = Path(config).read_text()
+        settings["config"] = Path(config).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml says so
     with claim(out, settings, command=" ".join(["aspan", *map(shlex.quote, sys.argv[1:])])):
         return int(args._study_run(args) or 0)

@@ -32,16 +32,25 @@ def rows_file(out: Path, shard: tuple[int, int] | None) -> Path:
     return out / ("sweep.jsonl" if shard is None else f"sweep.shard-{shard[0]}-of-{shard[1]}.jsonl")
 
 
+def existing_rows(out: Path) -> list[dict]:
+    """The rows of every `sweep*.jsonl` in `out` (all shards so far); ValueError naming the file and line of one
+    that is not a sweep row."""
+    from aspan.experiments.engine import ROW_FIELDS
+    from aspan.io import union_rows
+
+    return union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")
+
+
 def write_outputs(config, out: Path, id_budget: float | None) -> dict:
     """Rebuild the table, figures and summary from every rows file in `out` (all shards so far); the summary."""
     import pandas as pd
 
     from aspan.experiments.sweep import grid, summary_table
-    from aspan.io import RunDir, settings_key, union_rows
+    from aspan.io import RunDir, settings_key
     from aspan.viz import length_figure, strength_figure
 
     keys = {settings_key(p) for p in grid(config)}
-    rows = pd.DataFrame([r for r in union_rows(sorted(out.glob("sweep*.jsonl"))) if r.get("key") in keys])
+    rows = pd.DataFrame([r for r in existing_rows(out) if r["key"] in keys])
     if rows.empty:
         return {"rows": 0, "grid_points": len(keys), "complete": False}
     table = summary_table(rows)
@@ -97,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     # one job per rows file (parallel shards write their own), one configuration per run directory
     lock = LOCK if shard is None else f".aspan.shard-{shard[0]}-of-{shard[1]}.lock"
     settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k != "device"}}
+    existing_rows(out)  # a corrupt rows file is refused before any model work
     with claim(out, settings, command=f"aspan sweep {args.config}", lock=lock):
         write_json(out / "run.json", {"command": "sweep", "config": asdict(config), "config_file": str(args.config),
                                       "id_budget": budget, "versions": versions()})

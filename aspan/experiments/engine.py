@@ -296,6 +296,13 @@ ROW_ONLY = {"key", "heads_list", "n_heads", "exact", "partial", "n", "baseline_e
             "id_cost", *SCORE_COLUMNS, *(f"baseline_{c}" for c in SCORE_COLUMNS), "by_length", "baseline_by_length"}
 
 
+# What every row of a grid's JSONL file holds (its settings and the numbers the tables read): a file with a row
+# lacking one is refused, naming the line, before any point is evaluated.
+ROW_FIELDS = ("key", "set", "mode", "method", "heads", "strength", "threshold", "renormalize", "delta", "seed", "n",
+              "exact", "partial", "baseline_exact", "baseline_partial", "id_exact", "id_partial", "id_baseline_exact",
+              "id_baseline_partial")
+
+
 def _task(data: Data, name: str):
     from .. import tasks
 
@@ -333,7 +340,7 @@ def run_grid(points: list[dict[str, Any]], job: Job, engine: Engine | Callable[[
     from tqdm.auto import tqdm
 
     mine = shard_points(points, job.shard)
-    writer = RowWriter(job.path)
+    writer = RowWriter(job.path, ROW_FIELDS, "sweep")
     todo = [p for p in mine if settings_key(p) not in writer.keys]
     if job.limit is not None:
         todo = todo[: max(job.limit, 0)]
@@ -344,7 +351,7 @@ def run_grid(points: list[dict[str, Any]], job: Job, engine: Engine | Callable[[
             writer.write(row)
             if job.on_row is not None:
                 job.on_row(row)
-    by_key = {r["key"]: r for r in read_rows(job.path)}
+    by_key = {r["key"]: r for r in read_rows(job.path, ROW_FIELDS, "sweep")}
     return [by_key[k] for k in (settings_key(p) for p in mine) if k in by_key]
 
 
@@ -360,7 +367,8 @@ def run_in_dir(points: list[dict[str, Any]], directory: Any, shard: tuple[int, i
 
     directory = Path(directory)
     name = "sweep.jsonl" if shard is None else f"sweep.shard-{shard[0]}-of-{shard[1]}.jsonl"
-    done = {r["key"]: r for r in union_rows(p for p in sorted(directory.glob("sweep*.jsonl")) if p.name != name)}
+    others = (p for p in sorted(directory.glob("sweep*.jsonl")) if p.name != name)
+    done = {r["key"]: r for r in union_rows(others, ROW_FIELDS, "sweep")}
     todo = [p for p in shard_points(points, shard or (0, 1)) if settings_key(p) not in done]
     found = {**done, **{r["key"]: r for r in run_grid(todo, Job(directory / name, progress=False), engine)}}
     return [found[k] for k in map(settings_key, points) if k in found]

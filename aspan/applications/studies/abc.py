@@ -326,8 +326,8 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True) -> "p
     out = Path(out)
     sets = {name: _task_sets(name, cfg) for name in cfg.tasks}  # context checked up front, before any training
     shared = {k: v for k, v in asdict(cfg).items() if k not in ("tasks", "conditions", "seeds", "lrs", "device")}
-    writer = RowWriter(out / "runs.jsonl")
-    rows = {r["key"]: r for r in read_rows(out / "runs.jsonl")}
+    writer = RowWriter(out / "runs.jsonl", ("key",), "abc study")
+    rows = {r["key"]: r for r in read_rows(out / "runs.jsonl", ("key",), "abc study")}
     ctx = _Ctx(cfg, out, sets, writer, rows, shared, {}, missing=unavailable(cfg))
     for condition, why in ctx.missing.items():
         print(f"abc study: condition {condition} not run: {why}", file=sys.stderr)

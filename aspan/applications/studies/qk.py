@@ -226,6 +226,10 @@ def plan(s: Setup, rows: list[dict]) -> list[dict]:
     return []
 
 
+# What every row of runs.jsonl holds for planning and selection (a row lacking one is refused, naming its line).
+RUN_FIELDS = ("key", "condition", "replay", "seed", "lr")
+
+
 def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, device: str = "cpu") -> "StudyResult":
     """Run (or resume) the study into `out_dir`; returns the rows and the aggregated table."""
     from tqdm.auto import tqdm
@@ -233,17 +237,17 @@ def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, de
     from ...io import RowWriter, read_rows
 
     out = Path(out_dir)
+    writer = RowWriter(out / "runs.jsonl", RUN_FIELDS, "qk study")  # a corrupt file is refused before any work
     s = setup(cfg, device)
-    writer = RowWriter(out / "runs.jsonl")
     t0 = time.perf_counter()
     bar = tqdm(desc="qk study", unit="run", disable=not progress, dynamic_ncols=True)
-    while todo := plan(s, read_rows(out / "runs.jsonl")):
+    while todo := plan(s, read_rows(out / "runs.jsonl", RUN_FIELDS, "qk study")):
         bar.total = bar.n + len(todo)
         for settings in todo:  # the grid runs first; the seeds at the chosen rate are planned once it is complete
             writer.write(train_one(s, settings))
             bar.update(1)
     bar.close()
-    rows = read_rows(out / "runs.jsonl")
+    rows = read_rows(out / "runs.jsonl", RUN_FIELDS, "qk study")
     return StudyResult(rows, aggregate(s, rows), selection_table(s, rows), time.perf_counter() - t0)
 
 
