@@ -2,6 +2,10 @@
 
 Sum digit i references digit i and i-1 of every operand that has them and sum digit i-1 (the incoming carry is
 `(prev_sum_digit - sum of prev operand digits) mod 10`, unique for <= 10 operands).
+
+`layout="padded", width=W` writes the sample as Duan & Shi (2023, Section 4) do: every operand zero-padded on the
+left to W digits, most significant digit first, and the sum least significant digit first, W + 1 digits
+(`0123+0748=17800`); the references are the same digits, now at fixed positions.
 """
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import random
 from typing import Any
 
 from .base import Sample, Task, check_range
-from .numbers import DIGITS, digit_swaps, lsd, random_number
+from .numbers import DIGITS, Layout, check_layout, digit_swaps, lsd, padded_digits, random_number
 
 
 class Addition(Task):
@@ -21,7 +25,8 @@ class Addition(Task):
 
     name = "addition"
 
-    def __init__(self, operands: int = 2, digits: tuple[int, int] | int = (1, 4), padding: bool = False):
+    def __init__(self, operands: int = 2, digits: tuple[int, int] | int = (1, 4), padding: bool = False,
+                 layout: Layout = "lsd", width: int | None = None):
         if isinstance(operands, bool) or not isinstance(operands, int) or not 2 <= operands <= 10:
             raise ValueError(f"operands must be an int from 2 to 10, got {operands!r}")
         if not isinstance(padding, bool):
@@ -29,16 +34,20 @@ class Addition(Task):
         self.operands = operands
         self.digits = check_range("digits", digits, minimum=1)
         self.padding = padding
+        self.layout, self.width = layout, check_layout(layout, width, self.digits[1])
+        if self.width is not None and padding:
+            raise ValueError("padding pads to each sample's longest operand; layout='padded' pads to width: pick one")
 
     def params(self) -> dict[str, Any]:
-        return {"operands": self.operands, "digits": list(self.digits), "padding": self.padding}
+        p = {"operands": self.operands, "digits": list(self.digits), "padding": self.padding}
+        return p if self.width is None else {**p, "layout": self.layout, "width": self.width}
 
     @property
     def alphabet(self) -> str:
         return "".join(sorted("+=" + DIGITS))
 
     def max_text_len(self) -> int:
-        hi = self.digits[1]
+        hi = self.digits[1] if self.width is None else self.width
         return self.operands * (hi + 1) + hi + 1
 
     def _sample(self, rng: random.Random) -> Sample:
@@ -49,6 +58,8 @@ class Addition(Task):
         """The sample adding the `operands` numbers `xs` (any size; for hand-made examples)."""
         if len(xs) != self.operands or any(not isinstance(x, int) or x < 0 for x in xs):
             raise ValueError(f"build needs {self.operands} non-negative ints, got {xs!r}")
+        if self.width is not None:
+            return self._build_padded(xs)
         width = max(len(str(x)) for x in xs) if self.padding else 0
         parts = [lsd(x, width) for x in xs]
         total = lsd(sum(xs), width + 1 if self.padding else 0)
@@ -63,6 +74,21 @@ class Addition(Task):
         text = "+".join(parts) + "=" + total
         return Sample(text, prompt_len, tuple(refs), task=self.name, params=self.params())
 
+    def _build_padded(self, xs: list[int]) -> Sample:
+        """Operands MSD-first, zero-padded to `width`; the sum LSD-first, `width + 1` digits. Digit d (0 = least
+        significant) of operand k sits at `start_k + width - 1 - d`."""
+        W = self.width
+        if any(x >= 10**W for x in xs):
+            raise ValueError(f"build: every operand must have at most width={W} digits, got {xs!r}")
+        starts = [k * (W + 1) for k in range(self.operands)]
+        prompt_len = self.operands * (W + 1)
+        refs = []
+        for i in range(W + 1):
+            r = [st + W - 1 - d for st in starts for d in (i - 1, i) if 0 <= d < W]
+            refs.append(tuple(sorted(r + ([prompt_len + i - 1] if i > 0 else []))))
+        text = "+".join(str(x).zfill(W) for x in xs) + "=" + lsd(sum(xs), W + 1)
+        return Sample(text, prompt_len, tuple(refs), task=self.name, params=self.params())
+
     def solve(self, prompt: str) -> str:
         """The LSD-first sum, added column by column with carries (independent of the generator's `int` sums).
 
@@ -73,6 +99,10 @@ class Addition(Task):
         parts = prompt[:-1].split("+")
         if len(parts) != self.operands:
             raise ValueError(f"addition prompt has {len(parts)} operands, task has {self.operands}")
+        if self.width is not None:  # MSD-first operands: reversed, they add as LSD-first columns
+            for p in parts:
+                padded_digits(p, self.width)
+            return _add_columns([p[::-1] for p in parts]).ljust(self.width + 1, "0")
         for p in parts:
             if not p or any(c not in DIGITS for c in p):
                 raise ValueError(f"{p!r} is not a number")

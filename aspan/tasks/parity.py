@@ -13,7 +13,9 @@ query row. Mnemonics (§4) attach distinct random anchor symbols to the input bi
 of step `i` and then the running parity, so bit `i` is found by content (the bit after the matching anchor), not
 by index. Anchors are drawn without replacement from `ANCHOR_POOL` (ASCII, Greek and Cyrillic letters: one
 character, one token each); `anchors` sets how many of them a task uses, at least the longest input.
-Duan & Shi 2023 (arXiv 2310.11984, Table 3) use the plain format.
+Duan & Shi 2023 (arXiv 2310.11984, Section 4 and Table 3) use the running parity, on binary numbers zero-padded to a
+fixed width: `layout="padded", width=W` (scratchpad format only) writes an n-bit number (n from `length`, its
+leading bit 1 when n > 1) zero-padded on the left to W bits, and its running parity over all W bits.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import string
 from typing import Any, Literal, get_args
 
 from .base import Sample, Task, check_range
+from .numbers import Layout, check_layout
 
 BITS = "01"
 ParityFormat = Literal["plain", "scratchpad", "interleaved", "mnemonic"]
@@ -55,6 +58,8 @@ class Parity(Task):
         scratchpad: bool = True,
         format: ParityFormat | None = None,
         anchors: int = DEFAULT_ANCHORS,
+        layout: Layout = "lsd",
+        width: int | None = None,
     ):
         self.length = check_range("length", length, minimum=1)
         if not isinstance(scratchpad, bool):
@@ -75,12 +80,15 @@ class Parity(Task):
         self.format: str = format
         self.anchors = anchors
         self.scratchpad = format != "plain"
+        self.layout, self.width = layout, check_layout(layout, width, self.length[1])
+        if self.width is not None and format != "scratchpad":
+            raise ValueError(f"layout='padded' is the running parity: format must be 'scratchpad', got {format!r}")
 
     def params(self) -> dict[str, Any]:
         p: dict[str, Any] = {"length": list(self.length), "scratchpad": self.scratchpad, "format": self.format}
         if self.format == "mnemonic":
             p["anchors"] = self.anchors
-        return p
+        return p if self.width is None else {**p, "layout": self.layout, "width": self.width}
 
     @property
     def anchor_symbols(self) -> str:
@@ -91,12 +99,15 @@ class Parity(Task):
         return "".join(sorted(set("01=" + self.anchor_symbols)))
 
     def max_text_len(self) -> int:
-        n = self.length[1]
+        n = self.length[1] if self.width is None else self.width
         return {"plain": n + 2, "scratchpad": 2 * n + 1, "interleaved": 3 * n + 1, "mnemonic": 4 * n + 1}[self.format]
 
     def _sample(self, rng: random.Random) -> Sample:
         n = rng.randint(*self.length)
         bits = "".join(rng.choice(BITS) for _ in range(n))
+        if self.width is not None:  # an n-bit number, zero-padded to the width
+            bits = ("1" + bits[1:] if n > 1 else bits).zfill(self.width)
+            n = self.width
         par = running(bits)
         given: tuple[int, ...] = ()
         if self.format == "plain":
@@ -129,6 +140,8 @@ class Parity(Task):
         if self.format != "mnemonic":
             if any(c not in BITS for c in body):
                 raise ValueError(f"parity prompt must be bits followed by `=`, got {prompt!r}")
+            if self.width is not None and len(body) != self.width:
+                raise ValueError(f"padded parity prompt must hold exactly {self.width} bits, got {prompt!r}")
             return body, ""
         marks, bits = body[0::2], body[1::2]
         if len(body) % 2 or any(c not in BITS for c in bits) or any(c not in self.anchor_symbols for c in marks):

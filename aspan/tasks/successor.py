@@ -3,6 +3,10 @@
 The prompt is the first number and `,`; the target the rest of the series. Digit i of a number references
 digits i and i-1 of the previous number (where they exist) and digit i-1 of the current one; `,` nothing.
 The prompt does not fix the series length: `solve(prompt, length)` gives the first `length` target characters.
+
+`layout="padded", width=W` is Duan & Shi's (2023, Section 4) successor: one number zero-padded on the left to W
+digits, most significant digit first, then `,`, and its successor least significant digit first, W + 1 digits
+(`0129,03100`); the references are the same digits as above, now at fixed positions.
 """
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import random
 from typing import Any
 
 from .base import Sample, Task, check_range
-from .numbers import DIGITS, digit_swaps, lsd, parse_lsd
+from .numbers import DIGITS, Layout, check_layout, digit_swaps, lsd, padded_digits, parse_lsd
 
 
 def _increment(s: str) -> str:
@@ -30,12 +34,17 @@ class Successor(Task):
     name = "successor"
     open_ended = True
 
-    def __init__(self, start: tuple[int, int] | int = (1, 90), numbers: tuple[int, int] | int = (2, 4)):
+    def __init__(self, start: tuple[int, int] | int = (1, 90), numbers: tuple[int, int] | int = (2, 4),
+                 layout: Layout = "lsd", width: int | None = None):
         self.start = check_range("start", start, minimum=0)
         self.numbers = check_range("numbers", numbers, minimum=2)
+        self.layout, self.width = layout, check_layout(layout, width, len(str(self.start[1])))
+        if self.width is not None and self.numbers != (2, 2):
+            raise ValueError(f"layout='padded' is one number and its successor: numbers must be 2, got {numbers!r}")
 
     def params(self) -> dict[str, Any]:
-        return {"start": list(self.start), "numbers": list(self.numbers)}
+        p = {"start": list(self.start), "numbers": list(self.numbers)}
+        return p if self.width is None else {**p, "layout": self.layout, "width": self.width}
 
     @property
     def alphabet(self) -> str:
@@ -43,6 +52,8 @@ class Successor(Task):
 
     def max_text_len(self) -> int:
         hi, count = self.start[1], self.numbers[1]
+        if self.width is not None:
+            return 2 * self.width + 2
         return sum(len(str(hi + m)) for m in range(count)) + count - 1
 
     def _sample(self, rng: random.Random) -> Sample:
@@ -53,6 +64,8 @@ class Successor(Task):
         """The sample for the series start, start+1, ..., of `count` (>= 2) numbers (for hand-made examples)."""
         if not isinstance(start, int) or start < 0 or not isinstance(count, int) or count < 2:
             raise ValueError(f"build needs start >= 0 and count >= 2, got {start!r}, {count!r}")
+        if self.width is not None:
+            return self._build_padded(start)
         parts = [lsd(start + m) for m in range(count)]
         starts = [sum(len(p) + 1 for p in parts[:m]) for m in range(count)]
         refs: list[tuple[int, ...]] = []
@@ -65,6 +78,17 @@ class Successor(Task):
                 refs.append(tuple(sorted(r)))
         return Sample(",".join(parts), starts[1], tuple(refs), task=self.name, params=self.params())
 
+    def _build_padded(self, x: int) -> Sample:
+        """`x` MSD-first zero-padded to `width`, `,`, `x + 1` LSD-first in `width + 1` digits. Digit d of `x`
+        (0 = least significant) sits at `width - 1 - d`."""
+        W = self.width
+        if x >= 10**W:
+            raise ValueError(f"build: the number must have at most width={W} digits, got {x!r}")
+        refs = [tuple(sorted([W - 1 - d for d in (i - 1, i) if 0 <= d < W] + ([W + i] if i > 0 else [])))
+                for i in range(W + 1)]  # output digit i-1 sits at W + 1 + i - 1
+        return Sample(str(x).zfill(W) + "," + lsd(x + 1, W + 1), W + 1, tuple(refs), task=self.name,
+                      params=self.params())
+
     def solve(self, prompt: str, length: int | None = None) -> str:
         """The first `length` target characters after `prompt` (a canonical LSD-first number and ',').
 
@@ -72,9 +96,12 @@ class Successor(Task):
         """
         if not prompt.endswith(",") or prompt.count(",") != 1:
             raise ValueError(f"successor prompt must be a number followed by ',', got {prompt!r}")
-        parse_lsd(prompt[:-1])
         if length is not None and (isinstance(length, bool) or not isinstance(length, int) or length < 0):
             raise ValueError(f"length must be a non-negative int, got {length!r}")
+        if self.width is not None:  # one successor: the MSD-first number reversed, incremented
+            padded_digits(prompt[:-1], self.width)
+            return _increment(prompt[-2::-1]).ljust(self.width + 1, "0")[:length]
+        parse_lsd(prompt[:-1])
         x = prompt[:-1]
         if length is None:
             out = []
