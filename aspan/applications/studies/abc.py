@@ -64,7 +64,7 @@ class AbcStudyConfig:
     n_calib: int = 192  # ABC calibration samples (training distribution; only the solved ones count)
     abs_width: int = 1  # ABS: keys per prompt segment in the window of a target row
     bias_positional: str = "none"  # positional encoding of the ABS and ABC models
-    lam: float = 0.87  # ABC threshold: keep lines with sum >= mean + lam * std (the authors' value)
+    lam: float = 0.87  # ABC threshold: keep lines with sum >= mean + lam * std (the paper's self-attention value)
     abc_correct_only: bool = True  # ABC averages over correctly solved samples only (False: all, for --quick)
     device: str = "cpu"
 
