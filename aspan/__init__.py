@@ -13,7 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from .offline import force_offline as _force_offline
+
 __version__ = "0.1.0"
+_force_offline()  # before anything imports transformers or huggingface_hub (aspan.offline)
 
 # public name -> (module, attribute); attribute None means the module itself
 _EXPORTS: dict[str, tuple[str, str | None]] = {

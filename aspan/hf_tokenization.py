@@ -122,7 +122,7 @@ class HFCharAdapter:
                 raise ValueError("hf_char tokenizer config has no hf_path to load the Hugging Face tokenizer from")
             if base_dir is not None and not os.path.isabs(path):
                 path = os.path.join(base_dir, path)
-            hf_tokenizer = AutoTokenizer.from_pretrained(path)
+            hf_tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         return cls(
             hf_tokenizer,
             instruction=d.get("instruction"),

@@ -1,9 +1,15 @@
 """A run directory is never a way to write elsewhere: its files are not appended to, truncated or replaced through a
 symbolic link someone else put there; the command refuses in one line naming the file and touches nothing."""
+import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from aspan import models
 from aspan.tokenization import CharTokenizer
@@ -15,6 +21,13 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_T
 def aspan(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=ENV, capture_output=True,
                           text=True, timeout=300)
+
+
+def one_line(err: str, *words: str) -> None:
+    """stderr is exactly one line, no traceback, and names every one of `words`."""
+    assert "Traceback" not in err and err.strip().count("\n") == 0, err
+    for w in words:
+        assert w in err, (w, err)
 
 
 def sweep_config(tmp_path: Path) -> Path:
@@ -50,3 +63,67 @@ def test_security_run_json_is_not_replaced_through_a_symlink(tmp_path):
     assert f"{out / 'run.json'} is a symbolic link" in r.stderr
     assert victim.read_text() == "{}\n" and (out / "run.json").is_symlink()
     assert not (out / "sweep.jsonl").exists()  # refused before any row was computed
+
+
+# ------------------------------------------------------------------ model loading never touches the network
+def hostile_checkpoints(tmp_path: Path) -> dict[Path, str]:
+    """Aspan checkpoints whose config.json names a hub tokenizer, asks for remote code, or points its Hugging Face
+    tokenizer outside the checkpoint; each with the key a refusal must name."""
+    tok = CharTokenizer()
+    src = models.save(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, d_mlp=20, n_ctx=32, positional="alibi",
+                                  device="cpu"), tmp_path / "src", tok, hf=False, task="reversal")
+    cases = {"hub": ({"tokenizer_name": "gpt2", "trust_remote_code": True}, None, "model.tokenizer_name"),
+             "remote": ({"trust_remote_code": True}, None, "model.trust_remote_code"),
+             "hubtok": ({}, {"type": "hf_char", "hf_path": "gpt2"}, "tokenizer.hf_path"),
+             "outside": ({}, {"type": "hf_char", "hf_path": str(tmp_path)}, "tokenizer.hf_path")}
+    out = {}
+    for name, (model, tokenizer, key) in cases.items():
+        config = json.loads((src / "config.json").read_text())
+        config["model"].update(model)
+        config["tokenizer"] = tokenizer or config["tokenizer"]
+        (tmp_path / name).mkdir()
+        shutil.copy(src / "model.safetensors", tmp_path / name)
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        out[tmp_path / name] = key
+    return out
+
+
+def test_security_a_checkpoint_naming_a_hub_tokenizer_is_refused_at_once(tmp_path):
+    """A config.json with `tokenizer_name` and `trust_remote_code: true` made `aspan eval` ask the model hub (DNS,
+    five retries, about a minute) with the file's trust_remote_code; it is refused naming the file and key."""
+    for ckpt, key in hostile_checkpoints(tmp_path).items():
+        start = time.monotonic()
+        r = aspan("eval", str(ckpt), "-n", "2", "--no-attn", cwd=tmp_path)
+        assert r.returncode == 2, r.stderr[-2000:]
+        one_line(r.stderr, str(ckpt / "config.json"), key)
+        assert time.monotonic() - start < 60  # imports included (~10-25 s on a busy machine); the hub took 63 s
+
+
+def test_security_no_load_path_reaches_the_network(tmp_path, monkeypatch):
+    """Every loader (aspan format, the shipped Hugging Face form on both backends, a Llama directory on both, the
+    hostile checkpoints) runs with socket connections and name lookups failing loudly: none is attempted."""
+    attempts = []
+
+    def no_network(*args, **kwargs):
+        attempts.append(args)
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    from tests.models.hf_fixtures import save_random_model
+
+    save_random_model("llama", tmp_path / "plain")
+    tok = CharTokenizer()
+    aspan_format = models.save(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=32, device="cpu"),
+                               tmp_path / "aspan", tok, hf=False)
+    for source in (aspan_format, "reversal", tmp_path / "plain"):
+        for backend in ("hooked", "bridge"):
+            models.load(source, device="cpu", backend=backend)
+    for ckpt, key in hostile_checkpoints(tmp_path / "hostile").items():
+        with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+            models.load(ckpt, device="cpu", backend="hooked")
+    import huggingface_hub.constants
+
+    assert attempts == [] and huggingface_hub.constants.HF_HUB_OFFLINE is True
+    assert os.environ["HF_HUB_OFFLINE"] == os.environ["TRANSFORMERS_OFFLINE"] == "1"

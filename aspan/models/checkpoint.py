@@ -11,15 +11,19 @@ from typing import Any
 import torch
 
 from ..checks import check_device
+from ..errors import UsageError
 from ..io import atomic_dir, clean, to_json
+from ..offline import force_offline
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
 from .loaded import LoadedModel, bridge, is_bridge
+from .safety import check_aspan_config, check_tl_memory
 from .tiny import build, has_hooked
 
 WEIGHTS, CONFIG, HF_TOKENIZER_DIR = "model.safetensors", "config.json", "hf_tokenizer"
 FORMAT, VERSION = "aspan", 1
+MAX_CONFIG_BYTES = 16 * 2**20  # a config.json (sizes, tokenizer, metadata) is kilobytes; refuse a giant one unread
 
 
 def default_device() -> str:
@@ -105,10 +109,12 @@ def _read_config(path: Path) -> dict[str, Any]:
     file = path / CONFIG
     if not file.is_file():
         raise ValueError(f"{file}: missing; not a model checkpoint directory")
+    if file.stat().st_size > MAX_CONFIG_BYTES:
+        raise UsageError(f"{file}: {file.stat().st_size:,} bytes; a model config is at most {MAX_CONFIG_BYTES:,}")
     try:
         config = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{file}: invalid JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{file}: invalid JSON ({type(e).__name__}: {e})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{file}: expected a JSON object, got {type(config).__name__}")
     return config
@@ -120,7 +126,8 @@ def saved_info(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]
     config = _read_config(Path(path))
     if hfform.is_aspan_hf(config):
         return dict(config[hfform.KEY].get("meta", {})), hfform.tl_fields(config)
-    return config["meta"], config["model"]
+    check_aspan_config(Path(path) / CONFIG, config, VERSION)
+    return config.get("meta", {}), config["model"]
 
 
 def architecture(model) -> dict[str, Any]:
@@ -135,14 +142,24 @@ def architecture(model) -> dict[str, Any]:
 
 
 def _tokenizer_from_dict(d: dict[str, Any], base_dir: Path) -> Tokenizer:
+    """The tokenizer an aspan checkpoint stores; an `hf_char` one reads its Hugging Face files from inside the
+    checkpoint directory only (never an absolute path, a parent directory or a hub name)."""
+    where = f"{base_dir / CONFIG}: tokenizer"
     kind = d.get("type", "char")
     if kind == "char":
+        if not isinstance(d.get("chars"), str) or not isinstance(d.get("bos", True), bool):
+            raise UsageError(f"{where}: a char tokenizer needs chars (a string) and bos (true or false)")
         return CharTokenizer.from_dict(d)
     if kind == "hf_char":
         from ..hf_tokenization import HFCharAdapter
 
+        hf_path = d.get("hf_path")
+        inside = isinstance(hf_path, str) and not os.path.isabs(hf_path) and \
+            (base_dir / hf_path).resolve().is_relative_to(base_dir.resolve()) and (base_dir / hf_path).is_dir()
+        if not inside:
+            raise UsageError(f"{where}.hf_path must name a directory inside the checkpoint, got {hf_path!r}")
         return HFCharAdapter.from_dict(d, base_dir=base_dir)
-    raise ValueError(f"unknown tokenizer type {kind!r}")
+    raise UsageError(f"{where}.type must be 'char' or 'hf_char', got {kind!r}")
 
 
 def _load_hfform(path: Path, config: dict[str, Any], device: str, backend: Backend) -> LoadedModel:
@@ -177,11 +194,16 @@ def _load_aspan(path: Path, config: dict[str, Any], device: str) -> LoadedModel:
     from safetensors.torch import load_file
 
     file = path / CONFIG
+    check_aspan_config(file, config, VERSION)  # types, ranges and allowed values, before anything is built
+    check_tl_memory(str(file), config["model"], device)
     try:
-        cfg = cfg_from_dict(config["model"], device)
         tokenizer = _tokenizer_from_dict(config["tokenizer"], path)
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ValueError(f"{file}: invalid aspan model config ({type(e).__name__}: {e})") from None
+        cfg = cfg_from_dict(config["model"], device)
+    except (KeyError, TypeError, ValueError, AttributeError, AssertionError) as e:
+        raise UsageError(f"{file}: invalid aspan model config ({type(e).__name__}: {e})") from None
+    if tokenizer.vocab_size > cfg.d_vocab:
+        raise UsageError(f"{file}: model.d_vocab {cfg.d_vocab} is smaller than the tokenizer's {tokenizer.vocab_size} "
+                         f"tokens")
     weights_file = path / WEIGHTS
     if not weights_file.is_file():
         raise ValueError(f"{weights_file}: missing")
@@ -233,6 +255,7 @@ def load(
     """
     from . import hf
 
+    force_offline()  # in case transformers was imported before aspan (aspan.offline)
     device = default_device() if device in (None, "auto") else check_device(device)
     backend = default_backend() if backend is None else check_option("backend", backend, BACKENDS)
     if backend == "hooked" and not has_hooked():
@@ -265,4 +288,5 @@ def load(
         return hf.load_hf_bridge(path, config, device=device, **adapter)
     if config.get("architectures") or config.get("model_type"):
         return hf.load_hf_dir(path, config, device=device, **adapter)
-    raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint nor a Hugging Face config (no model_type)")
+    raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint (format 'aspan') nor a Hugging Face config "
+                     f"(no model_type)")

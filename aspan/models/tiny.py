@@ -228,9 +228,13 @@ def tiny(
         check_context(n_ctx, task, offset)
     d_mlp = 4 * d_model if d_mlp is None else d_mlp
     from .checkpoint import default_backend
+    from .safety import check_tl_memory
 
+    hooked = default_backend() != "bridge"
+    check_tl_memory("tiny model", dict(d_vocab=d_vocab, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
+                                       d_head=d_head, d_mlp=d_mlp, n_ctx=n_ctx, **pos_cfg), device, masks=hooked)
     # TransformerLens 4, or ASPAN_BACKEND=bridge: the same network in its Hugging Face form inside a TransformerBridge
-    if default_backend() == "bridge":
+    if not hooked:
         return _bridged(dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head,
                              d_mlp=d_mlp, n_ctx=n_ctx), positional, seed, device, vocab_size)
     sizes = dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp,

@@ -1,0 +1,234 @@
+"""Checks on what a model file says, made before anything is built from it (each failure one `UsageError` line
+naming the file and the key).
+
+- `check_aspan_config`: the aspan format's `config.json` (`format`, `version`, `model`: TransformerLens config fields
+  with their types, ranges and allowed values; `tokenizer`, `meta`). Hub names (`tokenizer_name`) and
+  `trust_remote_code` are refused: a checkpoint is read from its own directory, and no code it names is run.
+- `parameter_bytes` / `check_memory`: what a model's parameters (and TransformerLens's per-layer attention masks)
+  take, refused before allocation when it exceeds the memory this machine has available.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Callable, Literal, get_args
+
+from ..errors import UsageError
+
+# TransformerLens's activation names (`transformer_lens.utilities.activation_functions.SUPPORTED_ACTIVATIONS`).
+ActFn = Literal["solu", "solu_ln", "gelu_new", "gelu_fast", "silu", "relu", "gelu", "gelu_pytorch_tanh", "xielu",
+                "relu2"]
+Dtype = Literal["float32", "float16", "bfloat16", "float64"]
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+MEMORY_SHARE = 0.8  # a model may take at most this share of the memory available when it is built
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _int(lo: int, optional: bool = False, also: tuple = ()) -> Callable[[Any], str | None]:
+    def check(x):
+        if (optional and x is None) or x in also and _is_int(x):
+            return None
+        return None if _is_int(x) and x >= lo else f"must be an integer >= {lo}{' or null' if optional else ''}"
+    return check
+
+
+def _number(positive: bool = False, optional: bool = False) -> Callable[[Any], str | None]:
+    def check(x):
+        if optional and x is None:
+            return None
+        if not _is_number(x) or (positive and x <= 0):
+            return f"must be a finite {'positive ' if positive else ''}number{' or null' if optional else ''}"
+        return None
+    return check
+
+
+def _bool(optional: bool = False) -> Callable[[Any], str | None]:
+    return lambda x: None if isinstance(x, bool) or (optional and x is None) else "must be true or false"
+
+
+def _choice(*values: Any) -> Callable[[Any], str | None]:
+    return lambda x: None if any(x is v or (x == v and type(x) is type(v)) for v in values) else \
+        f"must be one of {', '.join(map(repr, values))}"
+
+
+def _text(optional: bool = False) -> Callable[[Any], str | None]:
+    return lambda x: None if (optional and x is None) or (isinstance(x, str) and len(x) <= 200) else \
+        "must be a string (at most 200 characters)"
+
+
+def _refused(value: Any, why: str) -> Callable[[Any], str | None]:
+    return lambda x: None if x is value or (x == value and type(x) is type(value)) else \
+        f"must be {json.dumps(value)}: {why}"
+
+
+def _layer_types(x: Any) -> str | None:
+    if x is None or (isinstance(x, list) and all(t in ("global", "local") for t in x)):
+        return None
+    return "must be null or a list of 'global' / 'local'"
+
+
+_POSITIVE, _OPT_POSITIVE, _NUMBER, _POS_NUMBER = _int(1), _int(1, optional=True), _number(), _number(positive=True)
+# Every TransformerLens 3.9 config field an aspan checkpoint may hold, with what it may be.
+MODEL_FIELDS: dict[str, Callable[[Any], str | None]] = {
+    **dict.fromkeys(("n_layers", "d_model", "n_ctx", "d_head", "n_heads", "d_vocab", "NTK_original_ctx_len",
+                     "yarn_original_max_position_embeddings"), _POSITIVE),
+    **dict.fromkeys(("d_mlp", "n_key_value_heads", "window_size", "train_seq_length", "num_experts",
+                     "experts_per_token", "relative_attention_max_distance", "relative_attention_num_buckets"),
+                    _OPT_POSITIVE),
+    "d_vocab_out": _int(1, also=(-1,)), "rotary_dim": _int(0, optional=True), "n_params": _int(0, optional=True),
+    "seed": _int(0, optional=True), "checkpoint_index": _int(0, optional=True),
+    "checkpoint_value": _number(optional=True), "decoder_start_token_id": _int(0, optional=True),
+    **dict.fromkeys(("eps", "rotary_base", "rotary_scaling_factor", "NTK_by_parts_low_freq_factor",
+                     "NTK_by_parts_high_freq_factor", "NTK_by_parts_factor", "yarn_factor", "yarn_attention_factor",
+                     "yarn_beta_fast", "yarn_beta_slow"), _POS_NUMBER),
+    **dict.fromkeys(("attn_scale", "initializer_range", "attn_scores_soft_cap", "output_logits_soft_cap"), _NUMBER),
+    "rotary_base_local": _number(positive=True, optional=True), "clip_qkv": _number(positive=True, optional=True),
+    **dict.fromkeys((
+        "use_attn_scale", "use_hook_mlp_in", "use_attn_in", "use_qk_norm", "use_logn_attn", "use_dynamic_ntk_rope",
+        "use_local_attn", "ungroup_grouped_query_attention", "from_checkpoint", "attn_only", "init_weights",
+        "scale_attn_by_inverse_layer_idx", "final_rms", "parallel_attn_mlp", "use_hook_tokens", "gated_mlp",
+        "post_embedding_ln", "rotary_adjacent_pairs", "tie_word_embeddings", "use_normalization_before_and_after",
+        "use_NTK_by_parts_rope", "use_yarn_rope", "yarn_truncate", "yarn_global_attn_only", "use_attention_sinks",
+        "norm_topk_prob", "default_prepend_bos", "use_split_qkv_input", "use_attn_result", "uses_rms_norm",
+        "layer_norm_folding"), _bool()),
+    "tokenizer_prepends_bos": _bool(optional=True),
+    "model_name": _text(), "original_architecture": _text(optional=True),
+    "checkpoint_label_type": _text(optional=True),
+    "act_fn": _choice(*get_args(ActFn), None), "dtype": _choice(*get_args(Dtype)),
+    "normalization_type": _choice("LN", "LNPre", "RMS", "RMSPre", None),
+    "positional_embedding_type": _choice("standard", "rotary", "shortformer", "alibi", "relative_positional_bias"),
+    "attention_dir": _choice("causal", "bidirectional"),
+    "init_mode": _choice("gpt2", "xavier_uniform", "xavier_normal", "kaiming_uniform", "kaiming_normal", "muP"),
+    "attn_types": _layer_types,
+    # read from the checkpoint's own directory, never from a hub; no code a file names is run
+    "tokenizer_name": _refused(None, "a hub tokenizer name is never loaded: the tokenizer is the checkpoint's own"),
+    "trust_remote_code": _refused(False, "remote code is never run"),
+    "load_in_4bit": _refused(False, "quantised loading is not supported"),
+    "quantization_method": _refused(None, "quantised loading is not supported"),
+    "n_devices": _refused(1, "a model is loaded onto one device"),
+}
+REQUIRED_FIELDS = ("n_layers", "d_model", "n_ctx", "d_head", "n_heads", "d_vocab", "act_fn")
+TOP_LEVEL = ("format", "version", "model", "tokenizer", "meta")
+
+
+def check_aspan_config(file: Path, config: dict[str, Any], version: int) -> None:
+    """UsageError naming `file` and the key, unless the aspan-format `config` is one a model can be built from."""
+    if config.get("format") != "aspan":
+        raise UsageError(f"{file}: format must be 'aspan', got {_short(config.get('format'))}")
+    unknown = sorted(set(config) - set(TOP_LEVEL))
+    if unknown:
+        raise UsageError(f"{file}: unknown key {unknown[0]!r} (an aspan checkpoint has {', '.join(TOP_LEVEL)})")
+    if config.get("version") != version or not _is_int(config.get("version")):
+        raise UsageError(f"{file}: version must be {version}, got {config.get('version')!r}")
+    for key in ("model", "tokenizer", "meta"):
+        if key == "meta" and key not in config:
+            continue
+        if not isinstance(config.get(key), dict):
+            raise UsageError(f"{file}: {key} must be a JSON object, got {type(config.get(key)).__name__}")
+    model = config["model"]
+    for key in REQUIRED_FIELDS:
+        if key not in model and not (key == "act_fn" and model.get("attn_only") is True):
+            raise UsageError(f"{file}: model.{key} is missing")
+    for key, value in model.items():
+        check = MODEL_FIELDS.get(key)
+        why = "unknown key (not a TransformerLens config field)" if check is None else check(value)
+        if why:
+            raise UsageError(f"{file}: model.{key} {why}, got {_short(value)}")
+    _check_model_consistency(file, model)
+
+
+def _check_model_consistency(file: Path, model: dict[str, Any]) -> None:
+    """The fields that depend on each other: heads, rotary dimensions, local attention, the MLP."""
+    where = f"{file}: model."
+    kv = model.get("n_key_value_heads")
+    if kv is not None and model["n_heads"] % kv:
+        raise UsageError(f"{where}n_key_value_heads {kv} does not divide n_heads {model['n_heads']}")
+    rotary = model.get("rotary_dim")
+    if model.get("positional_embedding_type") == "rotary" and rotary is not None and \
+            (rotary > model["d_head"] or rotary % 2):
+        raise UsageError(f"{where}rotary_dim must be even and <= d_head {model['d_head']}, got {rotary}")
+    if model.get("use_local_attn") and (model.get("window_size") is None or model.get("attn_types") is None):
+        raise UsageError(f"{where}use_local_attn needs window_size and attn_types")
+    types = model.get("attn_types")
+    if types is not None and len(types) != model["n_layers"]:
+        raise UsageError(f"{where}attn_types has {len(types)} entries for n_layers {model['n_layers']}")
+    if not model.get("attn_only") and (model.get("d_mlp") is None or model.get("act_fn") is None):
+        raise UsageError(f"{where}{'d_mlp' if model.get('d_mlp') is None else 'act_fn'} is null but the model has "
+                         f"an MLP (attn_only is false)")
+    if (model.get("num_experts") is None) != (model.get("experts_per_token") is None):
+        raise UsageError(f"{where}num_experts and experts_per_token must be set together")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def parameter_bytes(d_vocab: int, d_model: int, n_layers: int, n_heads: int, d_head: int, d_mlp: int, n_ctx: int,
+                    *, n_kv_heads: int | None = None, learned_positions: bool = False, gated: bool = False,
+                    dtype_bytes: int = 4, masks: bool = False) -> int:
+    """Bytes of a decoder-only transformer's parameters: embeddings and unembedding, the learned-position table,
+    attention (Q and O per head, K and V per key-value head, with biases), the MLP (gated: three matrices) and the
+    LayerNorms, times `dtype_bytes`; with `masks`, TransformerLens's causal mask buffer (n_ctx x n_ctx bytes per
+    layer) and its rotary tables."""
+    kv = n_kv_heads or n_heads
+    attention = d_model * d_head * (2 * n_heads + 2 * kv) + d_head * (n_heads + 2 * kv) + d_model
+    mlp = d_model * d_mlp * (3 if gated else 2) + d_mlp + d_model
+    per_layer = attention + mlp + 4 * d_model
+    params = 2 * d_vocab * d_model + d_vocab + n_layers * per_layer + 2 * d_model
+    params += n_ctx * d_model if learned_positions else 0
+    buffers = n_layers * (n_ctx * n_ctx + 2 * n_ctx * d_head * 4) if masks else 0
+    return params * dtype_bytes + buffers
+
+
+def available_bytes(device: str | None = None) -> int:
+    """Memory this machine can give a new model now: free memory of a CUDA device, else `MemAvailable` from
+    /proc/meminfo (the free physical pages where that file is absent)."""
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_memory(needed: int, what: str, sizes: dict[str, Any], device: str | None = None) -> None:
+    """UsageError (naming `what` and its sizes) when `needed` bytes exceed MEMORY_SHARE of the available memory."""
+    have = available_bytes(device)
+    if needed > MEMORY_SHARE * have:
+        shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+        raise UsageError(f"{what}: the model would take about {_gb(needed)} ({shown}), more than this machine can "
+                         f"hold ({_gb(have)} available{' on ' + str(device) if device else ''})")
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:,.1f} GB" if n < 2**70 else f"{n / 2**30:.3g} GB"
+
+
+def check_tl_memory(what: str, model: dict[str, Any], device: str | None = None, masks: bool = True) -> None:
+    """`check_memory` for a TransformerLens config (a checked aspan `model` entry, or `models.tiny`'s sizes), with
+    HookedTransformer's mask buffers (`masks`)."""
+    needed = parameter_bytes(
+        model["d_vocab"], model["d_model"], model["n_layers"], model["n_heads"], model["d_head"],
+        model.get("d_mlp") or 0, model["n_ctx"], n_kv_heads=model.get("n_key_value_heads"),
+        learned_positions=model.get("positional_embedding_type", "standard") in ("standard", "shortformer"),
+        gated=bool(model.get("gated_mlp")), dtype_bytes=DTYPE_BYTES[model.get("dtype", "float32")], masks=masks)
+    shown = {k: model.get(k) for k in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")}
+    check_memory(needed, what, shown, device)
