@@ -107,7 +107,20 @@ class Parity(Task):
         bits = "".join(rng.choice(BITS) for _ in range(n))
         if self.width is not None:  # an n-bit number, zero-padded to the width
             bits = ("1" + bits[1:] if n > 1 else bits).zfill(self.width)
-            n = self.width
+        return self._from_bits(bits, rng)
+
+    def build(self, x: int) -> Sample:
+        """The padded-layout sample of the number `x`: its binary digits zero-padded to the width, then its running
+        parity (Duan & Shi 2023 draw numbers and write them in binary)."""
+        if self.width is None:
+            raise ValueError("build(x) writes a number in the padded layout: use layout='padded' with a width")
+        if isinstance(x, bool) or not isinstance(x, int) or x < 0 or x.bit_length() > self.width:
+            raise ValueError(f"build needs an int from 0 to 2**{self.width} - 1 (width={self.width}), got {x!r}")
+        return self._from_bits(format(x, "b").zfill(self.width), None)
+
+    def _from_bits(self, bits: str, rng: random.Random | None) -> Sample:
+        """The sample of the input bits `bits` in this task's format (mnemonic anchors drawn from `rng`)."""
+        n = len(bits)
         par = running(bits)
         given: tuple[int, ...] = ()
         if self.format == "plain":

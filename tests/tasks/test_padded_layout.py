@@ -91,3 +91,22 @@ def test_a_prompt_of_another_width_is_not_solved():
     task = tasks.get("addition", digits=(1, 3), layout="padded", width=4)
     with pytest.raises(ValueError):
         task.solve("123+0748=")
+
+
+@settings(max_examples=100, deadline=None)
+@given(x=st.integers(0, 2**22 - 1))
+def test_parity_builds_a_number_in_binary_like_the_samples_it_draws(x):
+    task = task_of("parity")
+    s = task.build(x)
+    assert s.prompt == format(x, "b").zfill(22) + "=" and int(s.prompt[:-1], 2) == x
+    assert s.target == task.solve(s.prompt)
+    drawn = task.generate(1, seed=x)[0]  # the same layout: prompt length, references, parameters
+    assert (s.prompt_len, s.references, s.params) == (drawn.prompt_len, drawn.references, drawn.params)
+
+
+@pytest.mark.parametrize("x", [2**22, -1, 1.5, True])
+def test_parity_build_refuses_what_does_not_fit_the_width(x):
+    with pytest.raises(ValueError, match="build"):
+        task_of("parity").build(x)
+    with pytest.raises(ValueError, match="padded"):
+        tasks.get("parity", length=(1, 5)).build(3)
