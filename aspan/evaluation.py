@@ -193,7 +193,9 @@ def _token_str(tokenizer: Tokenizer, cache: dict, i: int) -> str:
 
 
 def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, batch_size: int) -> None:
-    """Fail before any work: bad mode, batch size, or a sample longer than the model's context."""
+    """Fail before any work: no samples, bad mode, batch size, or a sample longer than the model's context."""
+    if not samples:
+        raise ValueError("evaluate: no samples (accuracies of an empty set are undefined): give at least one")
     check_option("mode", mode, MODES)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -119,21 +119,10 @@ def batch_seed(seed: int, index: int) -> int:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[Sample]:
-    """Samples from an `aspan data` JSONL file (one `Sample.to_dict()` per line); ValueError names a bad line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no data file at {path}")
-    out = []
-    with path.open() as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    out.append(Sample.from_dict(json.loads(line)))
-                except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-                    raise ValueError(f"{path}:{n}: not a sample ({type(e).__name__}: {e})") from None
-    if not out:
-        raise ValueError(f"{path}: no samples")
-    return out
+    """Samples from an `aspan data` JSONL file, each checked against its task (`aspan.tasks.read_samples`)."""
+    from .tasks import read_samples
+
+    return read_samples(path)
 
 
 Data = Task | Sequence[Sample] | str | os.PathLike  # a task (generated on the fly), samples, or a JSONL file

@@ -2,8 +2,15 @@
 one line naming the file and line (or key), exit code 2, no traceback, before any model work and without a partial
 file. Each CLI case runs the real command in a subprocess."""
 import json
+import tempfile
 from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aspan import models, tasks
+from aspan.evaluation import evaluate
 from aspan.experiments.sweep import SweepConfig, grid
 from aspan.io import settings_key
 
@@ -70,3 +77,116 @@ def test_qk_study_row_without_key_or_condition_names_file_and_line(tmp_path):
         assert r.returncode == 2
         one_line(r.stderr, f"{run / 'runs.jsonl'} line 1: not a qk study row", "'key'" if i == 0 else "'condition'")
         assert {p.name for p in run.iterdir()} <= {"runs.jsonl", ".aspan.lock", "run.json"}
+
+
+# ------------------------------------------------------------------------------------ JSONL samples
+def sample_line(**changes) -> str:
+    d = tasks.get("reversal", length=3, charset="abcd").generate(1, seed=0)[0].to_dict()
+    return json.dumps({**d, **changes})
+
+
+BAD_SAMPLES = [  # (a line, the field its error must name)
+    (sample_line(prompt_len=4.7), "'prompt_len'"),
+    (sample_line(references=[[2.9]] * 3), "'references'"),
+    (sample_line(references=[[True]] * 3), "'references'"),
+    (sample_line(text="abc=abc"), "'text'"),  # the reversal of abc is cba
+    (sample_line(references=[[0], [1], [2]]), "'references'"),  # mirrored positions are 2, 1, 0
+    (sample_line(task="reversel"), "'task'"),
+    (sample_line(extra=1), "'extra'"),
+]
+
+
+def test_train_data_file_fields_are_checked_naming_file_line_and_field(tmp_path):
+    good = sample_line()
+    for i, (bad, field) in enumerate(BAD_SAMPLES):
+        data = tmp_path / f"bad{i}.jsonl"
+        data.write_text(good + "\n" + bad + "\n")
+        out = tmp_path / f"run{i}"
+        r = aspan("train", "--data", str(data), "--out", str(out), "--steps", "1", "--batch-size", "2",
+                  "--eval-samples", "0", "--quiet", cwd=tmp_path)
+        assert r.returncode == 2, (bad, r.stderr)
+        one_line(r.stderr, f"{data} line 2:", f"field {field}")
+        assert not out.exists()
+    latin = tmp_path / "latin1.jsonl"
+    latin.write_bytes(good.encode() + b"\n" + good.encode().replace(b'"task"', b'"t\xe4sk"') + b"\n")
+    r = aspan("train", "--data", str(latin), "--out", str(tmp_path / "run"), "--steps", "1", cwd=tmp_path)
+    assert r.returncode == 2 and not (tmp_path / "run").exists()
+    one_line(r.stderr, f"{latin} line 2:", "UTF-8")
+
+
+def test_every_task_reads_back_what_it_writes(tmp_path):
+    for name in tasks.NAMES:
+        for split in tasks.SPLITS:
+            samples = tasks.preset(name, split).generate(20, seed=1)
+            path = tmp_path / f"{name}-{split}.jsonl"
+            path.write_text("".join(s.to_json() + "\n" for s in samples))
+            assert tasks.read_samples(path) == samples
+
+
+WRONG_TYPE = {  # values of the wrong type for each field: the error must name exactly that field
+    "prompt_len": st.one_of(st.floats(allow_nan=False).filter(lambda x: not x.is_integer()), st.booleans(),
+                            st.text(max_size=3), st.none()),
+    "references": st.one_of(st.just([[2.5]]), st.just([[True]]), st.lists(st.integers(), min_size=1),
+                            st.text(max_size=3)),
+    "text": st.one_of(st.integers(), st.just(""), st.none(), st.lists(st.text(max_size=2))),
+    "task": st.one_of(st.integers(), st.none(), st.lists(st.text(max_size=2))),
+    "params": st.one_of(st.integers(), st.lists(st.integers()), st.text(max_size=3)),
+    "given": st.one_of(st.just([0.5]), st.just([True]), st.text(min_size=1, max_size=3)),
+}
+WRONG_VALUE = {  # well-typed values: a mutation must be refused naming its line (and a field), unless valid
+    "prompt_len": st.integers(-2, 60),
+    "references": st.lists(st.lists(st.integers(-3, 40), max_size=3), max_size=12),
+    "text": st.text(alphabet="0123456789ab=+*:,", min_size=1, max_size=12),
+    "task": st.sampled_from(["reversl", *tasks.NAMES]),
+    "params": st.sampled_from([{"length": [1, 2], "charset": "a"}, {"digits": 3}, {"nope": 1}, {}]),
+    "given": st.lists(st.integers(0, 9), min_size=1, max_size=3),
+}
+
+
+def read_error(path: Path) -> str:
+    try:
+        tasks.read_samples(path)
+    except ValueError as e:
+        return str(e)
+    return ""
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(tasks.NAMES), st.integers(0, 10**6), st.integers(1, 5), st.booleans(), st.data())
+def test_parser_round_trips_valid_rows_and_names_a_mutated_field(name, seed, n, typed, data):
+    samples = tasks.preset(name, "id").generate(n, seed=seed)
+    line = data.draw(st.integers(0, n - 1))
+    field = data.draw(st.sampled_from(sorted(WRONG_TYPE)))
+    value = data.draw((WRONG_TYPE if typed else WRONG_VALUE)[field])
+    rows = [s.to_dict() for s in samples]
+    rows[line] = {**rows[line], field: value}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "samples.jsonl"
+        path.write_text("".join(s.to_json() + "\n" for s in samples))
+        assert tasks.read_samples(path) == samples  # valid rows round-trip
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        message = read_error(path)
+    if typed:
+        assert message.startswith(f"{path} line {line + 1}: field {field!r}: must be "), message
+    elif message:
+        assert message.startswith(f"{path} line {line + 1}: field '"), message
+    else:  # accepted: then it really is a sample of its task, solver and references included
+        mutated = tasks.Sample.from_dict(rows[line])
+        assert tasks.from_params(mutated.task, mutated.params).rebuild(mutated.prompt, mutated.target) == mutated
+
+
+# ------------------------------------------------------------------------------------ API arguments
+def test_negative_or_non_integer_seeds_are_refused():
+    task = tasks.get("reversal")
+    assert task.generate(3, seed=1) != task.generate(3, seed=2)
+    for seed in (-1, 1.0, "1", True):
+        with pytest.raises(ValueError, match="seed must be an int >= 0"):
+            task.generate(3, seed=seed)
+        with pytest.raises(ValueError, match="seed must be an int >= 0"):
+            task.stream(seed)
+
+
+def test_evaluate_refuses_an_empty_sample_list():
+    model, tokenizer, _ = models.load("reversal", device="cpu")
+    with pytest.raises(ValueError, match="no samples"):
+        evaluate(model, tokenizer, [])

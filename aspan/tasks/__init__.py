@@ -6,7 +6,10 @@
 """
 from __future__ import annotations
 
+import json
+import os
 from importlib import import_module
+from pathlib import Path
 from typing import Any
 
 from .base import SEPARATORS, Sample, Task, check_range
@@ -48,6 +51,64 @@ def from_params(name: str, params: dict[str, Any]) -> Task:
     return get(name, **params)
 
 
+def checked_sample(d: Any, known: dict[str, Task] | None = None) -> Sample:
+    """The sample of a parsed JSON line, trusted only when its task's own solver and reference builder agree with it
+    (`Task.rebuild`): ValueError starting "field 'NAME': ". A sample without a task is only checked for its form.
+    `known`: tasks already built, by (name, params) JSON (a cache shared over a file)."""
+    sample = Sample.from_dict(d)
+    if not sample.task:
+        return sample
+    known = {} if known is None else known
+    key = json.dumps([sample.task, sample.params], sort_keys=True)
+    if key not in known:
+        try:
+            known[key] = from_params(sample.task, sample.params)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"field {'task' if sample.task not in NAMES else 'params'!r}: {e}") from None
+    task = known[key]
+    try:
+        want = task.rebuild(sample.prompt, sample.target)
+    except ValueError as e:
+        raise ValueError(f"field 'text': {e}") from None
+    for name in ("references", "given"):
+        got, expected = getattr(sample, name), getattr(want, name)
+        if got != expected:
+            j = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+            raise ValueError(f"field {name!r}: entry {j} is {_entry(got, j)}, but the {task.name} task's rule gives "
+                             f"{_entry(expected, j)}")
+    return sample
+
+
+def _entry(values: tuple, j: int) -> str:
+    return json.dumps(values[j]) if j < len(values) else "nothing"
+
+
+def read_samples(path: str | os.PathLike) -> list[Sample]:
+    """Samples of an `aspan data` JSONL file (one `Sample.to_dict()` per line), each checked (`checked_sample`);
+    ValueError naming the file, line and field of the first bad one (FileNotFoundError when absent)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no data file at {path}")
+    out: list[Sample] = []
+    known: dict[str, Task] = {}
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+                if line.strip():
+                    out.append(checked_sample(json.loads(line), known))
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path} line {n}: not UTF-8 text (byte {raw[e.start]:#04x} at column "
+                                 f"{e.start + 1})") from None
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except ValueError as e:
+                raise ValueError(f"{path} line {n}: {e}") from None
+    if not out:
+        raise ValueError(f"{path}: no samples")
+    return out
+
+
 __all__ = [
     "SEPARATORS",
     "NAMES",
@@ -60,4 +121,6 @@ __all__ = [
     "presets",
     "task_class",
     "from_params",
+    "checked_sample",
+    "read_samples",
 ]

@@ -13,7 +13,7 @@ import random
 from typing import Any
 
 from .base import Sample, Task, check_range
-from .numbers import DIGITS, Layout, check_layout, digit_swaps, lsd, padded_digits, random_number
+from .numbers import DIGITS, Layout, check_layout, digit_swaps, lsd, padded_digits, parse_lsd, random_number
 
 
 class Addition(Task):
@@ -53,6 +53,12 @@ class Addition(Task):
     def _sample(self, rng: random.Random) -> Sample:
         lens = [rng.randint(*self.digits) for _ in range(self.operands)]
         return self.build([random_number(rng, d) for d in lens])
+
+    def _build(self, prompt: str, target: str) -> Sample:
+        parts = prompt[:-1].split("+")
+        if self.width is not None:  # MSD-first, zero-padded operands
+            return self.build([int(p) for p in parts])
+        return self.build([parse_lsd(p, canonical=not self.padding) for p in parts])
 
     def build(self, xs: list[int]) -> Sample:
         """The sample adding the `operands` numbers `xs` (any size; for hand-made examples)."""

@@ -72,8 +72,13 @@ class Assign(Task):
         vals = [rng.choice(self.values) for _ in keys]
         idx = [rng.randrange(n) for _ in range(m)]
         prompt = "".join(k + v for k, v in zip(keys, vals)) + ":" + "".join(keys[i] for i in idx) + "="
-        target = "".join(vals[i] for i in idx)
-        refs = tuple((2 * i, 2 * i + 1, 2 * n + 1 + j) for j, i in enumerate(idx))
+        return self._build(prompt, "".join(vals[i] for i in idx))
+
+    def _build(self, prompt: str, target: str) -> Sample:
+        table, s = _split(prompt)
+        at = {k: i for i, k in enumerate(table[::2])}  # key -> its pair's index in the table
+        n = len(table) // 2
+        refs = tuple((2 * at[c], 2 * at[c] + 1, 2 * n + 1 + j) for j, c in enumerate(s))
         return Sample(prompt + target, len(prompt), refs, self.name, self.params())
 
     def solve(self, prompt: str) -> str:

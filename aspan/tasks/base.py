@@ -11,6 +11,7 @@ are forced during generation, and their reference sets are empty.
 from __future__ import annotations
 
 import json
+import numbers
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
@@ -103,23 +104,70 @@ class Sample:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Sample":
-        return cls(
-            text=d["text"],
-            prompt_len=int(d["prompt_len"]),
-            references=tuple(tuple(int(p) for p in r) for r in d["references"]),
-            task=d.get("task", ""),
-            params=d.get("params", {}),
-            given=tuple(int(j) for j in d.get("given", ())),
-        )
+    def from_dict(cls, d: Any) -> "Sample":
+        """The sample of a `to_dict()` dict, every field checked for its type (nothing is rounded or coerced: a
+        `prompt_len` of 4.7 or a reference `true` is refused); ValueError starting "field 'NAME': "."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a sample is a JSON object, got a {type(d).__name__}")
+        unknown = sorted(set(d) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"field {unknown[0]!r}: not a sample field (fields: {', '.join(FIELDS)})")
+        missing = [k for k in ("text", "prompt_len", "references") if k not in d]
+        if missing:
+            raise ValueError(f"field {missing[0]!r}: missing")
+        for name in FIELDS:
+            if name in d and not FIELDS[name][0](d[name]):
+                raise ValueError(f"field {name!r}: must be {FIELDS[name][1]}, got {_short(d[name])}")
+        try:
+            return cls(text=d["text"], prompt_len=d["prompt_len"], references=tuple(map(tuple, d["references"])),
+                       task=d.get("task", ""), params=d.get("params", {}), given=tuple(d.get("given", ())))
+        except ValueError as e:
+            raise ValueError(f"field {_field_of(str(e))!r}: {e}") from None
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+def _index(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _indices(v: Any) -> bool:
+    return isinstance(v, list) and all(map(_index, v))
+
+
+# The fields of a sample's JSON form: (type check, what it must be).
+FIELDS: dict[str, tuple[Any, str]] = {
+    "task": (lambda v: isinstance(v, str), "a task name"),
+    "text": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "prompt_len": (_index, "an integer"),
+    "references": (lambda v: isinstance(v, list) and all(map(_indices, v)), "a list of lists of integer positions"),
+    "params": (lambda v: isinstance(v, dict), "an object of task parameters"),
+    "given": (_indices, "a list of integer target indices"),
+}
+
+
+def _short(v: Any) -> str:
+    text = json.dumps(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _field_of(message: str) -> str:
+    """The field a `Sample` consistency error is about (its messages start with or name it)."""
+    return next((f for f in ("prompt_len", "given", "references") if f in message), "references")
+
+
 def _whole(v: Any) -> bool:
     """An int, or a float with no fractional part (JSON and TOML may write 3 as 3.0); never a bool."""
     return not isinstance(v, bool) and (isinstance(v, int) or (isinstance(v, float) and v.is_integer()))
+
+
+def check_seed(seed: Any) -> int:
+    """`seed` as an int >= 0; ValueError otherwise. `random.Random` seeds with |seed|, so -1 would silently draw the
+    samples of seed 1, and a float or string seed would be hashed into some unrelated stream."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    return int(seed)
 
 
 def check_range(name: str, value: tuple[int, int] | int, minimum: int = 0) -> tuple[int, int]:
@@ -184,15 +232,32 @@ class Task:
         """`solve(prompt)`, for tasks whose prompt fixes the target length; successor overrides it."""
         return self.solve(prompt)
 
+    def rebuild(self, prompt: str, target: str) -> Sample:
+        """The sample of this task with `prompt` and `target`, its references (and given characters) built by the
+        task's own rule; ValueError on an invalid prompt or a target the solver disagrees with (`solve_like`).
+
+        A sample read from a file is trusted only when it equals `rebuild(sample.prompt, sample.target)`."""
+        want = self.solve_like(prompt, target)
+        if target != want:
+            raise ValueError(f"target {target!r} is not the {self.name} solver's {want!r} for prompt {prompt!r}")
+        return self._build(prompt, target)
+
+    def _build(self, prompt: str, target: str) -> Sample:
+        """The sample with this (valid) prompt and target and the task's references: the one reference builder,
+        used by `_sample` and `rebuild`."""
+        raise NotImplementedError
+
     def stream(self, seed: int = 0) -> Iterator[Sample]:
-        """Infinite deterministic stream of samples."""
-        rng = random.Random(seed)
+        """Infinite deterministic stream of samples; `seed` an int >= 0 (checked when called, not when iterated)."""
+        return self._stream(random.Random(check_seed(seed)))
+
+    def _stream(self, rng: random.Random) -> Iterator[Sample]:
         while True:
             yield self._sample(rng)
 
     def generate(self, n: int, seed: int = 0) -> list[Sample]:
-        if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise ValueError(f"n must be an int >= 0, got {n!r}")
         it = self.stream(seed)
         return [next(it) for _ in range(n)]
 

@@ -48,20 +48,17 @@ class FlipFlop(Task):
         while True:  # rejection: at least one register must be written for the final read
             parts: list[str] = []
             value: dict[str, int] = {}
-            refs: dict[str, list[int]] = {}  # register -> positions that fix its current value
-            for k in range(n):
+            for _ in range(n):
                 reg = rng.choice(self.regs)
                 op = rng.choice(self.ops if reg in value else "wi")
-                s = 3 * k
                 if op == "w":
                     value[reg] = rng.randint(0, 1)
-                    bit, refs[reg] = value[reg], [s + 2]
+                    bit = value[reg]
                 elif op == "r":
-                    bit, refs[reg] = value[reg], [s + 2]
+                    bit = value[reg]
                 elif op == "f":
                     value[reg] ^= 1
                     bit = rng.randint(0, 1)
-                    refs[reg] += [s, s + 1]
                 else:
                     bit = rng.randint(0, 1)
                 parts.append(f"{op}{reg}{bit}")
@@ -69,8 +66,19 @@ class FlipFlop(Task):
             if written:
                 break
         reg = rng.choice(written)
-        prompt = "".join(parts) + "r" + reg
-        return Sample(prompt + str(value[reg]), len(prompt), (tuple(refs[reg]),), self.name, self.params())
+        return self._build("".join(parts) + "r" + reg, str(value[reg]))
+
+    def _build(self, prompt: str, target: str) -> Sample:
+        """The read bit references the last write or read of its register and the op and register of every later
+        flip of it."""
+        refs: dict[str, list[int]] = {}  # register -> positions that fix its current value
+        for s in range(0, len(prompt) - 2, 3):
+            op, reg = prompt[s], prompt[s + 1]
+            if op in "wr":
+                refs[reg] = [s + 2]
+            elif op == "f":
+                refs[reg] += [s, s + 1]
+        return Sample(prompt + target, len(prompt), (tuple(refs[prompt[-1]]),), self.name, self.params())
 
     def solve(self, prompt: str) -> str:
         """Simulate the registers; ValueError on a malformed prompt, a wrong read bit or a use before write."""

@@ -46,6 +46,10 @@ class Multiplication(Task):
         b = random_number(rng, rng.randint(*self.digits_b))
         return self.build(a, b)
 
+    def _build(self, prompt: str, target: str) -> Sample:
+        sa, sb = prompt[:-1].split("*")
+        return self.build(parse_lsd(sa), parse_lsd(sb))
+
     def build(self, a: int, b: int) -> Sample:
         """The sample for `a*b=` (any non-negative factors, b of at most 10 digits; for hand-made examples)."""
         if not all(isinstance(x, int) and x >= 0 for x in (a, b)) or len(str(b)) > 10:

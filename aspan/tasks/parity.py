@@ -122,23 +122,30 @@ class Parity(Task):
         """The sample of the input bits `bits` in this task's format (mnemonic anchors drawn from `rng`)."""
         n = len(bits)
         par = running(bits)
+        if self.format == "plain":
+            return self._build(bits + "=", par[-1])
+        if self.format == "scratchpad":
+            return self._build(bits + "=", par)
+        if self.format == "interleaved":
+            return self._build(bits + "=", "".join(b + p for b, p in zip(bits, par)))
+        marks = rng.sample(self.anchor_symbols, n)
+        prompt = "".join(m + b for m, b in zip(marks, bits)) + "="
+        return self._build(prompt, "".join(m + p for m, p in zip(marks, par)))
+
+    def _build(self, prompt: str, target: str) -> Sample:
+        n = len(self._parse(prompt)[0])
         given: tuple[int, ...] = ()
         if self.format == "plain":
-            prompt, target, refs = bits + "=", par[-1], [tuple(range(n))]
+            refs = [tuple(range(n))]
         elif self.format == "scratchpad":
-            prompt, target = bits + "=", par
             refs = [(0,) if i == 0 else (i, n + i) for i in range(n)]  # output i-1 sits at n + 1 + i - 1
         elif self.format == "interleaved":
-            prompt, target = bits + "=", "".join(b + p for b, p in zip(bits, par))
             t = n + 1  # target index k sits at text position t + k; bit i at 2i (given), parity i at 2i + 1
             refs = []
             for i in range(n):
                 refs += [(), (t,) if i == 0 else (t + 2 * i - 1, t + 2 * i)]
             given = tuple(range(0, 2 * n, 2))
         else:
-            marks = rng.sample(self.anchor_symbols, n)
-            prompt = "".join(m + b for m, b in zip(marks, bits)) + "="
-            target = "".join(m + p for m, p in zip(marks, par))
             t = 2 * n + 1  # anchor i at 2i in the prompt and t + 2i in the target; bit i at 2i + 1
             refs = []
             for i in range(n):

@@ -41,10 +41,13 @@ class Reversal(Task):
         return 2 * self.length[1] + 1
 
     def _sample(self, rng: random.Random) -> Sample:
-        n = rng.randint(*self.length)
-        s = "".join(rng.choice(self.charset) for _ in range(n))
+        s = "".join(rng.choice(self.charset) for _ in range(rng.randint(*self.length)))
+        return self._build(s + "=", s[::-1])
+
+    def _build(self, prompt: str, target: str) -> Sample:
+        n = len(target)
         refs = tuple((n - 1 - j,) for j in range(n))
-        return Sample(s + "=" + s[::-1], n + 1, refs, task=self.name, params=self.params())
+        return Sample(prompt + target, len(prompt), refs, task=self.name, params=self.params())
 
     def solve(self, prompt: str) -> str:
         """The reversed string; any non-empty length is accepted, every symbol must be in the charset."""

@@ -60,6 +60,9 @@ class Successor(Task):
         start = rng.randint(*self.start)
         return self.build(start, rng.randint(*self.numbers))
 
+    def _build(self, prompt: str, target: str) -> Sample:
+        return self.build(parse_lsd(prompt[:-1]), target.count(",") + 2)
+
     def build(self, start: int, count: int) -> Sample:
         """The sample for the series start, start+1, ..., of `count` (>= 2) numbers (for hand-made examples)."""
         if not isinstance(start, int) or start < 0 or not isinstance(count, int) or count < 2:

@@ -25,6 +25,7 @@ def check_samples(task: Task, n: int, seed: int = 0, tries_per_row: int = 2) -> 
             assert list(refs) == sorted(set(refs)), f"refs of row {j} not sorted/unique: {refs}"
             assert all(0 <= p < s.prompt_len + j for p in refs)
         assert Sample.from_dict(json.loads(s.to_json())) == s
+        assert task.rebuild(s.prompt, s.target) == s  # the reference builder a file's samples are checked with
         checked += check_sufficiency(task, s, rng, tries_per_row=tries_per_row)
     return samples, checked
 
