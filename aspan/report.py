@@ -1,4 +1,9 @@
-"""One self-contained HTML page for a run directory: settings, tables, every figure and every view, offline.
+"""One self-contained HTML page for a run directory that states its finding, offline.
+
+The page opens with what the run found (`aspan.findings`): the question, the answer from the run's numbers, the
+headline table with the selection rule under it, then one section per claim with the figures that show it. Figures
+no claim names, the circuitsvis views and (for runs no finding knows) the summary's tables follow; tables,
+configuration, command and the raw summary are folded in `<details>`.
 
 plotly.js and the circuitsvis bundle are inlined once each (no CDN, no external script); each figure is
 `fig.to_html(full_html=False, include_plotlyjs=False)`, each circuitsvis view its div plus a render call.
@@ -15,6 +20,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from .checks import check_output_file
+from .findings import Claim, Finding, finding
 from .io import write_text
 from .viz.views import split_bundle
 
@@ -25,6 +31,9 @@ table.data { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0 1em; }
 table.data th, table.data td { border: 1px solid #ccc; padding: 2px 8px; text-align: right; }
 table.data th { background: #f2f2f2; } pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; }
 .note { color: #666; font-size: 0.85em; } iframe { width: 100%; height: 640px; border: 1px solid #ddd; }
+.question { font-size: 1.15em; font-weight: 600; margin: 0.4em 0; } .answer { font-size: 1.05em; margin: 0.4em 0; }
+#headline td:nth-child(-n+2) { text-align: left; }
+details { margin: 0.6em 0; } summary { cursor: pointer; font-weight: 600; }
 """
 
 
@@ -53,7 +62,7 @@ def _read_json(path: Path) -> Any:
 
 def _summary(summary: Any, max_rows: int) -> str:
     if not isinstance(summary, dict):
-        return f"<pre>{html.escape(json.dumps(summary, indent=2))}</pre>"
+        return _folded("summary.json", f"<pre>{html.escape(json.dumps(summary, indent=2))}</pre>")
     tables = summary.get("tables") or {}
     scalars = {k: v for k, v in summary.items() if k != "tables" and not isinstance(v, (dict, list))}
     nested = {k: v for k, v in summary.items() if k != "tables" and isinstance(v, (dict, list))}
@@ -64,15 +73,45 @@ def _summary(summary: Any, max_rows: int) -> str:
     for name, rows in tables.items():
         out.append(f"<h3>{html.escape(str(name))}</h3>" + _table(pd.DataFrame(rows), max_rows))
     if nested:
-        out.append(f"<pre>{html.escape(json.dumps(nested, indent=2, default=str))}</pre>")
+        out.append(_folded("Nested values", f"<pre>{html.escape(json.dumps(nested, indent=2, default=str))}</pre>"))
     return "\n".join(out)
 
 
-def _figure(path: Path) -> tuple[str, str]:
-    def read() -> tuple[str, str]:
+def _folded(label: str, body: str) -> str:
+    """`body` inside a closed `<details>` labelled `label`."""
+    return f"<details><summary>{html.escape(label)}</summary>\n{body}\n</details>"
+
+
+def _finding_section(found: Finding, divs: dict[str, str]) -> list[str]:
+    """The question, the answer, the headline table and the rule; then one section per claim with its figures.
+
+    `divs` maps a figure's stem to its plotly div; the figures shown here are removed from it.
+    """
+    headline = found.headline.to_html(index=False, classes="data", border=0, escape=True, table_id="headline")
+    body = [f'<p class="question">{html.escape(found.question)}</p>',
+            f'<p class="answer">{html.escape(found.answer)}</p>', headline,
+            f'<p class="note">{html.escape(found.rule)}</p>']
+    for claim in found.claims:
+        body.append(_claim_section(claim, divs))
+    return body
+
+
+def _claim_section(claim: Claim, divs: dict[str, str]) -> str:
+    """One claim: its heading, paragraph, optional table and the figures it names that the run has."""
+    parts = [f"<h2>{html.escape(claim.title)}</h2>", f"<p>{html.escape(claim.text)}</p>"]
+    if claim.table is not None:
+        parts.append(claim.table.to_html(index=False, classes="data", border=0, escape=True))
+    for stem in claim.figures:
+        if stem in divs:
+            parts.append(_figure_block(stem, divs.pop(stem)))
+    return "\n".join(parts)
+
+
+def _figure(path: Path) -> str:
+    """The plotly div of a saved figure (its title drawn by plotly)."""
+    def read() -> str:
         fig = pio.from_json(path.read_text(encoding="utf-8"))
-        title = fig.layout.title.text or path.stem
-        return title, fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{path.stem}")
+        return fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{path.stem}")
 
     return _named(path, "plotly figure (JSON written by fig.to_json())", read)
 
@@ -96,13 +135,14 @@ def _inputs(run: Path) -> dict[str, Any]:
     return found
 
 
-def _figures_section(figures: list[Path]) -> list[str]:
-    """The Figures section: one plotly div per saved figure."""
-    body = ["<h2>Figures</h2>"]
-    for path in figures:
-        fig_title, div = _figure(path)
-        body.append(f'<h3 id="{html.escape(path.stem)}">{html.escape(fig_title)}</h3>\n{div}')
-    return body
+def _figures_section(divs: dict[str, str], heading: str) -> list[str]:
+    """A section with one plotly div per figure in `divs` (stem -> div), under `heading`."""
+    return [f"<h2>{html.escape(heading)}</h2>"] + [_figure_block(stem, div) for stem, div in divs.items()]
+
+
+def _figure_block(stem: str, div: str) -> str:
+    """A figure's plotly div (its title is drawn by plotly) in a block that links can target."""
+    return f'<div class="figure" id="{html.escape(stem)}">\n{div}\n</div>'
 
 
 def _views_section(views: list[Path]) -> tuple[list[str], str | None]:
@@ -119,7 +159,7 @@ def _views_section(views: list[Path]) -> tuple[list[str], str | None]:
 
 def _tables_section(csvs: list[Path], jsonls: list[Path], max_rows: int) -> list[str]:
     """The Tables section: every CSV, and every JSONL file (its rows shown when there are at most `max_rows`)."""
-    body = ["<h2>Tables</h2>"]
+    body = []
     for path in csvs:
         df = _named(path, "CSV table", lambda path=path: pd.read_csv(path))
         body.append(f"<h3>{html.escape(path.name)}</h3>" + _table(df, max_rows))
@@ -139,32 +179,28 @@ def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 
     """The report page for `run_dir` as an HTML string; FileNotFoundError/ValueError if there is nothing to show."""
     run = Path(run_dir)
     f = _inputs(run)
-    run_json, summary_json, figures = f["run_json"], f["summary_json"], f["figures"]
+    run_json, summary_json = f["run_json"], f["summary_json"]
     settings = _read_json(run_json) if run_json.exists() else None
+    summary = _read_json(summary_json) if summary_json.exists() else None
+    found = _named(summary_json, "summary of the run that wrote it (a key or value is missing)",
+                   lambda: finding(summary, settings)) if summary is not None else None
     head = title or f"aspan report: {run.resolve().name}"
     body = [f"<h1>{html.escape(head)}</h1>"]
-    if isinstance(settings, dict) and settings.get("command"):
-        body.append(f"<p><code>{html.escape(str(settings['command']))}</code></p>")
-    if summary_json.exists():
-        summary = _read_json(summary_json)
+    divs = {path.stem: _figure(path) for path in f["figures"]}
+    if found is not None:
+        body += _finding_section(found, divs)
+    elif summary is not None:
         body += ["<h2>Summary</h2>", _named(summary_json, "summary (tables: {name: list of rows})",
                                             lambda: _summary(summary, max_rows))]
-    if figures:
-        body += _figures_section(figures)
+    if divs:
+        body += _figures_section(divs, "More figures" if found is not None else "Figures")
     bundle = None
     if f["views"]:
         views, bundle = _views_section(f["views"])
         body += views
-    if f["csvs"] or f["jsonls"]:
-        body += _tables_section(f["csvs"], f["jsonls"], max_rows)
-    if settings is not None:
-        body += [
-            "<h2>Settings (run.json)</h2>",
-            f"<pre>{html.escape(json.dumps(settings, indent=2, default=str))}</pre>",
-        ]
-
+    body += _folded_sections(f, settings, summary if found is not None else None, max_rows)
     scripts = []
-    if figures:
+    if f["figures"]:
         scripts.append(f'<script type="text/javascript">{get_plotlyjs()}</script>')
     if bundle:
         scripts.append(f'<script type="text/javascript">{bundle}</script>')
@@ -173,6 +209,23 @@ def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 
         f"<title>{html.escape(head)}</title>\n<style>{STYLE}</style>\n" + "\n".join(scripts)
         + "\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
     )
+
+
+def _folded_sections(f: dict[str, Any], settings: Any, summary: Any, max_rows: int) -> list[str]:
+    """Tables, configuration and command, and the raw summary (when a finding shows it), each in `<details>`."""
+    body = ["<h2>Data and configuration</h2>"]
+    if f["csvs"] or f["jsonls"]:
+        body.append(_folded("Tables (CSV and JSONL files)", "\n".join(_tables_section(f["csvs"], f["jsonls"],
+                                                                                        max_rows))))
+    if isinstance(settings, dict) and settings.get("command"):
+        body.append(_folded("Command", f"<pre>{html.escape(str(settings['command']))}</pre>"))
+    if settings is not None:
+        body.append(_folded("Configuration (run.json)",
+                            f"<pre>{html.escape(json.dumps(settings, indent=2, default=str))}</pre>"))
+    if summary is not None:
+        body.append(_folded("Raw summary (summary.json)",
+                            f"<pre>{html.escape(json.dumps(summary, indent=2, default=str))}</pre>"))
+    return body if len(body) > 1 else []
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None, **kw: Any) -> Path:

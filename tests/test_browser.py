@@ -1,6 +1,8 @@
 """Real-browser check of the HTML report: the run directory of `aspan demo --quick`, turned into a page by
-`aspan report`, opened in headless Chromium (driven by playwright) with all network blocked. Every plotly figure
-must draw, every circuitsvis view must paint its canvases, with no console errors and no external request.
+`aspan report`, opened in headless Chromium (driven by playwright) with all network blocked. The headline table
+must be in the first 1400x900 screen, no visible `<pre>` longer than 20 lines (raw data stays folded), every
+plotly figure must draw, every circuitsvis view must paint its canvases, with no console errors and no external
+request.
 
 Skipped with the reason when playwright or a Chromium binary is missing (`.ci/run` installs both: Debian's
 chromium and the `browser` extra). A screenshot of the page is left in the test's tmp dir.
@@ -102,7 +104,7 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             page.on("requestfailed", lambda r: None if r.url in attempted else problems.append(f"failed: {r.url}"))
@@ -115,6 +117,12 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
                 timeout=60_000,
             )
             page.wait_for_timeout(500)  # let Chart.js finish painting the canvases
+            first_screen = page.evaluate("""() => {
+                const box = document.getElementById('headline').getBoundingClientRect();
+                const shown = Array.from(document.querySelectorAll('pre')).filter(p => p.checkVisibility());
+                return {top: box.top, bottom: box.bottom, right: box.right, scrollY: window.scrollY,
+                        rows: document.querySelectorAll('#headline tbody tr').length,
+                        pre_lines: shown.map(p => p.textContent.replace(/\\n$/, '').split('\\n').length)}; }""")
             figures = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => ({
                 svgs: d.querySelectorAll('.main-svg').length,
                 title: (d.querySelector('.gtitle') || {}).textContent || '',
@@ -133,6 +141,9 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
             browser.close()
 
     assert not attempted, f"the report tried to reach the network: {attempted}"
+    assert first_screen["scrollY"] == 0 and first_screen["rows"] >= 4, first_screen
+    assert 0 <= first_screen["top"] and first_screen["bottom"] <= 900 and first_screen["right"] <= 1400, first_screen
+    assert all(n <= 20 for n in first_screen["pre_lines"]), f"a long <pre> is visible: {first_screen['pre_lines']}"
     assert not problems, "\n".join(problems)
     assert sorted(f["title"] for f in figures) == titles
     assert all(f["svgs"] >= 1 and f["marks"] >= 1 for f in figures), figures

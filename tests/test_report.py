@@ -1,6 +1,9 @@
 """`aspan report`: one offline page with plotly.js and circuitsvis inlined once, every figure, view and table."""
+import html
 import json
 import re
+import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -83,3 +86,82 @@ def test_missing_or_empty_run_dir_is_a_clear_error(tmp_path, capsys):
     with pytest.raises(ValueError, match="bad.json"):
         build_report(tmp_path)
 
+
+
+DEMO_SUMMARY = Path(__file__).resolve().parents[1] / "results" / "causal_demo" / "summary.json"
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory):
+    """A run directory with the committed demo summary (results/causal_demo), a run.json and two of its figures."""
+    d = tmp_path_factory.mktemp("demo")
+    shutil.copy(DEMO_SUMMARY, d / "summary.json")
+    (d / "run.json").write_text(json.dumps({"command": "aspan demo --samples 200", "id_params": {"length": [1, 10]},
+                                            "ood_params": {"length": [11, 20]}}))
+    curve = pd.DataFrame({"length": [9, 10, 11, 12], "partial": [1.0, 1.0, 0.7, 0.3]})
+    viz.save_figure(viz.accuracy_vs_length({"baseline": curve}, title="Per-token accuracy by length"),
+                    d / "figures" / "08_accuracy_vs_length.json")
+    viz.save_figure(viz.layer_head_heatmap(torch.rand(2, 4), title="An extra figure"), d / "figures" / "zz_extra.json")
+    return d
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", fragment))
+
+
+def test_demo_report_opens_with_question_answer_and_headline(demo_dir):
+    page = build_report(demo_dir)
+    body = page[page.index("<body>"):]
+    first_figure, details = body.index('id="figure-'), body.index("<details>")
+    top = _text(body[:first_figure])
+    assert "Does editing attention on the references fix OOD reversal (trained on lengths 1–10; tested on lengths " \
+           "11–20)?" in top
+    # the answer is written from the summary's numbers, to 3 significant figures
+    assert ("Partly. The edit the selection rule picks raises held-out OOD exact accuracy from 0.00 to 0.435 and "
+            "per-token accuracy from 0.271 to 0.954, at an ID cost of 0 pp.") in top
+    assert "The paper's recipe reaches 0.0950 exact / 0.895 per-token at an ID cost of 78.5 pp." in top
+    table = body[body.index('<table'):body.index("</table>")]
+    assert 'id="headline"' in table
+    rows = [[_text(c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
+            for r in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)]
+    assert rows[0] == ["condition", "mode", "ID exact", "ID per-token", "OOD exact", "OOD per-token", "ID cost (pp)"]
+    assert rows[2] == ["paper's recipe", "teacher-forced", "0.215", "0.968", "0.0950", "0.895", "78.5"]
+    assert rows[6] == ["selected (within budget)", "generated (32 samples)", "–", "–", "0.438", "0.913", "–"]
+    assert "Selection rule: largest OOD exact gain" in top
+    # the claims in order, each before the folded data; the figure a claim names sits in its section
+    claims = ["The failure", "Attention on correct vs wrong tokens", "Which heads read the references",
+              "The edits and their ID cost", "The causal ranking vs the attention ranking"]
+    where = [body.index(f"<h2>{html.escape(c)}</h2>") for c in claims]
+    assert where == sorted(where) and where[-1] < details and where[0] < first_figure < where[1]
+    assert "Welch t = 34.7, p = 5.06e-173" in _text(body)
+    assert body.index('id="figure-zz_extra"') > body.index("<h2>More figures</h2>") > where[-1]
+    # no raw JSON outside <details>: every <pre> is inside one
+    unfolded = re.sub(r"<details>.*?</details>", "", body, flags=re.S)
+    assert "<pre>" not in unfolded and "&quot;spearman_paper_vs_estimate&quot;" in body
+
+
+def test_report_of_a_broken_demo_summary_is_a_one_line_error(demo_dir, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    shutil.copytree(demo_dir, broken)
+    summary = json.loads((broken / "summary.json").read_text())
+    del summary["tables"]["correct_vs_error"]
+    (broken / "summary.json").write_text(json.dumps(summary))
+    assert main(["report", str(broken)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "summary.json" in err and "Traceback" not in err
+    assert not (broken / "report.html").exists()
+
+
+def test_pretrained_report_states_its_finding(tmp_path):
+    """The committed SmolLM2 run (results/smollm2_cpu): its question, answer and headline from its own numbers."""
+    source = DEMO_SUMMARY.parents[1] / "smollm2_cpu"
+    for name in ("summary.json", "run.json"):
+        shutil.copy(source / name, tmp_path / name)
+    body = _text(build_report(tmp_path))
+    assert ("Does smollm2 fail OOD reversal (trained on lengths 1–10; tested on lengths 11–20), and does reinforcing "
+            "attention on the references help?") in body
+    assert ("Fine-tuned, smollm2 is exact on 0.156 of ID and 0.00 of OOD samples (per-token 0.179). Partly: "
+            "reinforcing the top heads' attention on the references gives OOD exact 0.375, per-token 0.943 on "
+            "held-out samples (ID cost -59.4 pp).") in body
+    assert re.search(r"pretrained, 3-shot\s+teacher-forced\s+0\.00\s+0\.209\s+0\.00\s+0\.0663\s+–", body)
+    assert "(Welch t = -0.000867, p = 0.999)" in body
