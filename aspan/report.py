@@ -32,7 +32,7 @@ table.data th, table.data td { border: 1px solid #ccc; padding: 2px 8px; text-al
 table.data th { background: #f2f2f2; } pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; }
 .note { color: #666; font-size: 0.85em; } iframe { width: 100%; height: 640px; border: 1px solid #ddd; }
 .question { font-size: 1.15em; font-weight: 600; margin: 0.4em 0; } .answer { font-size: 1.05em; margin: 0.4em 0; }
-#headline td:nth-child(-n+2) { text-align: left; }
+#headline td:nth-child(-n+2) { text-align: left; } #headline td, #headline th { white-space: nowrap; }
 details { margin: 0.6em 0; } summary { cursor: pointer; font-weight: 600; }
 """
 

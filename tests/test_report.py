@@ -165,3 +165,32 @@ def test_pretrained_report_states_its_finding(tmp_path):
             "held-out samples (ID cost -59.4 pp).") in body
     assert re.search(r"pretrained, 3-shot\s+teacher-forced\s+0\.00\s+0\.209\s+0\.00\s+0\.0663\s+–", body)
     assert "(Welch t = -0.000867, p = 0.999)" in body
+
+
+@pytest.mark.parametrize("study, question, answer, row", [
+    ("qk_study/steps150", "Does fine-tuning one column (or one RoPE pair) of W_Q and W_K on lengths 11-20 make the model "
+     "work at those lengths",
+     "No. Fine-tuning the whole model on lengths 11-20 reaches exact accuracy 0.967 there; the best single group "
+     "(qk-pair:1, 1.97 % of the parameters) reaches 0.00667 (per-token 0.636), 96.0 pp below.",
+     r"all\s+0\.5\s+100\s+0\.987 ± 0\.0115\s+0\.998\s+0\.660 ± 0\.284\s+0\.957\s+0\.00\s+0\.573\s+1\.33"),
+    ("qk_study/steps50", "W_Q and W_K on lengths 11-20",
+     "Full fine-tuning gains only 2.00 pp of exact accuracy, too little to tell the groups apart.",
+     r"qk-pair:1\s+0\s+1\.97\s+0\.0933 ± 0\.0503"),
+    ("abc_study", "Do models trained on up to 6 digits extrapolate to 60 digits once their attention is biased",
+     "Partly. Exact accuracy at 60 digits: successor: vanilla at most 0.00, ABS 0.897, ABC 0.820; addition: vanilla "
+     "at most 0.00, ABS 0.577, ABC 0.00; parity: vanilla at most 0.00, ABS 1.00, ABC 0.157.",
+     r"parity\s+abc\s+3\s+0\.850 ± 0\.111\s+0\.633 ± 0\.240\s+0\.390 ± 0\.329\s+0\.157 ± 0\.263"),
+    ("parity_study", "Does the scratchpad's format decide length generalization on parity",
+     "No. Exact accuracy at 5x the training length: plain 0.407, scratchpad 0.00, interleaved 0.00, mnemonic 0.00",
+     r"mnemonic\s+0\.113 ± 0\.0625\s+0\.00\s+0\.00\s+0\.00\s+0\.835\s+0\.268\s+0\.241\s+0\.235"),
+])
+def test_study_report_states_its_finding(study, question, answer, row, tmp_path):
+    """Each committed study's summary and run.json give the question, the answer and the headline rows."""
+    source = DEMO_SUMMARY.parents[1] / study
+    for name in ("summary.json", "run.json"):
+        shutil.copy(source / name, tmp_path / name)
+    page = build_report(tmp_path)
+    top = _text(page[page.index("<body>"):page.index("<details>")])
+    assert question in top and answer in top
+    start = page.index('id="headline"')
+    assert re.search(row, _text(page[start:page.index("</table>", start)]))

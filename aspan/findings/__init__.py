@@ -2,7 +2,7 @@
 and one short paragraph per claim with the figures that show it. `aspan report` puts this at the top of the page
 and keeps configuration, commands and raw numbers below, folded.
 
-Each kind of run directory (`aspan demo`, `aspan pretrained`) is recognised by what its
+Each kind of run directory (`aspan demo`, `aspan pretrained`, the three studies) is recognised by what its
 summary.json holds; `finding(summary, settings)` returns None for anything else (the page then shows the summary
 as tables).
 """
@@ -63,11 +63,14 @@ def pct(x: Any) -> str:
 
 def finding(summary: Any, settings: Any) -> Finding | None:
     """The finding of a run directory's summary.json (and run.json), or None for a kind of run it does not know."""
-    from . import intervention
+    from . import intervention, studies
 
     kinds: list[tuple[Callable[[dict, dict], bool], Callable[[dict, dict], Finding]]] = [
         (intervention.is_demo, intervention.demo),
         (intervention.is_pretrained, intervention.pretrained),
+        (studies.is_qk, studies.qk),
+        (studies.is_abc, studies.abc),
+        (studies.is_parity, studies.parity),
     ]
     if not isinstance(summary, dict):
         return None

@@ -1,0 +1,205 @@
+"""The findings of the three studies (`aspan study qk|abc|parity`), each a claim of a paper tested at small scale.
+
+qk: Spiegel et al.'s later abstract (one column of W_Q/W_K, or one RoPE pair, fine-tuned on longer sequences is
+enough); abc: Duan & Shi 2023 (biased attention extrapolates from 6 to 60 digits); parity: Ebrahimi, Panchal &
+Memisevic 2024 (the scratchpad's format decides length generalization).
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from . import Claim, Finding, pct, pp, sig
+
+ABC_TABLE = "exact accuracy (mean ± sd over seeds), held-out test sets"
+VANILLA = ("rotary", "learned", "alibi", "none")
+
+
+def is_qk(summary: dict, settings: dict) -> bool:
+    return "by_replay" in (summary.get("findings") or {}) and "table" in summary
+
+
+def is_abc(summary: dict, settings: dict) -> bool:
+    return ABC_TABLE in (summary.get("tables") or {})
+
+
+def is_parity(summary: dict, settings: dict) -> bool:
+    return summary.get("study") == "parity" and "summary" in (summary.get("tables") or {})
+
+
+def _plus_minus(mean, sd) -> str:
+    return sig(mean) if sd is None or sd != sd or not sd else f"{sig(mean)} ± {sig(sd)}"
+
+
+def _replay(value) -> str:
+    """A replay fraction as written in the study's options (0, 0.5)."""
+    return f"{float(value):g}"
+
+
+# ----------------------------------------------------------------------------------------------- qk
+def qk(summary: dict, settings: dict) -> Finding:
+    """Full fine-tuning against the best single parameter group, per replay fraction."""
+    f = summary["findings"]
+    ft, beyond = f["finetuned_bucket"], f["beyond_bucket"]
+    buckets = [f"{a}-{b}" for a, b in (settings.get("config") or {}).get("buckets", [])] or [ft, beyond]
+    id_bucket = buckets[0]
+    no_replay = f["by_replay"].get("0.0") or next(iter(f["by_replay"].values()))
+    full, best = no_replay["full"], no_replay["best_single"]
+    verdict = "Yes" if no_replay["claim_met"] else "No"
+    smallest = no_replay["smallest_within_5pp_exact"]
+    answer = (f"{verdict}. Fine-tuning the whole model on lengths {ft} reaches exact accuracy "
+              f"{sig(full[f'exact_{ft}'])} there; the best single group ({best['condition']}, "
+              f"{pct(best['fraction'])} of the parameters) reaches {sig(best[f'exact_{ft}'])} (per-token "
+              f"{sig(best[f'partial_{ft}'])}), {sig(no_replay['gap_exact_pp'])} pp below. ")
+    answer += (f"The smallest group within 5 pp of full fine-tuning: {smallest['condition']}." if smallest else
+               f"Full fine-tuning gains only {sig(no_replay['full_gain_exact_pp'])} pp of exact accuracy, too little "
+               "to tell the groups apart.")
+    rows = [("none", None)] + [(r[key]["condition"], float(replay)) for replay, r in f["by_replay"].items()
+                               for key in ("full", "best_single")]
+    table = pd.DataFrame(summary["table"])
+    headline = pd.DataFrame([_qk_row(table, cond, replay, buckets, id_bucket) for cond, replay in dict.fromkeys(rows)])
+    claims = [_qk_groups(f, ft, summary["runs"]), _qk_frequency(f), _qk_replay(f, ft, id_bucket),
+              _qk_beyond(table, beyond)]
+    return Finding(
+        question=(f"Does fine-tuning one column (or one RoPE pair) of W_Q and W_K on lengths {ft} make the model work "
+                  "at those lengths, as the later abstract of Spiegel et al. claims?"),
+        answer=answer, headline=headline,
+        rule=f"Selection rule: {settings.get('selection_rule', 'see run.json')}. Mean ± sd over seeds on held-out "
+             f"samples; ID cost: drop of exact accuracy on lengths {id_bucket}.", claims=claims)
+
+
+def _qk_row(table: pd.DataFrame, condition: str, replay: float | None, buckets: list[str], id_bucket: str) -> dict:
+    pick = table[(table.condition == condition) & ((table.replay.isna()) if replay is None else
+                                                   (table.replay == replay))].iloc[0]
+    row = {"condition": condition, "replay": "–" if replay is None else _replay(replay),
+           "trainable (%)": pp(pick["fraction"])}
+    for b in buckets:
+        row[f"exact {b.replace('-', '–')}"] = _plus_minus(pick[f"exact_{b}"], pick.get(f"exact_{b}_sd"))
+        row[f"per-token {b.replace('-', '–')}"] = sig(pick[f"partial_{b}"])
+    row["ID cost (pp)"] = pp(pick["id_cost"])
+    return row
+
+
+def _replay_stem(replay: str) -> str:
+    return f"replay{float(replay):g}"
+
+
+def _qk_groups(f: dict, ft: str, runs: int) -> Claim:
+    r = f["by_replay"].get("0.0") or next(iter(f["by_replay"].values()))
+    stem = _replay_stem("0.0" if "0.0" in f["by_replay"] else next(iter(f["by_replay"])))
+    return Claim("Full fine-tuning against one parameter group", (
+        f"Over {runs} runs at an equal step budget, full fine-tuning gains {sig(r['full_gain_exact_pp'])} pp of exact "
+        f"accuracy on {ft} and {sig(r['full_gain_partial_pp'])} pp per-token; the best single group falls "
+        f"{sig(r['gap_exact_pp'])} pp (exact) and {sig(r['gap_partial_pp'])} pp (per-token) short of it."),
+        [f"by_bucket_exact_{stem}", f"by_bucket_partial_{stem}"])
+
+
+def _qk_frequency(f: dict) -> Claim:
+    rho = {k: v.get("spearman_frequency_vs_partial") for k, v in f["by_replay"].items()}
+    said = "; ".join(f"replay {_replay(k)}: {sig(v)}" for k, v in rho.items() if v is not None)
+    return Claim("Which rotation frequencies matter", (
+        "Per-token accuracy after fine-tuning one RoPE pair, against the pair's rotation frequency"
+        + (f" (Spearman correlation of frequency with per-token accuracy, {said})." if said else ".")),
+        [f"pair_frequency_{_replay_stem(k)}" for k in f["by_replay"]])
+
+
+def _qk_replay(f: dict, ft: str, id_bucket: str) -> Claim:
+    parts = [f"replay {_replay(k)}: full fine-tuning exact {sig(v['full'][f'exact_{ft}'])} on {ft}, ID cost "
+             f"{pp(v['full']['id_cost'])} pp" for k, v in f["by_replay"].items()]
+    others = [s for k in f["by_replay"] if k != "0.0" for s in (f"by_bucket_exact_{_replay_stem(k)}",
+                                                                  f"by_bucket_partial_{_replay_stem(k)}")]
+    return Claim("What fine-tuning costs on the training lengths", (
+        f"Replaying ID samples (lengths {id_bucket}) while fine-tuning keeps them: {'; '.join(parts)}."), others)
+
+
+def _qk_beyond(table: pd.DataFrame, beyond: str) -> Claim:
+    col = f"exact_{beyond}"
+    best = table.loc[table[col].idxmax()]
+    return Claim(f"Beyond the fine-tuned lengths ({beyond})", (
+        f"The best exact accuracy on lengths {beyond} of any condition is {sig(best[col])} ({best['condition']}); "
+        f"per-token at most {sig(table[f'partial_{beyond}'].max())}."))
+
+
+# ----------------------------------------------------------------------------------------------- abc
+def _mean(cell: str) -> float:
+    """0.057 from '0.057 ± 0.025'."""
+    return float(re.split(r"\s*±\s*", str(cell))[0])
+
+
+def abc(summary: dict, settings: dict) -> Finding:
+    """Vanilla positional encodings, ABS and ABC per task at every test length."""
+    table = pd.DataFrame(summary["tables"][ABC_TABLE])
+    digits = [c for c in table.columns if c.endswith(" digits")]
+    longest = max(digits, key=lambda c: int(c.split()[0]))
+    parts = []
+    for task, rows in table.groupby("task", sort=False):
+        at = {r["condition"]: _mean(r[longest]) for r in rows.to_dict("records")}
+        vanilla = [at[c] for c in VANILLA if c in at]
+        said = [f"vanilla at most {sig(max(vanilla))}"] if vanilla else []
+        said += [f"{c.upper()} {sig(at[c])}" for c in ("abs", "abc") if c in at]
+        parts.append(f"{task}: {', '.join(said)}")
+    biased = [_mean(r[longest]) for r in table.to_dict("records") if r["condition"] in ("abs", "abc")]
+    verdict = ("Yes" if biased and min(biased) >= 0.99 else "Partly" if biased and max(biased) >= 0.5 else "No")
+    answer = f"{verdict}. Exact accuracy at {longest}: " + "; ".join(parts) + "."
+    headline = table[["task", "condition", "seeds", *digits]].astype(str)
+    config = settings.get("config") or {}
+    claims = [Claim(f"{task.capitalize()}", _abc_task_text(rows, digits, longest), [f"abc_{task}"])
+              for task, rows in table.groupby("task", sort=False)]
+    not_run = summary.get("not_run") or {}
+    if not_run:
+        claims.append(Claim("Conditions not run here", "; ".join(f"{k}: {v}" for k, v in not_run.items()) + "."))
+    return Finding(
+        question=(f"Do models trained on up to {config.get('train_max', digits[0].split()[0])} digits extrapolate to "
+                  f"{longest} once their attention is biased to the right tokens (ABS, ABC), as Duan & Shi (2023) "
+                  "report?"), answer=answer, headline=headline,
+        rule=f"Selection rule: {settings.get('selection_rule', 'see run.json')}. Exact accuracy, mean ± sd over "
+             "seeds.", claims=claims)
+
+
+def _abc_task_text(rows: pd.DataFrame, digits: list[str], longest: str) -> str:
+    by = {r["condition"]: r for r in rows.to_dict("records")}
+    best = max(by, key=lambda c: _mean(by[c][longest]))
+    first = digits[0]
+    return (f"Best at {longest}: {best} ({by[best][longest]}). At {first} (the training length): "
+            + ", ".join(f"{c} {sig(_mean(r[first]))}" for c, r in by.items()) + ".")
+
+
+# ----------------------------------------------------------------------------------------------- parity
+def parity(summary: dict, settings: dict) -> Finding:
+    """Exact and per-token accuracy of each scratchpad format at multiples of the training length."""
+    rows = pd.DataFrame(summary["tables"]["summary"])
+    config = settings.get("config") or {}
+    multiples = sorted(rows.multiple.unique())
+    cell = {(r["format"], r["multiple"]): r for r in rows.to_dict("records")}
+    formats = list(dict.fromkeys(rows.format))
+    headline = pd.DataFrame([{"format": fmt, **{f"exact {m}x ({cell[fmt, m]['bits']} bits)":
+                                                _plus_minus(cell[fmt, m]["exact_mean"], cell[fmt, m]["exact_sd"])
+                                                for m in multiples if (fmt, m) in cell},
+                              **{f"per-token {m}x": sig(cell[fmt, m]["partial_mean"]) for m in multiples
+                                 if (fmt, m) in cell}} for fmt in formats])
+    target = 5 if 5 in multiples else multiples[-1]
+    at = {fmt: cell[fmt, target]["exact_mean"] for fmt in formats if (fmt, target) in cell}
+    fixed = [f for f in ("interleaved", "mnemonic") if f in at]
+    goal = bool(fixed) and all(at[f] >= 0.9 for f in fixed) and at.get("scratchpad", 0) < 0.1
+    second = multiples[1] if len(multiples) > 1 else multiples[0]
+    answer = (f"{'Yes' if goal else 'No'}. Exact accuracy at {target}x the training length: "
+              + ", ".join(f"{f} {sig(v)}" for f, v in at.items())
+              + f"; at {second}x: " + ", ".join(f"{f} {sig(cell[f, second]['exact_mean'])}" for f in formats
+                                                 if (f, second) in cell) + ".")
+    claims = [
+        Claim("Exact accuracy by length", "Exact accuracy of each format at multiples of the training length "
+              f"({config.get('train_length', '?')} bits), mean over seeds.", ["exact_vs_length"]),
+        Claim("Per-token accuracy by length", "Per-token accuracy: " + "; ".join(
+            f"{f} " + " / ".join(sig(cell[f, m]["partial_mean"]) for m in multiples if (f, m) in cell)
+            for f in formats) + f" at {' / '.join(f'{m}x' for m in multiples)}.", ["partial_vs_length"]),
+        Claim("Attention at the failure", "One head of each format's model on a sample past the training length.",
+              [f"head_{f}" for f in formats]),
+    ]
+    return Finding(
+        question=("Does the scratchpad's format decide length generalization on parity (Ebrahimi, Panchal & "
+                  "Memisevic 2024): do interleaved or mnemonic scratchpads reach ≥ 0.9 exact accuracy at 5x the "
+                  "training length where the running scratchpad stays below 0.1?"),
+        answer=answer, headline=headline,
+        rule=f"Learning rate per format chosen on a selection set at {config.get('select_multiple', '?')}x the "
+             "training length (seed 0); mean ± sd over seeds on held-out samples.", claims=claims)
