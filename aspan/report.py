@@ -116,23 +116,38 @@ def _figure(path: Path) -> str:
     return _named(path, "plotly figure (JSON written by fig.to_json())", read)
 
 
+def _inside(run: Path, path: Path) -> bool:
+    """Whether `path` is a regular file of the run directory itself: no symbolic link on the way (the file or its
+    folder), not a FIFO or device, and really inside `run`. A report is meant to be shared: a link in a run directory
+    (to `/etc/passwd`, to another run) must not put its target in it."""
+    rel = path.relative_to(run)
+    if any((run / p).is_symlink() for p in (rel, *rel.parents) if p != Path(".")) or not path.is_file():
+        return False
+    return path.resolve().is_relative_to(run.resolve())
+
+
 def _inputs(run: Path) -> dict[str, Any]:
-    """The files a report shows (run.json, summary.json, figures, views, CSV and JSONL tables); ValueError if none."""
+    """The files a report shows (run.json, summary.json, figures, views, CSV and JSONL tables), regular files inside
+    `run` only (`left_out`: the other entries with those names); ValueError if there are none."""
     if not run.exists():
         raise FileNotFoundError(f"run directory {run} does not exist")
     if not run.is_dir():
         raise ValueError(f"{run} is not a directory")
-    found = {
-        "run_json": run / "run.json", "summary_json": run / "summary.json",
+    candidates = {
+        "run_json": [run / "run.json"], "summary_json": [run / "summary.json"],
         "figures": sorted((run / "figures").glob("*.json")), "views": sorted((run / "views").glob("*.html")),
         "csvs": sorted(run.glob("*.csv")), "jsonls": sorted(run.glob("*.jsonl")),
     }
-    if not (found["run_json"].exists() or found["summary_json"].exists()
-            or any(found[k] for k in ("figures", "views", "csvs", "jsonls"))):
+    present = {k: [p for p in v if p.exists() or p.is_symlink()] for k, v in candidates.items()}
+    found: dict[str, Any] = {k: [p for p in v if _inside(run, p)] for k, v in present.items()}
+    left_out = [p for v in present.values() for p in v if not _inside(run, p)]
+    if not any(found.values()):
         raise ValueError(
             f"{run} has nothing to report: no run.json, summary.json, *.csv, *.jsonl, figures/*.json or views/*.html"
+            + (f" (left out, not regular files inside it: {', '.join(p.name for p in left_out)})" if left_out else "")
         )
-    return found
+    one = {k: found[k][0] if found[k] else None for k in ("run_json", "summary_json")}  # the file, or None
+    return {**found, **one, "left_out": left_out}
 
 
 def _figures_section(divs: dict[str, str], heading: str) -> list[str]:
@@ -151,8 +166,9 @@ def _views_section(views: list[Path]) -> tuple[list[str], str | None]:
     for path in views:
         js, view = split_bundle(path.read_text(encoding="utf-8"))
         bundle = bundle or js
-        if js is None:  # not a circuitsvis page: isolate it in an iframe
-            view = f'<iframe srcdoc="{html.escape(view, quote=True)}"></iframe>'
+        if js is None:  # not a circuitsvis page: its scripts run in a sandboxed frame (an opaque origin: no access
+            # to the report page, its storage or other files)
+            view = f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(view, quote=True)}"></iframe>'
         body.append(f'<h3 id="view-{html.escape(path.stem)}">{html.escape(path.stem)}</h3>\n{view}')
     return body, bundle
 
@@ -180,12 +196,15 @@ def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 
     run = Path(run_dir)
     f = _inputs(run)
     run_json, summary_json = f["run_json"], f["summary_json"]
-    settings = _read_json(run_json) if run_json.exists() else None
-    summary = _read_json(summary_json) if summary_json.exists() else None
+    settings = _read_json(run_json) if run_json is not None else None
+    summary = _read_json(summary_json) if summary_json is not None else None
     found = _named(summary_json, "summary of the run that wrote it (a key or value is missing)",
                    lambda: finding(summary, settings)) if summary is not None else None
     head = title or f"aspan report: {run.resolve().name}"
     body = [f"<h1>{html.escape(head)}</h1>"]
+    if f["left_out"]:
+        names = ", ".join(str(p.relative_to(run)) for p in f["left_out"])
+        body.append(f'<p class="note">Left out (symbolic links or not regular files): {html.escape(names)}</p>')
     divs = {path.stem: _figure(path) for path in f["figures"]}
     if found is not None:
         body += _finding_section(found, divs)

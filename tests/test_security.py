@@ -2,6 +2,7 @@
 symbolic link someone else put there; the command refuses in one line naming the file and touches nothing."""
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -127,3 +128,42 @@ def test_security_no_load_path_reaches_the_network(tmp_path, monkeypatch):
 
     assert attempts == [] and huggingface_hub.constants.HF_HUB_OFFLINE is True
     assert os.environ["HF_HUB_OFFLINE"] == os.environ["TRANSFORMERS_OFFLINE"] == "1"
+
+
+# ------------------------------------------------------------------------------------ reports meant to be shared
+def test_security_report_embeds_only_regular_files_inside_the_run_directory(tmp_path):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "passwd").write_text("root:x:0:0:SECRET-ROOT-LINE:/root:/bin/bash\n")
+    (secret / "figs").mkdir()
+    (secret / "figs" / "f.json").write_text('{"data": [], "layout": {"title": {"text": "SECRET-FIGURE"}}}')
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"command": "aspan eval reversal"}))
+    (run / "ranking.csv").write_text("layer,head\n1,2\n")
+    (run / "leak.csv").symlink_to(secret / "passwd")  # a link to a file outside
+    (run / "summary.json").symlink_to(secret / "passwd")
+    (run / "figures").symlink_to(secret / "figs")  # a linked folder
+    (run / "views").mkdir()
+    (run / "views" / "v.html").symlink_to(secret / "passwd")
+    os.mkfifo(run / "pipe.jsonl")  # reading it would block the report for ever
+    r = aspan("report", str(run), "-o", str(tmp_path / "report.html"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert "SECRET" not in page and "ranking.csv" in page and "aspan eval reversal" in page
+    assert "Left out" in page and all(n in page for n in ("leak.csv", "summary.json", "pipe.jsonl"))
+    (run / "run.json").unlink()
+    (run / "ranking.csv").unlink()
+    r = aspan("report", str(run), "-o", str(tmp_path / "nothing.html"), cwd=tmp_path)
+    assert r.returncode == 2 and not (tmp_path / "nothing.html").exists()
+    one_line(r.stderr, "nothing to report", "leak.csv")
+
+
+def test_security_report_views_run_in_a_sandboxed_frame(tmp_path):
+    run = tmp_path / "run"
+    (run / "views").mkdir(parents=True)
+    (run / "views" / "note.html").write_text("<script>parent.document.title = 'owned'</script><p>hand-made</p>")
+    r = aspan("report", str(run), "-o", str(tmp_path / "report.html"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    frames = re.findall(r"<iframe[^>]*>", (tmp_path / "report.html").read_text())
+    assert len(frames) == 1 and ' sandbox="allow-scripts" ' in frames[0] and "allow-same-origin" not in frames[0]
