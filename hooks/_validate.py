@@ -97,14 +97,24 @@ def check_columns(columns: Tensor | None, tokens: Tensor) -> Tensor | None:
 
 
 def check_threshold(threshold: float | None) -> float | None:
-    """A gate on the original attention value: None or a finite number >= 0."""
+    """A gate on the original attention value (edit where A > τ): None or a finite number in [0, 1)."""
     if threshold is None:
         return None
     if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not math.isfinite(threshold):
         raise ValueError(f"threshold must be a finite number or None, got {threshold!r}")
     if threshold < 0:
         raise ValueError(f"threshold must be >= 0 (attention weights are non-negative), got {threshold}")
+    if threshold >= 1:
+        raise ValueError(f"threshold must be < 1: attention weights are at most 1, so the edit (where A > "
+                         f"{threshold:g}) would never fire")
     return float(threshold)
+
+
+def check_delta(delta) -> int:
+    """A key offset: an integer (2.7 or "2" are refused, not truncated or parsed)."""
+    if not _is_int(delta):
+        raise ValueError(f"delta must be an integer key offset, got {delta!r}")
+    return int(delta)
 
 
 def check_batch_size(batch_size: int | None) -> int | None:
@@ -114,14 +124,31 @@ def check_batch_size(batch_size: int | None) -> int | None:
     return batch_size
 
 
-def check_strength(strength: float) -> float:
-    """The additive constant C: a finite number >= 0 (a negative C drives attention weights, and rows, below 0)."""
+def check_strength(strength: float, dtype: torch.dtype = torch.float32, n_keys: int = 1) -> float:
+    """The additive constant C: a finite number >= 0 (a negative C drives attention weights, and rows, below 0) that
+    the attention's `dtype` can hold: a row of `n_keys` weights each raised by C must stay finite (`check_fits`)."""
     if not isinstance(strength, (int, float)) or isinstance(strength, bool) or not math.isfinite(strength):
         raise ValueError(f"strength must be a finite number, got {strength!r}")
     if strength < 0:
         raise ValueError(f"strength must be >= 0 (it adds attention to references; a negative C makes attention "
                          f"weights negative), got {strength}")
+    check_fits(strength, dtype, n_keys)
     return float(strength)
+
+
+def check_fits(strength: float, dtype: torch.dtype, n_keys: int) -> None:
+    """ValueError when C overflows `dtype`: 1e300 is finite in Python but inf in float32, and the edited rows would
+    turn into NaN logits. A row of `n_keys` weights (each at most 1) each raised by C sums to at most n_keys·(1 + C)."""
+    top = torch.finfo(dtype).max if dtype.is_floating_point else math.inf
+    if n_keys * (1 + strength) > top:
+        raise ValueError(f"strength {strength:g} overflows the attention's {str(dtype).removeprefix('torch.')} "
+                         f"(largest finite value {top:.4g}; a row of {n_keys} keys raised by it must stay below it)")
+
+
+def model_dtype(model) -> torch.dtype:
+    """The dtype a model's attention runs in (float32 when no model is given)."""
+    dtype = getattr(getattr(model, "cfg", None), "dtype", None)
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
 
 
 def as_batch(tokens: Tensor) -> Tensor:

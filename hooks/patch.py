@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ._rows import Crop, check_gate, check_rows, edit_rows
 from ._stream import pattern_name
-from ._validate import Head, check_heads, check_mask, check_model_heads, head_index
+from ._validate import Head, check_delta, check_heads, check_mask, check_model_heads, head_index
 from .masks import shift_mask
 from .reinforce import by_layer
 
@@ -36,8 +36,19 @@ def _check_source(source: Source | None, sel: list[Head]) -> dict[Head, Tensor] 
         if not isinstance(p, Tensor) or p.ndim not in (2, 3) or p.shape[-1] != p.shape[-2]:
             raise ValueError(f"source pattern of head {head} must be [batch, pos, pos], got "
                              f"{tuple(getattr(p, 'shape', ()))}")
+        if not p.is_floating_point() or not torch.isfinite(p).all() or (p < 0).any():
+            raise ValueError(f"source pattern of head {head} must hold finite attention weights >= 0 (a captured "
+                             f"pattern), got {_bad_value(p)}")
         out[head] = p.detach()
     return out
+
+
+def _bad_value(p: Tensor) -> str:
+    """The first offending value of a source pattern, for the error message."""
+    if not p.is_floating_point():
+        return f"dtype {p.dtype}"
+    bad = p[~torch.isfinite(p) | (p < 0)]
+    return f"{bad[0].item()} ({bad.numel()} such values)"
 
 
 def _target(source: dict[Head, Tensor] | None, refs: Tensor | None, layer: int, hs: list[int], pattern: Tensor):
@@ -86,7 +97,7 @@ def patch_pattern(
     gate_below = check_gate(gate_below)
     if gate_below is not None and mask is None:
         raise ValueError("gate_below needs a reference mask (the gate is the head's attention on the references)")
-    crop = Crop(None if mask is None else shift_mask(check_mask(mask), int(delta)), check_rows(rows))
+    crop = Crop(None if mask is None else shift_mask(check_mask(mask), check_delta(delta)), check_rows(rows))
     captured = _check_source(source, sel)
 
     def make(layer: int, hs: list[int]):

@@ -11,7 +11,17 @@ from torch import Tensor
 
 from ._rows import Crop, check_gate, check_rows, edit_rows
 from ._stream import pattern_name
-from ._validate import check_heads, check_mask, check_model_heads, check_strength, check_threshold, head_index
+from ._validate import (
+    check_delta,
+    check_fits,
+    check_heads,
+    check_mask,
+    check_model_heads,
+    check_strength,
+    check_threshold,
+    head_index,
+    model_dtype,
+)
 from .masks import shift_mask
 
 
@@ -55,8 +65,8 @@ def edit_pattern(
     renormalize: bool = False,
 ) -> Float[Tensor, "batch head q k"]:
     """Pure reinforcement edit of every head: A' = A + C·M (where A > τ), rows optionally renormalized; a copy."""
-    strength, threshold = check_strength(strength), check_threshold(threshold)
-    mask = check_mask(mask)
+    strength = check_strength(strength, pattern.dtype, pattern.shape[-1])
+    threshold, mask = check_threshold(threshold), check_mask(mask)
     heads = torch.arange(pattern.shape[1], device=pattern.device)
     return _edit_(pattern.clone(), heads, mask.to(pattern.device).expand(pattern.shape[0], *mask.shape[-2:]),
                   strength, threshold, renormalize)
@@ -83,13 +93,14 @@ def reinforce(
     that head's attention on the (shifted) references is below τ. Pass `model` to check heads up front.
     """
     sel = check_model_heads(model, check_heads(heads))
-    strength, threshold = check_strength(strength), check_threshold(threshold)
+    strength, threshold = check_strength(strength, model_dtype(model)), check_threshold(threshold)
     gate_below = check_gate(gate_below)
-    crop = Crop(shift_mask(check_mask(mask), int(delta)), check_rows(rows))
+    crop = Crop(shift_mask(check_mask(mask), check_delta(delta)), check_rows(rows))
 
     def make(layer: int, hs: list[int]):
         def hook(pattern: Tensor, hook) -> Tensor:
             b, _, q, k = pattern.shape
+            check_fits(strength, pattern.dtype, k)  # the pattern's own dtype and row length (a scalar check)
             idx = head_index(pattern, layer, hs)
             refs, allowed = crop(b, q, k, pattern.device)
             keep = None

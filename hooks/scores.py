@@ -10,7 +10,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from ._stream import chunk_size, map_chunks, prepare, stream
-from ._validate import as_batch, check_attention_mask, check_columns, check_heads, check_mask
+from ._validate import as_batch, check_attention_mask, check_columns, check_delta, check_heads, check_mask
 from .masks import shift_mask, target_rows
 
 
@@ -143,7 +143,7 @@ def offset_scores(
 
     `columns`: the AttnScore denominator as in `head_row_scores` (None: the whole row).
     """
-    deltas = [int(d) for d in deltas]
+    deltas = [check_delta(d) for d in deltas]
     if not deltas:
         raise ValueError("deltas is empty")
     return _scores(model, tokens, mask, deltas, reduce, attention_mask, batch_size, columns)

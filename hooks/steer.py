@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ._rows import Crop, check_gate, check_rows, edit_rows
 from ._stream import scores_name
-from ._validate import check_heads, check_mask, check_model_heads, head_index
+from ._validate import check_delta, check_heads, check_mask, check_model_heads, head_index
 from .masks import shift_mask
 from .reinforce import by_layer
 
@@ -54,7 +54,7 @@ def steer(
     if mode not in get_args(SteerMode):
         raise ValueError(f"mode must be one of {', '.join(get_args(SteerMode))}, got {mode!r}")
     gate_below = check_gate(gate_below)
-    crop = Crop(shift_mask(check_mask(mask), int(delta)), check_rows(rows))
+    crop = Crop(shift_mask(check_mask(mask), check_delta(delta)), check_rows(rows))
     log_a = math.log(alpha)
 
     def make(layer: int, hs: list[int]):

@@ -5,14 +5,18 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hooks
 from aspan import models, tasks
 from aspan.evaluation import evaluate
 from aspan.experiments.sweep import SweepConfig, grid
 from aspan.io import settings_key
+from hooks.reinforce import edit_pattern
 
 from .test_hardening import aspan, leftovers, one_line
 
@@ -190,3 +194,42 @@ def test_evaluate_refuses_an_empty_sample_list():
     model, tokenizer, _ = models.load("reversal", device="cpu")
     with pytest.raises(ValueError, match="no samples"):
         evaluate(model, tokenizer, [])
+
+
+# ------------------------------------------------------------------------------------ nonsense values
+def test_edit_values_that_overflow_or_mean_nothing_are_refused():
+    mask = torch.eye(6, dtype=torch.bool)
+    for make in (lambda **kw: hooks.reinforce([(0, 0)], mask, 1.0, **kw),
+                 lambda **kw: hooks.steer([(0, 0)], mask, **kw),
+                 lambda **kw: hooks.patch_pattern([(0, 0)], mask, **kw)):
+        assert make(delta=2) and make(delta=np.int64(-1))
+        for bad in (2.7, "2", True, None):
+            with pytest.raises(ValueError, match="delta must be an integer"):
+                make(delta=bad)
+    with pytest.raises(ValueError, match="delta must be an integer"):
+        hooks.offset_scores(models.load("reversal", device="cpu").model, torch.zeros(1, 6, dtype=torch.long), mask,
+                            deltas=[0, 1.5])
+    with pytest.raises(ValueError, match="strength 1e\\+300 overflows the attention's float32"):
+        hooks.reinforce([(0, 0)], mask, strength=1e300)
+    with pytest.raises(ValueError, match="threshold must be < 1"):
+        hooks.reinforce([(0, 0)], mask, strength=1.0, threshold=1.5)
+    half = torch.full((1, 1, 6, 6), 1 / 6, dtype=torch.float16)
+    with pytest.raises(ValueError, match="strength 20000 overflows the attention's float16"):
+        edit_pattern(half, mask, 2e4)  # finite in float16 alone (65504 is its largest), not over a row of 6 keys
+    assert torch.isfinite(edit_pattern(half, mask, 1e3)).all()
+    with pytest.raises(ValueError, match="overflows"):  # fits one key in float32, not a row of 40 at run time
+        (_, hook), = hooks.reinforce([(0, 0)], torch.eye(40, dtype=torch.bool), strength=3e37)
+        hook(torch.full((1, 1, 40, 40), 1 / 40), None)
+    for source in (torch.full((6, 6), float("nan")), -torch.eye(6), torch.eye(6, dtype=torch.long)):
+        with pytest.raises(ValueError, match=r"source pattern of head \(0, 0\) must hold finite attention weights"):
+            hooks.patch_pattern([(0, 0)], source={(0, 0): source})
+
+
+def test_sweep_strengths_that_overflow_and_thresholds_that_never_fire_are_refused(tmp_path):
+    for line, words in (("strengths = [1.0, 1e300]", ["sweep config: strengths", "1e+300", "float32"]),
+                        ("thresholds = [0.1, 1.5]", ["sweep config: thresholds", "below 1", "1.5"])):
+        text = SWEEP.replace("strengths = [1.0]", line if "strengths" in line else "strengths = [1.0]\n" + line)
+        cfg = sweep_config(tmp_path, text)
+        r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--no-progress", cwd=tmp_path)
+        assert r.returncode == 2 and not (tmp_path / "run").exists()
+        one_line(r.stderr, *words)

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
+import torch
 
-from hooks._validate import check_heads
+from hooks._validate import check_fits, check_heads
 
 from ..checks import check_device, check_offsets
 from ..io import read_toml
@@ -114,6 +115,7 @@ class SweepConfig:
         data, axes = _data_settings(raw), _grid_settings(raw)
         longest = tasks.preset(data["task"], data["split"], **data["task_params"]).max_text_len()
         check_offsets(list(axes["deltas"]), longest + 1, f"sweep config: {'deltas' if 'deltas' in raw else 'delta'}")
+        _check_strengths_fit(axes["strengths"], longest + 2)
         return cls(model=model, **data, **axes, **_head_settings(_table(raw.get("heads", {}), "heads"), raw["task"]))
 
     def data(self) -> Data:
@@ -175,6 +177,10 @@ def _grid_settings(raw: dict[str, Any]) -> dict[str, Any]:
     deltas = _ints(_nonempty(raw.get("deltas", raw.get("delta", [0])), key), key)
     thresholds = tuple(None if t == "none" else _number(t, "thresholds", minimum=0.0)
                        for t in _list(raw.get("thresholds", ["none"]), "thresholds"))
+    for t in thresholds:
+        if t is not None and t >= 1:
+            raise _fail("thresholds", "below 1 (attention weights are at most 1: the edit, where A > tau, would "
+                        "never fire)", t)
     modes = tuple(_str(m, "mode") for m in _list(raw.get("mode", ["teacher"]), "mode"))
     for m in modes:
         if m not in MODES:
@@ -201,6 +207,16 @@ def _grid_settings(raw: dict[str, Any]) -> dict[str, Any]:
             "deltas": deltas, "thresholds": _dedup(thresholds), "modes": _dedup(modes), "methods": _dedup(methods),
             "renormalize": _dedup(tuple(renorm)), "gates": _dedup(tuple(None if g == "none" else g for g in gates)),
             "eos": _dedup(eos)}
+
+
+def _check_strengths_fit(strengths: tuple[float, ...], n_keys: int) -> None:
+    """Every C must leave an edited attention row finite in float32 (rows of up to `n_keys` keys: BOS, the longest
+    text, EOS); a model in a narrower dtype is checked again when its hooks are built."""
+    for c in strengths:
+        try:
+            check_fits(c, torch.float32, n_keys)
+        except ValueError as e:
+            raise ValueError(f"sweep config: strengths: {e}") from None
 
 
 def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
