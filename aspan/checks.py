@@ -51,8 +51,16 @@ def _check_parent(path: Path, what: str) -> None:
         raise UsageError(f"{what} {path}: no permission to write in {parent}")
 
 
+def _check_not_empty(path: str | os.PathLike, what: str) -> None:
+    """An empty path (`--out ""`) would mean the current directory: refused, never guessed."""
+    if not str(path).strip():
+        raise UsageError(f"{what}: empty path; give a path")
+
+
 def check_output_file(path: str | os.PathLike, what: str = "output file") -> Path:
-    """`path` as a Path when a file can be written there: not a directory, inside a (creatable) writable directory."""
+    """`path` as a Path when a file can be written there: not empty, not a directory, inside a (creatable) writable
+    directory."""
+    _check_not_empty(path, what)
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{what} {path} is a directory; give a file path")
@@ -63,7 +71,8 @@ def check_output_file(path: str | os.PathLike, what: str = "output file") -> Pat
 
 
 def check_output_dir(path: str | os.PathLike, what: str = "run directory") -> Path:
-    """`path` as a Path when it is (or can become) a writable directory: not an existing file."""
+    """`path` as a Path when it is (or can become) a writable directory: not empty, not an existing file."""
+    _check_not_empty(path, what)
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{what} {path} is a file; give a directory path")

@@ -104,11 +104,15 @@ def _straight_target(path: Path) -> bool:
     return False
 
 
-def _naming(error: OSError, path: Path) -> OSError:
-    """`error` with `path` as its file name (a full disk says which file it could not write)."""
-    if error.filename is not None or error.errno is None:
+def _naming(error: OSError, path: Path, tmp: Path | None = None) -> OSError:
+    """`error` with `path` as its file name when it names none (a full disk says which file it could not write) or
+    names `tmp`, the temporary file or directory written in `path`'s place (a file inside `tmp`: the same file
+    inside `path`)."""
+    name = None if error.filename is None else Path(os.fsdecode(error.filename))
+    if error.errno is None or (name is not None and (tmp is None or not name.is_relative_to(tmp))):
         return error
-    return type(error)(error.errno, error.strerror or str(error), str(path))
+    target = path if name is None else path / name.relative_to(tmp)
+    return type(error)(error.errno, error.strerror or str(error), str(target))
 
 
 def atomic_write(path: PathLike, write: Callable[[IO], None], binary: bool = False) -> Path:
@@ -195,6 +199,8 @@ def atomic_dir(directory: PathLike) -> Iterator[Path]:
             if (tmp / name).is_dir():
                 shutil.rmtree(target, ignore_errors=True)
             os.replace(tmp / name, target)
+    except OSError as e:
+        raise _naming(e, directory, tmp) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -281,6 +287,30 @@ def read_toml(path: PathLike, what: str = "config") -> dict[str, Any]:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
 
 
+def _file_digest(path: Path) -> "hashlib._Hash":
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest
+
+
+def sha256_of(path: PathLike) -> str:
+    """The sha256 of a file's content, or of a directory's: every file below it (hidden ones, e.g. temporary files,
+    left out) by relative path and content, in sorted order. FileNotFoundError when `path` is absent."""
+    path = Path(path)
+    if path.is_file():
+        return _file_digest(path).hexdigest()
+    if not path.is_dir():
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    total = hashlib.sha256()
+    for file in sorted(path.rglob("*")):
+        relative = file.relative_to(path)
+        if file.is_file() and not any(part.startswith(".") for part in relative.parts):
+            total.update(relative.as_posix().encode() + b"\0" + _file_digest(file).digest())
+    return total.hexdigest()
+
+
 # ----------------------------------------------------------------------------------------------- resumable rows
 def settings_key(settings: dict[str, Any]) -> str:
     """Stable 16-hex-digit key of a settings dict (canonical JSON, independent of key order and hash seed)."""
@@ -357,6 +387,8 @@ def _append(path: Path, data: bytes, sync: bool = True) -> None:
         os.write(fd, data)
         if sync:
             os.fsync(fd)
+    except OSError as e:
+        raise _naming(e, path) from None
     finally:
         os.close(fd)
 
@@ -403,6 +435,45 @@ class RowWriter:
 def append_line(path: PathLike, row: dict[str, Any]) -> None:
     """Append one JSON line with a single O_APPEND write, so a crash never leaves half a row (training logs)."""
     _append(Path(path), (to_json(row, indent=None) + "\n").encode(), sync=False)
+
+
+def cut_rows(path: PathLike, keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    """Cut a JSONL file in place before its first row that `keep` rejects (and before a torn last line); returns
+    the rows kept. Needs no free space (the file is truncated, not rewritten), so it works on a full disk too.
+    ValueError names the file and line of an unreadable row in the middle."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return []
+    fd = _open_no_link(path, os.O_RDWR)
+    try:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read()
+        rows, offset = _rows_to_keep(path, data, keep)
+        if offset < len(data):
+            os.ftruncate(fd, offset)
+    finally:
+        os.close(fd)
+    return rows
+
+
+def _rows_to_keep(path: Path, data: bytes, keep: Callable[[dict[str, Any]], bool]) -> tuple[list[dict], int]:
+    """The leading rows of JSONL `data` that `keep` accepts, and the byte offset where the rest starts."""
+    rows, offset = [], 0
+    for number, line in enumerate(data.splitlines(keepends=True), 1):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if not line.endswith(b"\n"):  # torn last line: an interrupted append
+                break
+            raise ValueError(f"{path}: line {number} is not valid JSON") from None
+        if row is not None:
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}: line {number} is not a JSON object")
+            if not keep(row):
+                break
+            rows.append(row)
+        offset += len(line)
+    return rows, offset
 
 
 # ----------------------------------------------------------------------------------------------- run directories
@@ -538,17 +609,26 @@ def _first_difference(old: Any, new: Any, key: str = "") -> tuple[str, Any, Any]
     return None if old == new else (key or "settings", old, new)
 
 
+def recorded_settings(directory: PathLike) -> Any:
+    """The configuration recorded in run directory `directory` (`check_settings`), or None when none is;
+    ValueError naming the file when it is unreadable."""
+    file = Path(directory) / SETTINGS
+    if not file.exists():
+        return None
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{file}: unreadable ({e}); remove it if {directory} holds nothing you need") from None
+
+
 def check_settings(directory: PathLike, settings: dict[str, Any]) -> bool:
     """Record `settings` as the configuration of `directory`, or check it equals the recorded one; True when newly
     recorded. A different configuration is refused (ValueError naming the first difference): results of two
     configurations are never mixed in one run directory."""
     directory = Path(directory)
     file, new = directory / SETTINGS, json.loads(to_json(settings))
-    if file.exists():
-        try:
-            old = json.loads(file.read_text())
-        except (OSError, ValueError) as e:
-            raise ValueError(f"{file}: unreadable ({e}); remove it if {directory} holds nothing you need") from None
+    old = recorded_settings(directory)
+    if old is not None:
         diff = _first_difference(old, new)
         if diff:
             raise ValueError(f"run directory {directory} holds results of another configuration ({diff[0]} = "

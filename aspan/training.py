@@ -8,17 +8,21 @@ Data is a Task (batches generated on the fly: batch `s` comes from seed `(seed, 
 the same data), a list of Samples, or an `aspan data` JSONL file (shuffled per epoch from `(seed, epoch)`).
 AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast on CUDA, DDP under `torchrun`.
 `out_dir` gets `log.jsonl` (train rows), `eval.jsonl` (periodic ID/OOD evaluation), `checkpoints/` (weights +
-optimizer/scheduler/step/RNG state, written atomically, pointed to by `checkpoints/latest`) and, at the end,
-the final model itself (`aspan.models.load(out_dir)` works).
+optimizer/scheduler/step/RNG state, each checkpoint written whole into a temporary directory and renamed, pointed to
+by `checkpoints/latest`) and, at the end, the final model itself (`aspan.models.load(out_dir)` works). Nothing read
+back runs code: tensors are safetensors, everything else JSON (`read_state`).
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import pickle
 import random
+import re
 import shutil
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,13 +37,16 @@ from hooks._validate import check_hook_points
 
 from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
-from .io import append_line, atomic_write, write_jsonl, write_text
+from .io import append_line, atomic_dir, cut_rows, to_json, write_text
 from .models.tiny import check_context
 from .param_groups import Freezer, TrainOnly, group_masks, is_bridge, live_parameters, parse_train_only
 from .tasks.base import Sample, Task
 from .tokenization import Tokenizer
 
-STATE = "train_state.pt"
+STATE_JSON, STATE_TENSORS = "train_state.json", "train_state.safetensors"  # a checkpoint's training state
+LEGACY_STATE = "train_state.pt"  # earlier versions' pickle: read with torch.load(weights_only=True) only
+STATE_FORMAT = "aspan-train-state"
+STEP_NAME = re.compile(r"step-[0-9]+")  # what checkpoints/latest may hold
 
 
 @dataclass
@@ -255,38 +262,166 @@ def _dist_setup(device: torch.device) -> tuple[int, int]:
     return 0, 1
 
 
-def _truncate_log(path: Path, step: int) -> list[dict]:
-    """Keep the rows of `path` up to `step` (rows written after the last checkpoint are replayed on resume)."""
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r.get("step", 0) <= step]
-    write_jsonl(path, rows)
-    return rows
+def _cut_logs(out_dir: Path, step: int) -> list[dict]:
+    """Cut `log.jsonl` and `eval.jsonl` back to the rows of steps up to `step` (in place: works on a full disk too);
+    their remaining rows, train rows before the evaluations of the same step."""
+    kept = lambda row: row.get("step", 0) <= step  # noqa: E731
+    rows = [r for name in ("log.jsonl", "eval.jsonl") for r in cut_rows(out_dir / name, kept)]
+    return sorted(rows, key=lambda r: (r.get("step", 0), r.get("kind") != "train"))
+
+
+def _complete(path: Path) -> bool:
+    return (path / "config.json").is_file() and ((path / STATE_JSON).is_file() or (path / LEGACY_STATE).is_file())
+
+
+def _found(root: Path) -> str:
+    names = sorted(p.name for p in root.glob("step-*") if STEP_NAME.fullmatch(p.name) and _complete(p))
+    if not names:
+        return f"and {root} holds no complete checkpoint"
+    return f"checkpoints there: {', '.join(names)} (write the name of the one to continue from into {root / 'latest'})"
 
 
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint directory of a training run, or None."""
-    pointer = Path(out_dir) / "checkpoints" / "latest"
-    if not pointer.is_file():
+    """The checkpoint `checkpoints/latest` names, or None when the run has none (no pointer, no checkpoint).
+
+    The pointer must name a complete `step-N` directory inside `checkpoints/` (no path separators, no `..`, not
+    absolute, not a link leading out); anything else, or a missing pointer beside existing checkpoints, is a
+    ValueError naming the pointer and the checkpoints that exist (none is ever deleted for it).
+    """
+    root = Path(out_dir) / "checkpoints"
+    pointer = root / "latest"
+    if not pointer.exists():
+        if root.is_dir() and any(STEP_NAME.fullmatch(p.name) for p in root.glob("step-*")):
+            raise ValueError(f"{pointer} is missing; {_found(root)}")
         return None
-    path = pointer.parent / pointer.read_text().strip()
-    return path if (path / STATE).is_file() else None
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{pointer} is unreadable ({type(e).__name__}); {_found(root)}") from None
+    if not STEP_NAME.fullmatch(name):
+        raise ValueError(f"{pointer} must name a step-N directory of {root}, it holds {name[:80]!r}; "
+                         f"{_found(root)}")
+    path = root / name
+    if path.resolve().parent != root.resolve():
+        raise ValueError(f"{pointer} names {path}, a link leading out of {root}; {_found(root)}")
+    if not _complete(path):
+        raise ValueError(f"{pointer} names {name}, which is missing or incomplete; {_found(root)}")
+    return path
 
 
 def _save_checkpoint(out_dir: Path, model, tokenizer, state: dict, meta: dict) -> Path:
-    """Weights (aspan.models.save) + training state into `checkpoints/step-N`, then flip `latest`; drop older ones."""
+    """Weights (aspan.models.save) and training state into a temporary directory renamed `checkpoints/step-N` when
+    whole, then `latest` flipped and older checkpoints dropped: a failed write (a full disk) leaves nothing of it."""
     from . import models
 
     root = out_dir / "checkpoints"
     name = f"step-{state['step']:08d}"
-    path = models.save(model, root / name, tokenizer, hf=False, **meta)  # exact parameters: resuming needs them
-    atomic_write(path / STATE, lambda f: torch.save(state, f), binary=True)
+    with atomic_dir(root / name) as tmp:
+        models.save(model, tmp, tokenizer, hf=False, **meta)  # exact parameters: resuming needs them
+        _write_state(tmp, state)
     write_text(root / "latest", name)
     for old in root.glob("step-*"):
         if old.name != name and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
-    return path
+    return root / name
+
+
+def _split_tensors(obj: Any, tensors: dict[str, torch.Tensor], key: str) -> Any:
+    """`obj` as JSON data: each tensor moved into `tensors` (under a name made of its place) and replaced by
+    `{"__tensor__": name}`; dict keys become strings."""
+    if isinstance(obj, torch.Tensor):
+        tensors[key] = obj.detach().cpu().clone().contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, dict):
+        return {str(k): _split_tensors(v, tensors, f"{key}.{k}") for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_split_tensors(v, tensors, f"{key}.{i}") for i, v in enumerate(obj)]
+    return obj
+
+
+def _join_tensors(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """The inverse of `_split_tensors` (KeyError for a tensor the file does not hold)."""
+    if isinstance(obj, dict):
+        if set(obj) == {"__tensor__"}:
+            return tensors[obj["__tensor__"]]
+        return {k: _join_tensors(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_join_tensors(v, tensors) for v in obj]
+    return obj
+
+
+def _write_state(directory: Path, state: dict) -> None:
+    """The training state as `train_state.safetensors` (its tensors) and `train_state.json` (the rest)."""
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    data = _split_tensors(state, tensors, "state")
+    save_file(tensors, str(directory / STATE_TENSORS))
+    (directory / STATE_JSON).write_text(to_json({"format": STATE_FORMAT, "version": 1, "state": data}) + "\n")
+
+
+def read_state(ckpt: str | os.PathLike) -> dict:
+    """The training state of checkpoint directory `ckpt` (step, optimizer, scheduler, RNG, config), read without
+    running code: safetensors + JSON, or an earlier version's `train_state.pt` through `torch.load(weights_only=True)`,
+    which refuses a pickle that would import or call anything. ValueError naming the file otherwise."""
+    ckpt = Path(ckpt)
+    advice = f"delete {ckpt} to resume from an earlier checkpoint, or start afresh"
+    if (ckpt / STATE_JSON).is_file():
+        file = ckpt / STATE_JSON
+        state = _read_state_files(ckpt, file, advice)
+    elif (ckpt / LEGACY_STATE).is_file():
+        file = ckpt / LEGACY_STATE
+        state = _read_legacy_state(file, advice)
+    else:
+        raise ValueError(f"cannot resume: {ckpt} holds no training state ({STATE_JSON} is missing); {advice}")
+    problem = _state_problem(state)
+    if problem:
+        raise ValueError(f"cannot resume: {file} is not a training state ({problem}); {advice}")
+    return state
+
+
+def _read_state_files(ckpt: Path, file: Path, advice: str) -> dict:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
+            raise ValueError(f"format is not {STATE_FORMAT!r}")
+        state = _join_tensors(doc["state"], load_file(str(ckpt / STATE_TENSORS), device="cpu"))
+        state["optimizer"]["state"] = {int(k): v for k, v in state["optimizer"]["state"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError) as e:
+        raise ValueError(f"cannot resume: {file} (with {STATE_TENSORS}) is truncated or corrupt "
+                         f"({type(e).__name__}); {advice}") from None
+    return state
+
+
+def _read_legacy_state(file: Path, advice: str) -> dict:
+    try:
+        with warnings.catch_warnings():  # a plain pickle (not torch.save's) makes torch warn about its protocol
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if "weights only load failed" in str(e).lower():
+            raise ValueError(f"cannot resume: {file} asks to import or call code when loaded (refused, nothing was "
+                             f"run); {advice}") from None
+        raise ValueError(f"cannot resume: {file} is truncated or corrupt (UnpicklingError); {advice}") from None
+    except Exception as e:  # a truncated or corrupt file fails in many ways (EOFError, RuntimeError, zip errors)
+        raise ValueError(f"cannot resume: {file} is truncated or corrupt ({type(e).__name__}); {advice}") from None
+
+
+def _state_problem(state: Any) -> str | None:
+    """What makes `state` unusable as a training state, or None."""
+    if not isinstance(state, dict):
+        return f"a {type(state).__name__}, not a dict"
+    for key, kind in (("step", int), ("optimizer", dict), ("scheduler", dict), ("rng", dict), ("config", dict)):
+        if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
+            return f"{key!r} missing or not a {kind.__name__}"
+    if state["step"] < 0:
+        return f"negative step {state['step']}"
+    if not isinstance(state["rng"].get("torch"), torch.Tensor):
+        return "no torch RNG state"
+    return None
 
 
 def _rng_state() -> dict:
@@ -369,6 +504,7 @@ class _Run:
     net: Any = None  # the model, or its DDP wrapper
     history: list = field(default_factory=list)
     start: int = 0
+    saved: int = 0  # step of the last checkpoint written (or resumed from)
 
     @property
     def main(self) -> bool:
@@ -483,14 +619,22 @@ def _setup_optimizer(run: _Run) -> None:
 
 
 def _start(run: _Run) -> None:
-    """Resume from the latest checkpoint (and its logs), or start clean: old logs removed, the size row written."""
+    """Resume from the latest checkpoint (its logs cut back to it), or start clean: old logs removed, the size row
+    written. Resuming a run without a checkpoint, or asking for fewer steps than it has, is a ValueError."""
     out = run.opts.out_dir
-    if run.opts.resume and out is not None and (ckpt := latest_checkpoint(out)) is not None:
+    if run.opts.resume:
+        ckpt = latest_checkpoint(out)
+        if ckpt is None:
+            raise ValueError(f"cannot resume {out}: it holds no checkpoint ({out / 'checkpoints' / 'latest'} is "
+                             f"missing); run without --resume to start it")
+        state = read_state(ckpt)
+        if state["step"] > run.total:
+            raise ValueError(f"cannot resume {out} for {run.total} steps: it already has {state['step']} (ask for "
+                             f"at least that many, or use a new --out)")
         check_resume(ckpt, run.config, run.opts.meta, run.model)
-        run.start = _load_state(ckpt, run)
+        run.start = run.saved = _load_state(ckpt, state, run)
         if run.main:
-            rows = _truncate_log(out / "log.jsonl", run.start) + _truncate_log(out / "eval.jsonl", run.start)
-            run.history = sorted(rows, key=lambda r: (r["step"], r.get("kind") != "train"))
+            run.history = _cut_logs(out, run.start)
         return
     if out is not None and run.main:
         for name in ("log.jsonl", "eval.jsonl"):
@@ -573,6 +717,7 @@ def _evaluate(run: _Run, step: int) -> None:
 
 
 def _checkpoint(run: _Run, step: int) -> None:
+    """Save checkpoint `step`; if that fails (a full disk), the logs are cut back to the last good checkpoint."""
     if run.opts.out_dir is not None and run.main:
         state = {"step": step, "optimizer": run.opt.state_dict(), "scheduler": run.sched.state_dict(),
                  "rng": _rng_state(), "config": asdict(run.config)}
@@ -580,7 +725,12 @@ def _checkpoint(run: _Run, step: int) -> None:
             # a TransformerBridge: its Hugging Face form is the same function, but on TransformerLens 3.9 not the same
             # parameters (the unembedding bias it adds is folded away), so resuming copies these instead
             state["parameters"] = [p.detach().cpu() for p in run.model.parameters()]
-        _save_checkpoint(run.opts.out_dir, run.model, run.tokenizer, state, {**run.opts.meta, "step": step})
+        try:
+            _save_checkpoint(run.opts.out_dir, run.model, run.tokenizer, state, {**run.opts.meta, "step": step})
+        except BaseException:
+            _cut_logs(run.opts.out_dir, run.saved)  # the rows of the steps after the last good checkpoint go too
+            raise
+        run.saved = step
 
 
 def _finish(run: _Run) -> None:
@@ -626,16 +776,12 @@ def check_resume(ckpt: Path, config: TrainConfig, meta: dict | None, model) -> N
                              f"now {now!r} (use the same settings, or a new --out)")
 
 
-def _load_state(ckpt: Path, run: _Run) -> int:
-    """Weights, optimizer, scheduler and RNG state from a checkpoint (its step); ValueError if another data order."""
+def _load_state(ckpt: Path, state: dict, run: _Run) -> int:
+    """Weights from checkpoint `ckpt` and its optimizer, scheduler and RNG `state` (`read_state`) into the run;
+    returns its step. ValueError if another data order."""
     from . import models
 
-    try:
-        state = torch.load(ckpt / STATE, map_location="cpu", weights_only=False)
-        saved = state["config"]
-    except Exception as e:  # a truncated or corrupt file fails in many ways (EOFError, RuntimeError, pickle errors)
-        raise ValueError(f"cannot resume: {ckpt / STATE} is truncated or corrupt ({type(e).__name__}); "
-                         f"delete {ckpt} to resume from an earlier checkpoint, or start afresh") from None
+    saved = state["config"]
     for key in ("seed", "batch_size", "train_only"):
         if saved.get(key) != getattr(run.config, key):
             raise ValueError(f"cannot resume {ckpt}: it was trained with {key}={saved.get(key)!r}, "

@@ -223,11 +223,11 @@ def test_resume_with_a_changed_setting_is_refused(tmp_path, capsys):
     assert code == 2
     one_line(err, "another configuration")  # the first difference named: here the task's parameters
     assert (tmp_path / "run" / "model.safetensors").read_bytes() == before  # nothing was overwritten
-    state = next((tmp_path / "run" / "checkpoints").glob("step-*")) / "train_state.pt"
+    state = next((tmp_path / "run" / "checkpoints").glob("step-*")) / "train_state.safetensors"
     state.write_bytes(state.read_bytes()[:100])  # truncated
     code, err = run_cli(capsys, "train", *SMALL, "--lr", "0.001", "--steps", "3", "--out", out, "--resume")
     assert code == 2
-    one_line(err, "train_state.pt", "truncated or corrupt")
+    one_line(err, "train_state.safetensors", "truncated or corrupt")
 
 
 def test_library_resume_refuses_a_changed_setting(tmp_path):

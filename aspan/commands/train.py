@@ -118,6 +118,45 @@ def _resumes(out: Path, config) -> list[dict]:
                                          "epochs": config.epochs}]
 
 
+def _input_hashes(args: argparse.Namespace) -> dict[str, str]:
+    """sha256 of the --data file and of the --init checkpoint (a file, or every file of a checkpoint directory):
+    recorded in the run's settings and checkpoints, so a run is never continued on other inputs of the same name."""
+    from aspan.io import sha256_of
+    from aspan.models.checkpoint import resolve
+
+    hashes = {}
+    if args.data:
+        hashes["data_sha256"] = sha256_of(args.data)
+    if args.init:
+        if str(args.init).lower() == "smollm2" and not Path(args.init).exists():
+            from aspan.models.hf import smollm2_path
+
+            init = smollm2_path()
+        else:
+            init = resolve(args.init)
+        if init.exists():  # (an absent one is reported when it is loaded, with the names that exist)
+            hashes["init_sha256"] = sha256_of(init)
+    return hashes
+
+
+def _check_inputs(out: str, hashes: dict[str, str], args: argparse.Namespace) -> None:
+    """UsageError when --data or --init has the name the run in `out` was made with but other content."""
+    from aspan.io import recorded_settings
+
+    recorded = recorded_settings(out) if Path(out).is_dir() else None
+    if not isinstance(recorded, dict):
+        return
+    for option, name in (("data", args.data), ("init", args.init)):
+        key = f"{option}_sha256"
+        if name is None or recorded.get(option) != name or recorded.get(key) == hashes.get(key):
+            continue  # (another name is another configuration: `claim` names that difference)
+        if recorded.get(key) is None:
+            raise UsageError(f"--{option} {name}: {out} was made by an earlier aspan that recorded no hash of it, so "
+                             f"an unchanged file cannot be told from a changed one; use a new --out")
+        raise UsageError(f"--{option} {name} changed since {out} was made with it (sha256 {recorded[key][:12]}... "
+                         f"then, {hashes.get(key, '?')[:12]}... now): use the original, or a new --out")
+
+
 def _config(args: argparse.Namespace):
     from aspan.training import TrainConfig
 
@@ -199,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--replay must be in [0, 1), got {args.replay}")
     device = resolve_device(config.device)
     data = read_jsonl(args.data) if args.data else None
+    hashes = _input_hashes(args)
+    _check_inputs(args.out, hashes, args)
     name = data_task(args.data, data, args.task) if data else args.task
     if not name:
         raise ValueError("--task is required (the --data samples do not name their task)")
@@ -211,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     eval_data = eval_sets(tasks3, buckets, config.eval_samples, config.seed) if config.eval_samples else None
     meta = {"task": name, "params": tasks3[0].params(), "id_params": tasks3[1].params(),
             "ood_params": tasks3[2].params(), "init": args.init, "data": args.data, "replay": args.replay,
-            "positional": models.positional_of(model)}
+            "positional": models.positional_of(model), **hashes}
     stream = data if data is not None else tasks3[0]
     if args.replay:
         stream = Replay(stream, tasks3[1], args.replay)
@@ -231,7 +272,8 @@ def run(args: argparse.Namespace) -> int:
         write_json(Path(args.out) / "run.json",
                    {"command": "train", "task": name, "split": args.split, "params": tasks3[0].params(),
                     "seed": args.seed, "buckets": [list(b) for b in buckets], "replay": args.replay,
-                    "config": dict(vars(config)), "init": args.init, "data": args.data, "resumes": resumes})
+                    "config": dict(vars(config)), "init": args.init, "data": args.data, **hashes,
+                    "resumes": resumes})
     return 0
 
 

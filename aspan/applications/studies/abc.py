@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
 
+from ...commands.argtypes import output_dir
 from ...tasks.base import Sample, Task
 
 HELP = "ABC/ABS study (Duan & Shi 2023): successor, addition, parity; vanilla (rotary/learned/alibi/none), ABS, ABC"
@@ -416,7 +417,8 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
 
 # ----------------------------------------------------------------------------------------------- command line
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="runs/abc_study", help="run directory (resumable: rows are keyed by settings)")
+    p.add_argument("--out", type=output_dir, default="runs/abc_study",
+                   help="run directory (resumable: rows are keyed by settings)")
     p.add_argument("--quick", action="store_true", help="a tiny run for tests (well under a minute)")
     p.add_argument("--config", metavar="TOML", help="settings from a TOML file (keys: AbcStudyConfig fields)")
     p.add_argument("--tasks", help=f"comma-separated subset of {','.join(STUDY_TASKS)}")

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...commands.argtypes import output_dir
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
 
@@ -107,7 +108,7 @@ def config_from_toml(path: str | Path) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="run directory (created; a rerun resumes it)")
+    parser.add_argument("--out", required=True, type=output_dir, help="run directory (created; a rerun resumes it)")
     parser.add_argument("--quick", action="store_true", help="tiny settings (< 1 min), for tests")
     parser.add_argument("--config", help="TOML file with StudyConfig settings (a [parity] table), e.g. a GPU run")
     parser.add_argument("--formats", help=f"comma-separated subset of {','.join(FORMATS)}")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ...buckets import Bucket, bucket_name, bucket_sets, parse_buckets
+from ...commands.argtypes import output_dir
 
 HELP = "fine-tune only some attention parameters (qk, RoPE pairs, single columns) on longer lengths; per-bucket table"
 
@@ -403,7 +404,8 @@ def figures(cfg: QKStudyConfig, table) -> dict:
 
 # ----------------------------------------------------------------------------------------------- command line
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="run directory (resumable: rerun the same command to continue)")
+    p.add_argument("--out", required=True, type=output_dir,
+                   help="run directory (resumable: rerun the same command to continue)")
     p.add_argument("--config", metavar="TOML",
                    help="study settings (fields of QKStudyConfig; see configs/qk_study_*.toml); flags below override")
     p.add_argument("--quick", action="store_true", help="a complete but tiny study (seconds; for tests)")
