@@ -18,7 +18,7 @@ from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
 from .loaded import LoadedModel, bridge, is_bridge
-from .safety import check_aspan_config, check_tl_memory
+from .safety import check_aspan_config, check_hf_checkpoint, check_hf_config, check_tl_memory
 from .tiny import build, has_hooked
 
 WEIGHTS, CONFIG, HF_TOKENIZER_DIR = "model.safetensors", "config.json", "hf_tokenizer"
@@ -125,6 +125,8 @@ def saved_info(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]
     TransformerLens config fields (ValueError naming the file if unreadable)."""
     config = _read_config(Path(path))
     if hfform.is_aspan_hf(config):
+        check_hf_config(Path(path) / CONFIG, config)
+        hfform.check_form_config(Path(path) / CONFIG, config)
         return dict(config[hfform.KEY].get("meta", {})), hfform.tl_fields(config)
     check_aspan_config(Path(path) / CONFIG, config, VERSION)
     return config.get("meta", {}), config["model"]
@@ -165,6 +167,10 @@ def _tokenizer_from_dict(d: dict[str, Any], base_dir: Path) -> Tokenizer:
 def _load_hfform(path: Path, config: dict[str, Any], device: str, backend: Backend) -> LoadedModel:
     """An aspan tiny model stored in its Hugging Face form, as a HookedTransformer or a TransformerBridge."""
     tokenizer, meta = hfform.aspan_entry(path, config)
+    d_vocab = hfform.check_form_config(path / CONFIG, config).d_vocab
+    if tokenizer.vocab_size > d_vocab:
+        raise UsageError(f"{path / CONFIG}: vocab_size {d_vocab} is smaller than the tokenizer's "
+                         f"{tokenizer.vocab_size} tokens")
     weights = hfform.read_state(path)  # ValueError naming the file if missing, truncated or corrupt
     if backend == "bridge":
         return LoadedModel(bridge(path, device), tokenizer, meta)
@@ -283,10 +289,16 @@ def load(
     if hfform.is_aspan_hf(config):
         if adapter:
             raise ValueError(f"{path}: an aspan checkpoint stores its tokenizer; unexpected {sorted(adapter)}")
+        check_hf_checkpoint(path, config, device, backend)  # config values, memory, weights: before any model
         return _load_hfform(path, config, device, backend)
+    if not (config.get("architectures") or config.get("model_type")):
+        raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint (format 'aspan') nor a Hugging Face config "
+                         f"(no model_type)")
+    try:
+        hf.architecture(config)
+    except ValueError as e:
+        raise UsageError(f"{path / CONFIG}: {e}") from None
+    check_hf_checkpoint(path, config, device, backend)
     if backend == "bridge":
         return hf.load_hf_bridge(path, config, device=device, **adapter)
-    if config.get("architectures") or config.get("model_type"):
-        return hf.load_hf_dir(path, config, device=device, **adapter)
-    raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint (format 'aspan') nor a Hugging Face config "
-                     f"(no model_type)")
+    return hf.load_hf_dir(path, config, device=device, **adapter)

@@ -24,6 +24,7 @@ from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
 from ..options import Backend
 from .loaded import LoadedModel
+from .safety import check_gguf_header
 from .tiny import _DEPRECATED
 
 if TYPE_CHECKING:
@@ -168,8 +169,9 @@ def load_hf_dir(
 
     try:
         with quiet_hf():
-            hf_model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
-        hf_tok = AutoTokenizer.from_pretrained(str(path))
+            hf_model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True,
+                                                            use_safetensors=True)
+        hf_tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot load the Hugging Face checkpoint ({e})") from None
     model = from_hf(hf_model, device, n_ctx)
@@ -184,7 +186,7 @@ def load_hf_bridge(path: Path, config: dict[str, Any], device: str | None = None
 
     try:
         arch = architecture(config)
-        hf_tok = AutoTokenizer.from_pretrained(str(path))
+        hf_tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         model = bridge(path, device or "cpu")
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot load the Hugging Face checkpoint as a TransformerBridge ({e})") from None
@@ -204,12 +206,14 @@ def load_gguf(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
+    check_gguf_header(path)  # before a reader allocates for the counts it claims
     try:  # eager attention: the bridge's pattern hooks need it (HookedTransformer only takes the weights)
         with quiet_hf():
             hf_model = AutoModelForCausalLM.from_pretrained(
-                str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager"
+                str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager",
+                local_files_only=True,
             )
-            hf_tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+            hf_tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
         arch = architecture(hf_model.config.to_dict())
     except ImportError:
         raise MissingPackage("gguf", OPTIONAL_PACKAGES["gguf"], f"loading {path}") from None

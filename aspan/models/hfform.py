@@ -304,6 +304,23 @@ def is_aspan_hf(config: dict[str, Any]) -> bool:
     return isinstance(config.get(KEY), dict) and form_of_config(config) is not None
 
 
+def check_form_config(file: Path, config: dict[str, Any]) -> Sizes:
+    """The sizes of an aspan Hugging Face config whose values `safety.check_hf_config` accepted; UsageError naming
+    the key when the form's own keys are missing or its rotary share is not an even number of each head's dimensions
+    (Hugging Face truncates that share where TransformerLens rounds it: the two backends would differ)."""
+    from ..errors import UsageError
+
+    try:
+        sizes = form_of_config(config).sizes_of_config(config)
+    except KeyError as e:
+        raise UsageError(f"{file}: {e.args[0]} is missing") from None
+    rotary = sizes.rotary_fraction * (sizes.d_model // sizes.n_heads)
+    if config.get("model_type") == "gpt_neox" and (rotary != int(rotary) or int(rotary) % 2):
+        raise UsageError(f"{file}: rope_parameters.partial_rotary_factor {sizes.rotary_fraction} rotates {rotary:g} "
+                         f"of each head's {sizes.d_model // sizes.n_heads} dimensions; it must be an even number")
+    return sizes
+
+
 def tl_fields(config: dict[str, Any]) -> dict[str, Any]:
     """The TransformerLens config fields of an aspan Hugging Face config (what a HookedTransformer of it has, and what
     a resumed training run compares)."""

@@ -5,11 +5,13 @@ import json
 import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -125,3 +127,119 @@ def test_a_huge_fresh_model_is_refused_before_allocation(tmp_path, flags, key):
     assert code == 2, err[-2000:]
     one_line(err, key, "GB", "available")
     assert not (tmp_path / "run").exists() and peak < 2 * 2**30, peak
+
+
+# ------------------------------------------------------------------------- Hugging Face-form checkpoints
+def hf_edited(dst: Path, src: Path | None = None, **changes) -> Path:
+    """A copy of a Hugging Face checkpoint (the shipped GPT-NeoX one by default) with config.json keys replaced
+    (`rope_parameters.partial_rotary_factor` as a dotted key)."""
+    shutil.copytree(src or models.SHIPPED / "reversal", dst)
+    config = json.loads((dst / "config.json").read_text())
+    for key, value in changes.items():
+        parent, _, leaf = key.rpartition(".")
+        (config[parent] if parent else config)[leaf] = value
+    (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+def backend_env(backend: str) -> dict:
+    return {**ENV, "ASPAN_BACKEND": backend}
+
+
+ID = ["--task", "reversal", "--split", "id", "-n", "4", "--no-attn"]
+
+
+@pytest.mark.parametrize("key, value", [
+    ("hidden_size", 64), ("num_attention_heads", 3), ("vocab_size", 5), ("rope_parameters.partial_rotary_factor", 2.0),
+])
+def test_a_bad_hf_config_value_is_one_line_naming_file_and_key(tmp_path, key, value):
+    ckpt = hf_edited(tmp_path / "bad", **{key: value})
+    r = aspan("eval", str(ckpt), *ID, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    one_line(r.stderr, str(ckpt / "config.json"), key)
+
+
+@pytest.mark.parametrize("layers, backend", [(1, "hooked"), (1, "bridge"), (-1, "bridge"), (3, "hooked")])
+def test_a_layer_count_that_does_not_match_the_weights_is_refused(tmp_path, layers, backend):
+    """Fewer layers than stored dropped the rest silently (ID exact 0.000 instead of 1.000, exit 0); more were
+    initialised at random. Either way the load is refused, naming the file and num_hidden_layers."""
+    ckpt = hf_edited(tmp_path / "layers", num_hidden_layers=layers)
+    r = subprocess.run([sys.executable, "-m", "aspan.cli", "eval", str(ckpt), *ID], cwd=tmp_path,
+                       env=backend_env(backend), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    one_line(r.stderr, str(ckpt), "num_hidden_layers")
+
+
+@pytest.fixture(scope="module")
+def forms(tmp_path_factory) -> dict[str, Path]:
+    """A tiny checkpoint in each Hugging Face form: GPT-NeoX (rotary), GPT-2 (learned), Bloom (ALiBi)."""
+    tok, root = CharTokenizer(), tmp_path_factory.mktemp("forms")
+    out = {}
+    for positional in ("rotary", "learned", "alibi"):
+        model = models.tiny(tok, n_layers=2, n_heads=2, d_model=128, d_mlp=512, n_ctx=32, positional=positional,
+                            device="cpu", seed=1)
+        out[positional] = models.save(model, root / positional, tok, hf=True)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["hooked", "bridge"])
+def test_every_form_refuses_dropped_missing_and_unused_tensors(forms, tmp_path, backend):
+    from safetensors.torch import load_file, save_file
+
+    for positional, src in forms.items():
+        models.load(src, device="cpu", backend=backend)  # as saved: loads
+        layer_key = "num_hidden_layers" if positional == "rotary" else "n_layer"
+        for layers in (1, 3, 0, -1):
+            ckpt = hf_edited(tmp_path / f"{positional}{layers}", src, **{layer_key: layers})
+            with pytest.raises(ValueError, match=f"{layer_key}={layers}" if layers > 0 else f"{layer_key} must be"):
+                models.load(ckpt, device="cpu", backend=backend)
+        extra = hf_edited(tmp_path / f"{positional}-extra", src)
+        weights = load_file(extra / "model.safetensors")
+        save_file({**weights, "unused.weight": torch.zeros(3)}, extra / "model.safetensors")
+        with pytest.raises(ValueError, match="unused.weight is not a tensor of the model"):
+            models.load(extra, device="cpu", backend=backend)
+
+
+# ------------------------------------------------------------------------------ Hugging Face directories
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> Path:
+    from .hf_fixtures import save_random_model
+
+    directory = tmp_path_factory.mktemp("hf") / "plain"
+    save_random_model("llama", directory)
+    return directory
+
+
+def test_pickled_weights_are_refused_up_front(llama_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    pickled = tmp_path / "pickled"
+    shutil.copytree(llama_dir, pickled)
+    torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    for backend in ("hooked", "bridge"):
+        r = subprocess.run([sys.executable, "-m", "aspan.cli", "eval", str(pickled), *ID], cwd=tmp_path,
+                           env=backend_env(backend), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2, r.stderr[-2000:]
+        one_line(r.stderr, str(pickled / "pytorch_model.bin"), "safetensors")
+
+
+def test_truncated_safetensors_in_a_hugging_face_directory_is_one_line(llama_dir, tmp_path):
+    truncated = tmp_path / "truncated"
+    shutil.copytree(llama_dir, truncated)
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    for backend in ("hooked", "bridge"):
+        r = subprocess.run([sys.executable, "-m", "aspan.cli", "eval", str(truncated), *ID], cwd=tmp_path,
+                           env=backend_env(backend), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2, r.stderr[-2000:]
+        one_line(r.stderr, str(weights), "truncated")
+
+
+def test_a_gguf_header_claiming_huge_counts_is_refused_without_allocating(tmp_path):
+    gguf = tmp_path / "huge.gguf"
+    gguf.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 2**40, 2**40))  # 24 bytes
+    code, err, peak = aspan_peak("eval", str(gguf), *ID, cwd=tmp_path)
+    assert code == 2, err[-2000:]
+    one_line(err, str(gguf), "GGUF header claims")
+    assert peak < 2 * 2**30, peak
