@@ -233,3 +233,15 @@ def test_sweep_strengths_that_overflow_and_thresholds_that_never_fire_are_refuse
         r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--no-progress", cwd=tmp_path)
         assert r.returncode == 2 and not (tmp_path / "run").exists()
         one_line(r.stderr, *words)
+
+
+# ------------------------------------------------------------------------------------ arguments before any work
+def test_rank_by_effect_refuses_a_bad_edit_before_any_work(tmp_path):
+    for extra, words in ((["--strength", "-1"], ["--strength -1", "must be >= 0"]),
+                         (["--method", "steer", "--strength", "2"], ["--strength 2", "alpha"]),
+                         (["--strength", "1e300"], ["--strength 1e+300", "overflows"])):
+        out = tmp_path / "rank"
+        r = aspan("rank", "reversal", "--task", "reversal", "-n", "4", "--by", "effect", *extra, "--out", str(out),
+                  "--no-progress", cwd=tmp_path)
+        assert r.returncode == 2 and not out.exists(), r.stderr
+        one_line(r.stderr, *words)

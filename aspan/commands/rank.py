@@ -157,7 +157,10 @@ def _causal_setup(args: argparse.Namespace, deltas: list[int]):
     from aspan.experiments.profiling import Edit, ProfileConfig
 
     strength = args.strength if args.strength is not None else (0.01 if args.method == "steer" else 1.0)
-    edit = Edit(args.method, delta=args.delta, strength=strength, renormalize=args.renormalize)
+    try:
+        edit = Edit(args.method, delta=args.delta, strength=strength, renormalize=args.renormalize)
+    except ValueError as e:
+        raise ValueError(f"--method {args.method} --strength {strength:g} --delta {args.delta}: {e}") from None
     params = parse_params(args.task, [*args.param, *args.profile_param])
     prof_task = tasks.preset(args.task, args.profile_split, **params)
     if args.candidates is not None and args.candidates < 1:

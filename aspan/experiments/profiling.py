@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 import hooks
 from hooks._stream import pattern_name
-from hooks._validate import check_heads, check_mask
+from hooks._validate import check_delta, check_heads, check_mask, check_strength
 from hooks.masks import query_rows
 from hooks.reinforce import edit_pattern
 
@@ -75,8 +75,11 @@ class Edit:
     def __post_init__(self) -> None:
         if self.method not in EDIT_METHODS:
             raise ValueError(f"unknown edit method {self.method!r}; choose one of {', '.join(EDIT_METHODS)}")
+        check_delta(self.delta)
         if not isinstance(self.strength, (int, float)) or not math.isfinite(self.strength):
             raise ValueError(f"strength must be a finite number, got {self.strength!r}")
+        if self.method == "reinforce":
+            check_strength(self.strength)  # C >= 0, and finite in float32
         if self.method == "steer" and not 0 < self.strength <= 1:
             raise ValueError(f"steer needs 0 < alpha <= 1 (PASTA's default 0.01), got {self.strength}")
         if self.beyond is not None and self.beyond < 0:
