@@ -93,3 +93,25 @@ def calibrate(
     transparent = torch.isinf(bias).all(-1).all(-1)
     bias[transparent] = 0.0
     return bias
+
+
+def padded_blocks(batch) -> tuple[Tensor, Tensor, Tensor]:
+    """(target rows, prompt columns, target columns) of a batch in one padded layout, as position indices.
+
+    The decoder-only form of the paper's two attention blocks: the rows that predict a target token (the last prompt
+    position, every target character but the last, and the last one's row when EOS is a target, i.e. not for an
+    open-ended task such as successor: the rows the model is trained on); the "cross-attention" block
+    is those rows x the prompt's characters before its final separator (the operands, the encoder's input), the
+    "self-attention" block those rows x the same positions (the separator in the role of the decoder's start token,
+    then the target characters, as a decoder reads its own inputs). ValueError unless every sample has the same
+    prompt length and text length (the padded layout's point: positions never move)."""
+    shapes = {(s.prompt_len, len(s.text)) for s in batch.samples}
+    if len(shapes) != 1:
+        raise ValueError(f"the samples must share one padded layout (prompt and text length), got {sorted(shapes)}")
+    from ..batching import scores_eos
+
+    sample = batch.samples[0]
+    sep = batch.offset + sample.prompt_len - 1
+    eos = batch.tokens.shape[1] > batch.offset + len(sample.text) and scores_eos(sample)
+    rows = torch.arange(sep, sep + len(sample.target) + int(eos))
+    return rows, torch.arange(batch.offset, sep), rows.clone()

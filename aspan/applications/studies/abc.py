@@ -417,14 +417,19 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
 
 # ----------------------------------------------------------------------------------------------- command line
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol", choices=("aligned", "paper"), default="aligned",
+                   help="aligned (default): this study's variant, lines in sample coordinates, unpadded numbers of 1-6 "
+                        "digits; paper: Duan & Shi's protocol (numbers of [0, 2^20] split 7:1, the padded layout, a "
+                        "base trained until it interpolates, Algorithm 1 from its last layer into every layer)")
     p.add_argument("--out", type=output_dir, default="runs/abc_study",
                    help="run directory (resumable: rows are keyed by settings)")
     p.add_argument("--quick", action="store_true", help="a tiny run for tests (well under a minute)")
     p.add_argument("--config", metavar="TOML", help="settings from a TOML file (keys: AbcStudyConfig fields)")
     p.add_argument("--tasks", help=f"comma-separated subset of {','.join(STUDY_TASKS)}")
-    p.add_argument("--conditions", help=f"comma-separated subset of {','.join(CONDITIONS)}")
+    p.add_argument("--conditions", help=f"comma-separated subset of {','.join(CONDITIONS)} (paper protocol: of "
+                                        "vanilla,abc,abs; both filter its plan)")
     p.add_argument("--seeds", help="comma-separated seeds (the first one chooses the learning rate)")
-    p.add_argument("--lrs", help="comma-separated learning-rate grid")
+    p.add_argument("--lrs", help="comma-separated learning-rate grid (paper protocol: one learning rate)")
     for name in ("steps", "retrain-steps", "batch-size", "n-layers", "n-heads", "d-model", "n-test"):
         p.add_argument(f"--{name}", type=int)
     p.add_argument("--device", help="cpu or cuda (default cpu)")
@@ -439,18 +444,24 @@ def _csv(text: str, kind: type) -> tuple:
         raise ValueError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from None
 
 
-def config_from_args(args: argparse.Namespace) -> AbcStudyConfig:
-    """The study settings: --quick or defaults, then --config, then explicit flags; checked."""
+def settings_from_toml(cfg: Any, path: str) -> Any:
+    """`cfg` (a settings dataclass) with the keys of the TOML file `path` (lists become tuples); ValueError naming
+    the file and any key that is not one of its fields."""
     from ...io import read_toml
 
+    known = {f.name for f in fields(cfg)}
+    data = read_toml(path, "study config")
+    bad = sorted(set(data) - known)
+    if bad:
+        raise ValueError(f"{path}: unknown settings {bad}; known: {sorted(known)}")
+    return replace(cfg, **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def config_from_args(args: argparse.Namespace) -> AbcStudyConfig:
+    """The study settings: --quick or defaults, then --config, then explicit flags; checked."""
     cfg = AbcStudyConfig.quick() if args.quick else AbcStudyConfig()
     if args.config:
-        known = {f.name for f in fields(AbcStudyConfig)}
-        data = read_toml(args.config, "study config")
-        bad = sorted(set(data) - known)
-        if bad:
-            raise ValueError(f"{args.config}: unknown settings {bad}; known: {sorted(known)}")
-        cfg = replace(cfg, **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        cfg = settings_from_toml(cfg, args.config)
     kw: dict[str, Any] = {}
     for name, kind in (("tasks", str), ("conditions", str), ("seeds", int), ("lrs", float)):
         if getattr(args, name):
@@ -466,9 +477,13 @@ def config_from_args(args: argparse.Namespace) -> AbcStudyConfig:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    cfg = config_from_args(args)
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.protocol == "paper":
+        from .abc_paper import run_paper
+
+        return run_paper(args)
+    cfg = config_from_args(args)
     torch.set_num_threads(args.threads)
     table = run_study(cfg, args.out, progress=not args.no_progress)
     top = table[table.digits == max(cfg.buckets)]

@@ -1,0 +1,228 @@
+"""`aspan study abc --protocol paper`: Duan & Shi's protocol end to end (quick), the "did not fit" path, the bias that
+reaches the model against a direct computation of Algorithm 1 on the last layer, ABS windows, and the separation of
+training, check and test numbers."""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from aspan import models
+from aspan.applications.studies.abc import add_arguments
+from aspan.applications.studies.abc_paper import (
+    PaperConfig,
+    abc_calibration,
+    abs_bias,
+    hooks_for_bias,
+    number_split,
+    paper_config_from_args,
+    paper_data,
+    wilson,
+)
+from aspan.batching import make_batch
+from aspan.experiments.abc import NEG
+from aspan.experiments.calibration import calibrate, padded_blocks
+
+
+def cli(*argv, cwd=None):
+    return subprocess.run([sys.executable, "-m", "aspan.cli", "study", "abc", "--protocol", "paper", *argv],
+                          capture_output=True, text=True, cwd=cwd, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+
+
+def rows_of(out):
+    return [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+
+
+def test_quick_protocol_end_to_end_and_resumes(tmp_path):
+    out = tmp_path / "paper"
+    res = cli("--quick", "--out", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr
+    cfg = PaperConfig.quick()
+    rows = {(r["task"], r["condition"]): r for r in rows_of(out)}
+    assert set(rows) == set(cfg.runs()) and len(rows) == len(cfg.plan)
+    for (task, condition), r in rows.items():
+        assert r["protocol"] == "paper" and r["seed"] == 0
+        for n in cfg.buckets:  # at most min(10^L - 10^(L-1), n_test), all of them past the permutation's numbers
+            assert 1 <= r[f"n_{n}"] <= min(10**n - 10 ** (n - 1), cfg.n_test)
+            assert r[f"wilson_low_{n}"] <= r[f"exact_{n}"] <= r[f"wilson_high_{n}"]
+        assert r[f"n_{max(cfg.buckets)}"] == cfg.n_test
+        if condition == "abc":  # retrained for floor(1/10 of its base's steps), at least one
+            base = rows[(task, "vanilla")]
+            assert r["base_steps"] == base["steps"] and r["steps"] == max(1, math.floor(base["steps"] / 10))
+            assert (out / "calibration" / f"{task}-seed0.pt").exists()
+        else:
+            assert r["status"] == "fitted" and r["checks"][-1] == [r["steps"], r["id_exact"]]
+    assert rows[("parity", "abs")]["positional"] == "none"
+    table = pd.read_csv(out / "table.csv")
+    assert len(table) == len(cfg.plan) * len(cfg.buckets) and table.exact_mean.between(0, 1).all()
+    run = json.loads((out / "run.json").read_text())
+    assert run["widths"] == {"successor": 4, "addition": 4, "parity": 14} and run["not_run"] == []
+    for name in ("abc_paper_successor", "abc_paper_parity", "abc_bias_addition"):
+        assert json.loads((out / "figures" / f"{name}.json").read_text())["data"]
+    assert not (out / "scratch").exists()
+    before = (out / "runs.jsonl").read_text()
+    again = cli("--quick", "--out", str(out), "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert (out / "runs.jsonl").read_text() == before  # every row found by its key: nothing retrained
+
+
+def test_a_base_that_does_not_fit_gets_no_abc_row_and_says_so(tmp_path):
+    config = tmp_path / "nofit.toml"
+    config.write_text('plan = ["successor:vanilla", "successor:abc"]\nfit_exact = 0.99\nmax_steps = 2\n'
+                      'check_every = 2\n')
+    out = tmp_path / "nofit"
+    res = cli("--quick", "--config", str(config), "--out", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr
+    (row,) = rows_of(out)  # the vanilla row alone
+    assert row["condition"] == "vanilla" and row["status"] == "did not fit" and not row["fitted"]
+    assert row["steps"] == 2 and row["id_exact"] < 0.99
+    assert "successor seed 0: no ABC row, its vanilla base did not fit" in res.stderr
+    assert json.loads((out / "summary.json").read_text())["not_run"] == json.loads(
+        (out / "run.json").read_text())["not_run"] != []
+    assert set(pd.read_csv(out / "table.csv").condition) == {"vanilla"}
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--conditions", "abc"], "add successor:vanilla"),
+    (["--lrs", "0.1,0.2"], "one learning rate"),
+    (["--retrain-steps", "5"], "retrain_fraction"),
+    (["--tasks", "reversal"], "--tasks must be a subset"),
+])
+def test_bad_settings_fail_in_one_line_before_any_work(tmp_path, argv, msg):
+    out = tmp_path / "bad"
+    res = cli("--quick", "--out", str(out), *argv)
+    assert res.returncode == 2 and msg in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_a_config_key_the_protocol_does_not_have_is_named(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text("lam = 0.5\n")  # an aligned-variant setting
+    res = cli("--quick", "--config", str(config), "--out", str(tmp_path / "x"))
+    assert res.returncode == 2 and str(config) in res.stderr and "'lam'" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("name", ["successor", "addition"])
+def test_the_bias_in_every_layer_is_calibrate_of_the_last_layers_averaged_blocks(name):
+    data = paper_data(name, PaperConfig.quick())
+    model = models.tiny(data.tokenizer, n_layers=3, n_heads=2, d_model=16, n_ctx=data.n_ctx, seed=1)
+    samples = data.calib
+    with pytest.raises(ValueError, match="interpolates"):  # an untrained model answers none of them
+        abc_calibration(model, data.tokenizer, samples, correct_only=True)
+    cal = abc_calibration(model, data.tokenizer, samples, correct_only=False)
+    # direct: the paper's blocks written out for width 4 (BOS at 0; successor "dddd," then 5 digits, no EOS row;
+    # addition "dddd+dddd=" then 5 digits and the EOS row)
+    tokens = make_batch(samples, data.tokenizer).tokens
+    _, cache = model.run_with_cache(tokens)
+    mean = cache["pattern", 2].mean(0)  # the last layer, [head, q, k]
+    sep, n_rows = (5, 5) if name == "successor" else (10, 6)
+    rows, cross_cols, self_cols = torch.arange(sep, sep + n_rows), torch.arange(1, sep), torch.arange(sep, sep + n_rows)
+    want = torch.zeros_like(mean)
+    for cols, kappa in ((cross_cols, 4.5), (self_cols, 0.87)):
+        block = mean[:, rows][:, :, cols]
+        want[:, rows[:, None], cols[None, :]] = calibrate(block, tuple(block.shape[1:]), kappa=kappa)
+    want = want.clamp(min=NEG)
+    assert torch.allclose(cal.bias, want, atol=1e-6)
+    assert (want[:, rows[:, None], self_cols[None, :]] == NEG).any()  # the bias does cut cells
+    # (the cross block of width 4 has too few lines for kappa 4.5: no line mean is 4.5 sigma above the others)
+    # what reaches the pre-softmax scores of every layer: scores after the bias hooks minus scores before them
+    seen = {}
+
+    def keep(tag):
+        def hook(scores, hook):
+            seen[(hook.layer(), tag)] = scores.detach().clone()
+        return hook
+
+    fwd = []
+    for layer in range(3):
+        fwd.append((f"blocks.{layer}.attn.hook_attn_scores", keep("before")))
+    fwd += hooks_for_bias(cal.bias, model)
+    for layer in range(3):
+        fwd.append((f"blocks.{layer}.attn.hook_attn_scores", keep("after")))
+    with torch.no_grad(), model.hooks(fwd_hooks=fwd):
+        model(tokens)
+    causal = torch.ones(tokens.shape[1], tokens.shape[1], dtype=torch.bool).tril()
+    for layer in range(3):
+        added = seen[(layer, "after")] - seen[(layer, "before")]
+        assert torch.allclose(added[:, :, causal], want[None][:, :, causal].expand_as(added[:, :, causal]), atol=1e-3)
+
+
+def test_abs_window_is_the_papers_w1_on_the_papers_example():
+    data = paper_data("addition", PaperConfig.quick())
+    sample = data.train.base.build([123, 748])
+    assert sample.text == "0123+0748=17800"
+    bias = abs_bias(sample, data.tokenizer, width=1)
+    open_cols = {r: set(torch.nonzero(bias[r] == 0).flatten().tolist()) for r in range(10, 16)}
+    # operand a's digit d sits at 1 + 3 - d, operand b's at 6 + 3 - d; target row 10 + t; the BOS column stays open
+    for t in range(5):
+        window = {c for d in (t - 1, t, t + 1) if 0 <= d < 4 for c in (4 - d, 9 - d)}
+        assert open_cols[10 + t] & set(range(1, 10)) == window, t
+        assert open_cols[10 + t] & set(range(10, 16)) == {c for c in (9 + t, 10 + t) if c >= 10}
+        assert 0 in open_cols[10 + t]
+    assert open_cols[15] & set(range(1, 10)) == set()  # the EOS row has no references: no operand digit
+    assert (bias[:10] == 0).all() and bias.min() == NEG  # prompt rows unbiased
+
+
+def test_padded_blocks_need_one_layout():
+    data = paper_data("parity", PaperConfig.quick())
+    batch = make_batch(data.check[:3], data.tokenizer)
+    rows, cross, self_cols = padded_blocks(batch)
+    assert rows.tolist() == list(range(15, 30)) and cross.tolist() == list(range(1, 15))  # 14 bits, '=', 14 + EOS
+    assert torch.equal(rows, self_cols)
+    other = paper_data("parity", PaperConfig.quick(buckets=(2, 3)))
+    with pytest.raises(ValueError, match="one padded layout"):
+        padded_blocks(make_batch([data.check[0], other.check[0]], data.tokenizer))
+
+
+def numbers_of(sample):
+    body = sample.prompt[:-1]
+    return [int(body, 2)] if sample.task == "parity" else [int(x) for x in body.split("+")]
+
+
+@pytest.mark.parametrize("name", ["successor", "addition", "parity"])
+def test_training_check_and_test_numbers_are_disjoint(name):
+    cfg = PaperConfig.quick(number_bits=12, id_digits=3, buckets=(3, 4, 5), n_test=30, n_check=20, n_calib=30)
+    train, check, test = number_split(12)
+    assert len(train) == 4097 * 7 // 8 and sorted(train + check + test) == list(range(4097))
+    assert not set(check) & set(test)
+    data = paper_data(name, cfg)
+    train_set = set(train)
+    drawn = [x for s in data.train.generate(300, seed=5) + data.calib for x in numbers_of(s)]
+    assert set(drawn) <= train_set  # training and calibration: training numbers only
+    check_numbers = [x for s in data.check for x in numbers_of(s)]
+    assert set(check_numbers) <= set(check) and {len(str(x)) for x in check_numbers} == {3}
+    seen_test = set()
+    for n, samples in data.test.items():
+        xs = [numbers_of(s) for s in samples]
+        assert {len(str(x)) for row in xs for x in row} == {n}
+        assert not {x for row in xs for x in row} & (train_set | set(check_numbers))
+        assert len({row[0] for row in xs}) == len(xs)  # distinct first operands
+        assert len(xs) == min(10**n - 10 ** (n - 1), cfg.n_test)
+        seen_test |= {x for row in xs for x in row}
+    assert seen_test <= set(test) | set(range(4097, 10**5))
+
+
+def test_wilson_interval():
+    assert wilson(0, 10) == (0.0, pytest.approx(1.96**2 / (10 + 1.96**2)))
+    assert wilson(10, 10) == (pytest.approx(10 / (10 + 1.96**2)), 1.0)
+    lo, hi = wilson(500, 1000)
+    assert lo == pytest.approx(0.469, abs=1e-3) and hi == pytest.approx(0.531, abs=1e-3)
+    assert all(math.isnan(v) for v in wilson(0, 0))
+
+
+@pytest.mark.parametrize("path", ["configs/abc_paper_cpu.toml", "configs/abc_paper_gpu.toml"])
+def test_the_shipped_configs_are_the_paper_protocol_at_full_length(path):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    root = Path(__file__).resolve().parents[2]
+    cfg = paper_config_from_args(parser.parse_args(["--protocol", "paper", "--config", str(root / path)]))
+    assert cfg.buckets == (6, 10, 20, 60) and cfg.number_bits == 20 and cfg.n_test >= 1000 and len(cfg.seeds) == 3
+    assert cfg.fit_exact == 0.99 and cfg.retrain_fraction <= 0.1 and cfg.abs_width == 1
+    assert {"successor:abc", "addition:abc", "parity:abs"} <= set(cfg.plan)
