@@ -632,7 +632,7 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
             run.figure(accuracy_figure(table, name), f"abc_paper_{name}")
         first = ctx.out / "calibration" / f"{name}-seed{ctx.cfg.seeds[0]}.pt"
         if first.exists():
-            cal = torch.load(first, weights_only=False)
+            cal = torch.load(first, weights_only=True)  # tensors and an int: no pickled objects
             run.figure(bias_figure(cal, f"{name}, seed {ctx.cfg.seeds[0]}: last-layer attention and ABC bias (cross "
                                         "block)"), f"abc_bias_{name}")
     run.write_json("run.json", {
