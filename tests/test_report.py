@@ -168,8 +168,8 @@ def test_pretrained_report_states_its_finding(tmp_path):
 
 
 @pytest.mark.parametrize("study, question, answer, row", [
-    ("qk_study/steps150", "Does fine-tuning one column (or one RoPE pair) of W_Q and W_K on lengths 11-20 make the model "
-     "work at those lengths",
+    ("qk_study/steps150", "Does fine-tuning one column (or one RoPE pair) of W_Q and W_K on lengths 11-20 make the "
+     "model work at those lengths",
      "No. Fine-tuning the whole model on lengths 11-20 reaches exact accuracy 0.967 there; the best single group "
      "(qk-pair:1, 1.97 % of the parameters) reaches 0.00667 (per-token 0.636), 96.0 pp below.",
      r"all\s+0\.5\s+100\s+0\.987 ± 0\.0115\s+0\.998\s+0\.660 ± 0\.284\s+0\.957\s+0\.00\s+0\.573\s+1\.33"),
@@ -194,3 +194,32 @@ def test_study_report_states_its_finding(study, question, answer, row, tmp_path)
     assert question in top and answer in top
     start = page.index('id="headline"')
     assert re.search(row, _text(page[start:page.index("</table>", start)]))
+
+
+RESULTS = DEMO_SUMMARY.parents[1]
+IMAGE_LINK = re.compile(r"!\[[^\]]+\]\(([^)\s]+\.(?:png|svg))\)")
+
+
+def test_results_readmes_show_the_key_figures_of_their_runs():
+    """Each committed results README shows, as images beside its tables, the key figures (`key_figures`) of the run
+    directories it links images of, exported from their figures/*.json; a few hundred KB per study at most; and
+    names the command that regenerates them."""
+    from aspan.report import key_figures
+
+    studies_with_figures = {p.relative_to(RESULTS).parts[0] for p in RESULTS.glob("*/**/figures/*.json")}
+    for readme in sorted(RESULTS.glob("*/README.md")):
+        text = readme.read_text(encoding="utf-8")
+        links = [readme.parent / link for link in IMAGE_LINK.findall(text)]
+        if readme.parent.name not in studies_with_figures:
+            assert not links, readme
+            continue
+        assert links, f"{readme} shows no figure"
+        assert all(p.is_file() for p in links), [str(p) for p in links if not p.is_file()]
+        runs = {p.parent.parent for p in links}
+        for run in runs:
+            expect = {p.stem for p in key_figures(run)}
+            shown = {p.stem for p in links if p.parent.parent == run}
+            assert shown == expect, (run, shown, expect)
+            assert {p.stem for p in (run / "images").iterdir()} == expect, f"stale images in {run / 'images'}"
+            assert f"aspan report {run.relative_to(RESULTS.parent)} --images png" in text, run
+        assert sum(p.stat().st_size for p in links) <= 400_000, readme

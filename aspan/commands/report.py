@@ -1,8 +1,10 @@
-"""`aspan report RUN_DIR -o report.html`: one offline HTML page with a run's settings, tables, figures and views."""
+"""`aspan report RUN_DIR -o report.html`: one offline HTML page that states a run's finding, with its figures, views,
+tables and settings; `--images png|svg` writes the run's key figures as static images instead (for READMEs)."""
 from __future__ import annotations
 
 import argparse
 
+from ..errors import UsageError
 from .argtypes import output_file
 
 HELP = "write one self-contained HTML report (offline) for a run directory"
@@ -14,11 +16,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--out", type=output_file, default=None,
                         help="output HTML file (default: RUN_DIR/report.html)")
     parser.add_argument("--title", default=None, help="page title")
+    parser.add_argument("--images", choices=("png", "svg"), default=None,
+                        help="instead of the page, write the key figures (the first of each claim of the finding) as "
+                             "static images into RUN_DIR/images/; needs kaleido and Chromium")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report import write_report
+    from ..report import write_images, write_report
 
+    if args.images:
+        if args.out is not None:
+            raise UsageError("--images writes into RUN_DIR/images/; -o names the HTML page, give one or the other")
+        for path in write_images(args.run_dir, args.images):
+            print(path)
+        return 0
     path = write_report(args.run_dir, args.out, title=args.title)
     print(path)
     return 0

@@ -194,7 +194,7 @@ def parity(summary: dict, settings: dict) -> Finding:
             f"{f} " + " / ".join(sig(cell[f, m]["partial_mean"]) for m in multiples if (f, m) in cell)
             for f in formats) + f" at {' / '.join(f'{m}x' for m in multiples)}.", ["partial_vs_length"]),
         Claim("Attention at the failure", "One head of each format's model on a sample past the training length.",
-              [f"head_{f}" for f in formats]),
+              [f"head_{f}" for f in sorted(formats, key=lambda f: f != "interleaved")]),
     ]
     return Finding(
         question=("Does the scratchpad's format decide length generalization on parity (Ebrahimi, Panchal & "
