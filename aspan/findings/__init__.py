@@ -70,6 +70,7 @@ def finding(summary: Any, settings: Any) -> Finding | None:
         (intervention.is_pretrained, intervention.pretrained),
         (studies.is_qk, studies.qk),
         (studies.is_abc, studies.abc),
+        (studies.is_abc_paper, studies.abc_paper),
         (studies.is_parity, studies.parity),
     ]
     if not isinstance(summary, dict):

@@ -165,6 +165,45 @@ def _abc_task_text(rows: pd.DataFrame, digits: list[str], longest: str) -> str:
             + ", ".join(f"{c} {sig(_mean(r[first]))}" for c, r in by.items()) + ".")
 
 
+def is_abc_paper(summary: dict, settings: dict) -> bool:
+    from ..applications.studies.abc_paper import SUMMARY_TABLE
+
+    return SUMMARY_TABLE in (summary.get("tables") or {})
+
+
+def abc_paper(summary: dict, settings: dict) -> Finding:
+    """The paper's protocol: does Table 1 hold (ABC at the longest length), with each base's fit and ABS beside."""
+    from ..applications.studies.abc_paper import SUMMARY_TABLE
+
+    table = pd.DataFrame(summary["tables"][SUMMARY_TABLE])
+    digits = [c for c in table.columns if c.endswith(" digits")]
+    longest = max(digits, key=lambda c: int(c.split()[0]))
+    by = {(r["task"], r["condition"]): r for r in table.to_dict("records")}
+    parts, claims = [], []
+    for task in dict.fromkeys(table.task):
+        base, said = by.get((task, "vanilla")), []
+        if base is not None:
+            said.append(f"vanilla base fitted on {base['fitted']} of {base['seeds']} seeds")
+        said += [f"{c.upper()} {by[task, c][longest]}" for c in ("abc", "abs") if (task, c) in by]
+        parts.append(f"{task}: {', '.join(said)}")
+        claims.append(Claim(task.capitalize(), f"At {longest}: " + "; ".join(
+            f"{c} {r[longest]}" for (t, c), r in by.items() if t == task) + ".",
+            [f"abc_paper_{task}", f"abc_bias_{task}"]))
+    abc_rows = [by[k] for k in by if k[1] == "abc"]
+    held = bool(abc_rows) and all(float(str(r[longest]).split()[0]) >= 0.99 for r in abc_rows)  # "0.991 [..]"
+    verdict = "No ABC row: no base interpolated" if not abc_rows else "Yes" if held else "No"
+    if summary.get("not_run"):
+        claims.append(Claim("Not run", "; ".join(summary["not_run"]) + "."))
+    return Finding(
+        question=(f"Does Duan & Shi's Table 1 hold at this size: with their protocol (numbers of [0, 2^20], the "
+                  f"padded layout, a base that interpolates, Algorithm 1 from its last layer), does ABC reach ~100 % "
+                  f"exact at {longest}?"),
+        answer=f"{verdict}. Exact accuracy at {longest} [pooled Wilson 95 %]: " + "; ".join(parts) + ".",
+        headline=table.astype(str), claims=claims,
+        rule="A base counts only when it reaches the ID threshold on held-out numbers (else 'did not fit', no ABC "
+             "row); exact accuracy mean over seeds, the interval pooled over them, the paper's number in brackets.")
+
+
 # ----------------------------------------------------------------------------------------------- parity
 def parity(summary: dict, settings: dict) -> Finding:
     """Exact and per-token accuracy of each scratchpad format at multiples of the training length."""

@@ -28,6 +28,7 @@ from aspan.applications.studies.abc_paper import (
 from aspan.batching import make_batch
 from aspan.experiments.abc import NEG
 from aspan.experiments.calibration import calibrate, padded_blocks
+from aspan.findings import finding
 
 
 def cli(*argv, cwd=None):
@@ -66,6 +67,10 @@ def test_quick_protocol_end_to_end_and_resumes(tmp_path):
     for name in ("abc_paper_successor", "abc_paper_parity", "abc_bias_addition"):
         assert json.loads((out / "figures" / f"{name}.json").read_text())["data"]
     assert not (out / "scratch").exists()
+    found = finding(json.loads((out / "summary.json").read_text()), run)  # what `aspan report` opens with
+    assert "Table 1 hold" in found.question and found.answer.startswith(("Yes.", "No."))
+    assert "successor: vanilla base fitted on 1 of 1 seeds, ABC 0." in found.answer
+    assert set(found.headline.condition) == {"vanilla", "abc", "abs"}
     before = (out / "runs.jsonl").read_text()
     again = cli("--quick", "--out", str(out), "--no-progress")
     assert again.returncode == 0, again.stderr

@@ -56,6 +56,7 @@ PAPER_TABLE = {
     ("parity", "vanilla"): (29.23, 0.29, 0.0, 0.0), ("parity", "abs"): (100.0, 100.0, 100.0, 100.0),
 }
 PAPER_LENGTHS = (6, 10, 20, 60)
+SUMMARY_TABLE = "exact accuracy, mean over seeds [pooled Wilson 95 %] (paper)"  # summary.json's table (findings)
 
 
 @dataclass(frozen=True)
@@ -625,7 +626,7 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
             paper = "" if p is None or math.isnan(p) else f" (paper {p:.3f})"
             row[f"{n} digits"] = f"{m:.3f} [{lo:.3f}, {hi:.3f}]{paper}"
         wide.append(row)
-    run.write_json("summary.json", {"tables": {"exact accuracy, mean over seeds [pooled Wilson 95 %] (paper)": wide},
+    run.write_json("summary.json", {"tables": {SUMMARY_TABLE: wide},
                                     "not_run": ctx.skipped})
     for name in dict.fromkeys(t for t, _ in ctx.cfg.runs()):
         if len(table) and (table.task == name).any():
