@@ -25,7 +25,7 @@ from ..hf_tokenization import HFCharAdapter
 from ..options import Backend
 from .loaded import LoadedModel
 from .safety import check_gguf_header
-from .tiny import _DEPRECATED
+from .tiny import _DEPRECATED, build
 
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -127,7 +127,6 @@ def gemma3_config(c: Any, device: str, n_ctx: int | None = None) -> HookedTransf
 
 def from_hf(hf_model: Any, device: str | None = None, n_ctx: int | None = None) -> HookedTransformer:
     """A HookedTransformer with the weights of an in-memory HF causal LM (float32, no weight processing)."""
-    from transformer_lens import HookedTransformer
     from transformer_lens import loading_from_pretrained as loading
 
     config = hf_model.config
@@ -144,7 +143,7 @@ def from_hf(hf_model: Any, device: str | None = None, n_ctx: int | None = None) 
             )
         state = loading.get_pretrained_state_dict(tmp, cfg, hf_model=hf_model, dtype=torch.float32)
         cfg.tokenizer_name = None  # the HF tokenizer lives in the HFCharAdapter; TL would reload it from `tmp`
-        model = HookedTransformer(cfg)
+        model = build(cfg)  # refused before allocation when too large for this machine
         model.load_and_process_state_dict(
             state, fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False
         )

@@ -230,7 +230,7 @@ def check_tl_memory(what: str, model: dict[str, Any], device: str | None = None,
         model["d_vocab"], model["d_model"], model["n_layers"], model["n_heads"], model["d_head"],
         model.get("d_mlp") or 0, model["n_ctx"], n_kv_heads=model.get("n_key_value_heads"),
         learned_positions=model.get("positional_embedding_type", "standard") in ("standard", "shortformer"),
-        gated=bool(model.get("gated_mlp")), dtype_bytes=DTYPE_BYTES[model.get("dtype", "float32")], masks=masks)
+        gated=bool(model.get("gated_mlp")), dtype_bytes=DTYPE_BYTES.get(model.get("dtype", "float32"), 4), masks=masks)
     shown = {k: model.get(k) for k in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")}
     check_memory(needed, what, shown, device)
 

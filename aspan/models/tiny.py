@@ -67,8 +67,15 @@ def has_hooked() -> bool:
 
 
 def build(cfg: HookedTransformerConfig) -> HookedTransformer:
-    """`HookedTransformer(cfg)` with TransformerLens' deprecation warning silenced (and nothing else)."""
+    """`HookedTransformer(cfg)` with TransformerLens' deprecation warning silenced (and nothing else), after
+    `safety.check_tl_memory`: a config too large for this machine is refused before anything is allocated."""
     from transformer_lens import HookedTransformer
+
+    from .safety import check_tl_memory
+
+    fields = {k: getattr(cfg, k) for k in ("d_vocab", "d_model", "n_layers", "n_heads", "d_head", "d_mlp", "n_ctx",
+                                            "n_key_value_heads", "positional_embedding_type", "gated_mlp")}
+    check_tl_memory("model config", {**fields, "dtype": str(cfg.dtype).removeprefix("torch.")}, cfg.device)
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_DEPRECATED, category=DeprecationWarning)

@@ -108,6 +108,17 @@ def test_parameter_bytes_counts_what_a_hooked_transformer_allocates():
             4 * sum(p.numel() for p in m.parameters()), positional
 
 
+def test_models_build_refuses_a_config_too_large_for_this_machine():
+    """`models.build`, where every HookedTransformer of the toolkit is made, checks the memory first (1e12 bytes of
+    causal mask here; TransformerLens would ask for them at once)."""
+    from transformer_lens import HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=10**6, d_head=8, n_heads=2, d_vocab=7, act_fn="gelu",
+                                  device="cpu", init_weights=False)
+    with pytest.raises(ValueError, match="n_ctx=1000000.*more than this machine can hold"):
+        models.build(cfg)
+
+
 @pytest.mark.parametrize("key", ["n_ctx", "d_mlp", "d_model", "n_layers"])
 def test_a_huge_size_in_a_config_is_refused_before_allocation(aspan_ckpt, tmp_path, key):
     ckpt = edited(aspan_ckpt, tmp_path / "huge", {key: 10**9})
