@@ -60,6 +60,9 @@ def test_quick_protocol_end_to_end_and_resumes(tmp_path):
         else:
             assert r["status"] == "fitted" and r["checks"][-1] == [r["steps"], r["id_exact"]]
     assert rows[("parity", "abs")]["positional"] == "none"
+    checks = [json.loads(line) for line in (out / "checks.jsonl").read_text().splitlines()]  # as they happened
+    assert [(c["task"], c["condition"], c["step"], c["id_exact"]) for c in checks] == [
+        (t, c, step, exact) for (t, c), r in rows.items() if c != "abc" for step, exact in r["checks"]]
     table = pd.read_csv(out / "table.csv")
     assert len(table) == len(cfg.plan) * len(cfg.buckets) and table.exact_mean.between(0, 1).all()
     run = json.loads((out / "run.json").read_text())

@@ -19,12 +19,13 @@ Point by point (the README of the committed run says which points are adapted an
   block (target rows x target columns) with 0.87 (`padded_blocks`); -inf becomes -1e4. The same `[head, pos, pos]`
   bias is added to the pre-softmax scores of every layer of a fresh model, trained on the training numbers for
   floor(retrain_fraction x the base's steps) steps (the paper: 1/100 to 1/10 of the base's time).
-- ABS (Appendix A.4, w = 1): every head of every layer; a target row reads, in each operand, the digit of its own
-  significance (the leftmost of its references there: operands are written most significant digit first) and the
+- ABS (Appendix A.4, w = 1): every head of every layer; target row t reads, in each operand, its aligned digit
+  (digit t, or bit t for the running parity: the line through the first two target rows' references) and the
   `abs_width` digits either side, and itself and the `abs_width` target rows before it; trained like the base.
 - Prompt rows and the BOS column are left unbiased in both (the paper's encoder self-attention carries no bias).
 - Exact accuracy is teacher-forced (equal to greedy generation's exact match), with a Wilson 95 % interval per
-  length; 3 seeds; rows keyed by their settings in `runs.jsonl` (a rerun computes only missing rows).
+  length; 3 seeds; rows keyed by their settings in `runs.jsonl` (a rerun computes only missing rows); every ID
+  check of every training appended to `checks.jsonl` as it happens (interrupted trainings included).
 """
 from __future__ import annotations
 
@@ -379,10 +380,13 @@ def train_config(cfg: PaperConfig, seed: int, steps: int):
                                seed=seed, device=cfg.device, log_every=max(1, min(cfg.check_every, steps)))
 
 
-def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch: Path, bias_hooks=()) -> dict:
+def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch: Path, bias_hooks=(),
+                    log: tuple[Path, dict] | None = None) -> dict:
     """Train on the training numbers until ID exact on the check set reaches `fit_exact`, checked every
     `check_every` steps: one schedule over `max_steps` (the cap), each stretch resumed exactly from the last one's
-    checkpoint in `scratch` (removed at the end). Returns steps, fitted, the last ID exact and every check."""
+    checkpoint in `scratch` (removed at the end). `log`: (JSONL file, fields) to append every check to as it happens
+    (a long run shows how far it got). Returns steps, fitted, the last ID exact and every check."""
+    from ...io import append_line
     from ...training import train
 
     shutil.rmtree(scratch, ignore_errors=True)  # a cut earlier run's checkpoints must not be resumed
@@ -395,6 +399,8 @@ def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch
               fwd_hooks=bias_hooks, progress=False, stop_after=step)
         exact = exact_count(model, data.tokenizer, data.check, bias_hooks, cfg.eval_batch_size) / len(data.check)
         checks.append([step, exact])
+        if log is not None:
+            append_line(log[0], {**log[1], "step": step, "id_exact": exact, "time": time.time()})
         if exact >= cfg.fit_exact:
             break
     shutil.rmtree(scratch, ignore_errors=True)
@@ -467,7 +473,8 @@ def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
     model = _model(ctx, name, cfg.positional if condition == "vanilla" else cfg.abs_positional, seed)
     bias = () if condition == "vanilla" else hooks_for_bias(abs_bias(data.check[0], data.tokenizer, cfg.abs_width),
                                                            model)
-    fit = train_until_fit(model, data, cfg, seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias)
+    fit = train_until_fit(model, data, cfg, seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias,
+                          (ctx.out / "checks.jsonl", {"task": name, "condition": condition, "seed": seed}))
     if condition == "vanilla":
         models.save(model, base_dir(ctx.out, name, seed), data.tokenizer, task=name, seed=seed, steps=fit["steps"])
     status = "fitted" if fit["fitted"] else "did not fit"
