@@ -323,6 +323,9 @@ def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "") -> lis
     error. With `fields`, every row must be a JSON object holding them: otherwise a ValueError naming the file and
     line, "not a `what` row"."""
     path = Path(path)
+    if path.is_symlink():  # a results file is appended to next: neither read nor written through a link
+        raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): refusing to read or write through it; "
+                         "remove it or write elsewhere")
     if not path.exists():
         return []
     lines = path.read_bytes().split(b"\n")

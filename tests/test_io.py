@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aspan import io
@@ -58,6 +58,7 @@ def test_corrupt_middle_line_is_an_error(tmp_path):
         read_rows(p)
 
 
+@settings(deadline=None)  # file I/O: its time depends on the machine's load
 @given(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers()), max_size=20))
 def test_union_keeps_first_of_each_key(pairs):
     import tempfile
