@@ -254,3 +254,20 @@ def test_a_gguf_header_claiming_huge_counts_is_refused_without_allocating(tmp_pa
     assert code == 2, err[-2000:]
     one_line(err, str(gguf), "GGUF header claims")
     assert peak < 2 * 2**30, peak
+
+
+def test_every_loading_command_refuses_the_dropped_layers(llama_dir, tmp_path):
+    """`aspan rank`, `aspan sweep` and `aspan pretrained` load through the same checks as `aspan eval`: a Hugging Face
+    directory whose config drops a stored layer is refused in one line naming the file and the key."""
+    ckpt = hf_edited(tmp_path / "ckpt", llama_dir, num_hidden_layers=1)
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f'model = "{ckpt}"\ntask = "reversal"\nn_samples = 2\nbatch_size = 2\n'
+                     'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
+    smoke = Path(__file__).resolve().parents[2] / "configs" / "smollm2_smoke.toml"
+    commands = [["rank", str(ckpt), "--task", "reversal", "-n", "2", "--out", str(tmp_path / "rank")],
+                ["sweep", str(sweep), "--out", str(tmp_path / "sweep")],
+                ["pretrained", str(smoke), "--model", str(ckpt), "--out", str(tmp_path / "pre")]]
+    for args in commands:
+        r = aspan(*args, cwd=tmp_path)
+        assert r.returncode == 2, (args[0], r.stderr[-2000:])
+        one_line(r.stderr, str(ckpt), "num_hidden_layers=1")
