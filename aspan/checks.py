@@ -98,3 +98,56 @@ def check_offsets(deltas, n_tokens: int, what: str = "delta") -> list[int]:
             raise UsageError(f"{what}: offset {d} is outside every sequence (the longest has {n_tokens} tokens, "
                              f"so offsets must lie in {-(n_tokens - 1)}..{n_tokens - 1})")
     return deltas
+
+
+# ------------------------------------------------------------------------------------------ memory of a workload
+# Bytes a generated sample takes in memory (a Python `Sample`: its text, reference tuples and parameters), bounded by
+# a constant plus a share per character of the task's longest text: measured with tracemalloc on every task's OOD
+# preset (about 1.2-4.4 kB a sample, at most 68 bytes per character of the mean text) and rounded up for the longest.
+SAMPLE_BYTES, SAMPLE_CHAR_BYTES = 400, 48
+RECORD_BYTES = 600  # one per-token evaluation record: its row tuple (prediction, flags, AttnScores), then a table row
+
+
+def check_memory(needed: int, what: str, detail: str, device: str | None = None) -> None:
+    """UsageError naming `what`, the estimate and its `detail` when `needed` bytes exceed the share of this machine's
+    available memory (the device's, for CUDA) a workload may take; nothing is allocated to find out."""
+    from .models.safety import MEMORY_SHARE, available_bytes
+
+    have = available_bytes(device)
+    if needed > MEMORY_SHARE * have:
+        raise UsageError(f"{what}: needs about {_gb(needed)} ({detail}), more than this machine can hold "
+                         f"({_gb(have)} available{' on ' + str(device) if device else ''})")
+
+
+def _gb(n: float) -> str:
+    return f"{n / 2**30:,.1f} GB" if n < 2**70 else f"{n / 2**30:.3g} GB"
+
+
+def sample_bytes(n: int, longest: int, records: bool = False) -> int:
+    """Bytes `n` samples of texts up to `longest` characters take when held in a list (with `records`: plus one
+    evaluation record per target character, at most `longest` of them)."""
+    return n * (SAMPLE_BYTES + longest * (SAMPLE_CHAR_BYTES + (RECORD_BYTES if records else 0)))
+
+
+def check_sample_memory(n: int, longest: int, what: str, records: bool = False) -> None:
+    """`check_memory` for holding `n` generated samples (and, with `records`, their evaluation records)."""
+    check_memory(sample_bytes(n, longest, records), what,
+                 f"{n:,} samples of up to {longest} characters{', with per-token records' if records else ''}")
+
+
+def forward_bytes(cfg, batch: int, n_tokens: int, training: bool) -> int:
+    """Activations of one forward (and backward, when `training`) of `batch` sequences of `n_tokens` tokens on a
+    model with TransformerLens config `cfg`: per layer and token the residual stream and its hook copies, q/k/v/z, the
+    attention scores and pattern rows (`n_tokens` each per head) and the MLP; then the logits and their gradient."""
+    d_model, n_heads, d_head = cfg.d_model, cfg.n_heads, cfg.d_head
+    d_mlp = getattr(cfg, "d_mlp", None) or 4 * d_model
+    per_layer = 8 * d_model + 4 * n_heads * d_head + 3 * d_mlp + 3 * n_heads * n_tokens
+    per_token = cfg.n_layers * per_layer + 3 * cfg.d_vocab
+    return 4 * batch * n_tokens * per_token * (2 if training else 1)
+
+
+def check_batch_memory(cfg, batch: int, n_tokens: int, what: str, training: bool, device: str | None = None) -> None:
+    """`check_memory` for one batch through the model (`forward_bytes`)."""
+    check_memory(forward_bytes(cfg, batch, n_tokens, training), what,
+                 f"activations of {batch:,} sequences of {n_tokens} tokens through {cfg.n_layers} layers x "
+                 f"{cfg.n_heads} heads, d_model {cfg.d_model}{', forward and backward' if training else ''}", device)

@@ -2,6 +2,9 @@
 one line naming the file and line (or key), exit code 2, no traceback, before any model work and without a partial
 file. Each CLI case runs the real command in a subprocess."""
 import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -18,7 +21,7 @@ from aspan.experiments.sweep import SweepConfig, grid
 from aspan.io import settings_key
 from hooks.reinforce import edit_pattern
 
-from .test_hardening import aspan, leftovers, one_line
+from .test_hardening import ENV, SMALL, aspan, leftovers, one_line
 
 SWEEP = """model = "reversal"
 task = "reversal"
@@ -245,3 +248,47 @@ def test_rank_by_effect_refuses_a_bad_edit_before_any_work(tmp_path):
                   "--no-progress", cwd=tmp_path)
         assert r.returncode == 2 and not out.exists(), r.stderr
         one_line(r.stderr, *words)
+
+
+# ------------------------------------------------------------------------------------ resource limits
+def aspan_peak(*args: str, cwd: Path) -> tuple[int, str, float]:
+    """(exit code, stderr, peak resident memory in GB) of `aspan ARGS` in a subprocess."""
+    proc = subprocess.Popen([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, err, usage.ru_maxrss / 2**20
+
+
+def test_sample_counts_and_batches_that_cannot_fit_are_refused_before_allocating(tmp_path):
+    train = ["train", *SMALL, "--steps", "1"]
+    for args, words in (([*train, "--batch-size", "1000000000"], ["--batch-size", "1,000,000,000 sequences", "GB"]),
+                        ([*train, "--eval-samples", "1000000000"], ["--eval-samples", "samples", "GB"]),
+                        (["eval", "reversal", "-n", "1000000000"], ["-n", "1,000,000,000 samples", "GB"]),
+                        (["eval", "reversal", "-n", "4", "--batch-size", "1000000000"], ["--batch-size", "GB"])):
+        out = tmp_path / "run"
+        code, err, peak = aspan_peak(*args, *(["--out", str(out)] if args[0] == "train" else []), cwd=tmp_path)
+        assert code == 2 and not out.exists(), err
+        one_line(err, *words, "more than this machine can hold")
+        assert peak < 2, f"{args}: peak {peak:.1f} GB before refusing"
+    cfg = sweep_config(tmp_path, SWEEP.replace("n_samples = 2", "n_samples = 1000000000"))
+    code, err, peak = aspan_peak("sweep", str(cfg), "--out", str(tmp_path / "sw"), cwd=tmp_path)
+    assert code == 2 and not (tmp_path / "sw").exists() and peak < 2
+    one_line(err, "sweep config: n_samples", "GB")
+
+
+def test_sizes_that_fit_are_accepted_and_the_estimate_bounds_real_samples():
+    import tracemalloc
+
+    from aspan.checks import check_batch_memory, check_sample_memory, sample_bytes
+
+    for name in tasks.NAMES:
+        task = tasks.preset(name, "ood")
+        tracemalloc.start()
+        samples = task.generate(500, seed=0)
+        used = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert used < sample_bytes(len(samples), task.max_text_len()), name
+    check_sample_memory(500, 101, "-n", records=True)  # the eval default on reversal OOD
+    check_batch_memory(models.load("reversal", device="cpu").model.cfg, 64, 103, "--batch-size", training=True)

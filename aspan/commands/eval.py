@@ -74,12 +74,15 @@ def _samples(model, task, buckets, args: argparse.Namespace, offset: int) -> tup
     """The samples to score and, with buckets, each sample's bucket name (every bucket its own -n samples)."""
     from aspan import models
     from aspan.buckets import bucket_sets, bucket_task
+    from aspan.checks import check_batch_memory, check_sample_memory
 
+    every = [bucket_task(task, b) for b in buckets] if buckets else [task]
+    n_tokens = max(models.check_context(model, t, offset) for t in every)
+    check_sample_memory(args.samples * len(every), max(t.max_text_len() for t in every), "-n", records=True)
+    check_batch_memory(model.cfg, args.batch_size, n_tokens, "--batch-size", training=False,
+                       device=str(getattr(model.cfg, "device", None) or "cpu"))
     if not buckets:
-        models.check_context(model, task, offset)
         return task.generate(args.samples, seed=args.seed), None
-    for b in buckets:
-        models.check_context(model, bucket_task(task, b), offset)
     sets = bucket_sets(task, buckets, args.samples, args.seed)
     return [s for v in sets.values() for s in v], [k for k, v in sets.items() for _ in v]
 

@@ -74,6 +74,31 @@ def task_pair(name: str, split: str, items: list[str]):
     return tasks.preset(name, split, **overrides), own["id"], own["ood"]
 
 
+# Bytes in memory per byte of an `aspan data` JSON line, bounded (a reversal line of ~230 bytes is a ~2.2 kB sample)
+DATA_MEMORY_FACTOR = 12
+
+
+def check_data_memory(path: str) -> None:
+    """Refuse a --data file whose samples could not be held in memory, before reading it."""
+    from aspan.checks import check_memory
+
+    size = Path(path).stat().st_size if Path(path).is_file() else 0
+    check_memory(DATA_MEMORY_FACTOR * size, f"--data {path}", f"{size:,} bytes of JSON lines, up to "
+                 f"{DATA_MEMORY_FACTOR} times that as samples")
+
+
+def check_workload(cfg, config, n_tokens: int, evaluated: list, device: str) -> None:
+    """Refuse a --batch-size whose activations (forward and backward, sequences of up to `n_tokens` tokens) or an
+    --eval-samples whose evaluation sets (one per task in `evaluated`) cannot fit in memory, before anything is
+    generated or trained."""
+    from aspan.checks import check_batch_memory, check_sample_memory
+
+    check_batch_memory(cfg, config.batch_size, n_tokens, "--batch-size", training=True, device=device)
+    if config.eval_samples:
+        longest = max(t.max_text_len() for t in evaluated)
+        check_sample_memory(config.eval_samples * len(evaluated), longest, "--eval-samples", records=True)
+
+
 def eval_sets(tasks3, buckets, n: int, seed: int) -> dict:
     """Named evaluation sets: train (only when it differs from both presets), id, ood, and `length LO-HI` buckets
     (drawn from the training task with its length set to the bucket)."""
@@ -237,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.replay < 1:
         raise ValueError(f"--replay must be in [0, 1), got {args.replay}")
     device = resolve_device(config.device)
+    if args.data:
+        check_data_memory(args.data)
     data = read_jsonl(args.data) if args.data else None
     hashes = _input_hashes(args)
     _check_inputs(args.out, hashes, args)
@@ -249,6 +276,8 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = _model(args, "".join(sorted(set(texts))), needed, device)
     if config.steps is None and data is None:
         raise ValueError("fine-tuning on generated data needs --steps (one epoch is only defined for --data)")
+    trained = [len(s.text) for s in data] if data else [t.max_text_len() for t in tasks3[: 2 if args.replay else 1]]
+    check_workload(model.cfg, config, tokenizer.offset + max(trained) + 1, needed, str(device))
     eval_data = eval_sets(tasks3, buckets, config.eval_samples, config.seed) if config.eval_samples else None
     meta = {"task": name, "params": tasks3[0].params(), "id_params": tasks3[1].params(),
             "ood_params": tasks3[2].params(), "init": args.init, "data": args.data, "replay": args.replay,

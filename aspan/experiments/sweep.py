@@ -19,7 +19,7 @@ import torch
 
 from hooks._validate import check_fits, check_heads
 
-from ..checks import check_device, check_offsets
+from ..checks import check_device, check_offsets, check_sample_memory
 from ..io import read_toml
 from ..options import CONVENTIONS, EOS_REFS, MODES, RANK_KEYS
 from .engine import (
@@ -116,6 +116,9 @@ class SweepConfig:
         longest = tasks.preset(data["task"], data["split"], **data["task_params"]).max_text_len()
         check_offsets(list(axes["deltas"]), longest + 1, f"sweep config: {'deltas' if 'deltas' in raw else 'delta'}")
         _check_strengths_fit(axes["strengths"], longest + 2)
+        longest_id = tasks.preset(data["task"], "id", **data["id_params"]).max_text_len()
+        n_held = data["n_samples"] * len(data["seeds"]) * 3  # selection, held-out and ID sets of every seed
+        check_sample_memory(n_held, max(longest, longest_id), "sweep config: n_samples", records=True)
         return cls(model=model, **data, **axes, **_head_settings(_table(raw.get("heads", {}), "heads"), raw["task"]))
 
     def data(self) -> Data:
