@@ -196,6 +196,14 @@ def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, b
     """Fail before any work: no samples, bad mode, batch size, or a sample longer than the model's context."""
     if not samples:
         raise ValueError("evaluate: no samples (accuracies of an empty set are undefined): give at least one")
+    from .training import check_tokenizer  # the check `aspan eval` makes on a task's alphabet, here on the samples
+
+    try:
+        check_tokenizer(tokenizer, "".join(sorted({c for s in samples for c in s.text})))
+    except ValueError as e:
+        names = ", ".join(sorted({s.task for s in samples if s.task})) or "unnamed"
+        raise ValueError(f"evaluate: samples of task {names} that this model's tokenizer cannot read ({e}): "
+                         "evaluate a model on the task it was trained on") from None
     check_option("mode", mode, MODES)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

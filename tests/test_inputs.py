@@ -19,6 +19,7 @@ from aspan import models, tasks
 from aspan.evaluation import evaluate
 from aspan.experiments.sweep import SweepConfig, grid
 from aspan.io import settings_key
+from aspan.tokenization import CharTokenizer
 from hooks.reinforce import edit_pattern
 
 from .test_hardening import ENV, SMALL, aspan, leftovers, one_line
@@ -292,3 +293,16 @@ def test_sizes_that_fit_are_accepted_and_the_estimate_bounds_real_samples():
         assert used < sample_bytes(len(samples), task.max_text_len()), name
     check_sample_memory(500, 101, "-n", records=True)  # the eval default on reversal OOD
     check_batch_memory(models.load("reversal", device="cpu").model.cfg, 64, 103, "--batch-size", training=True)
+
+
+def test_evaluate_refuses_samples_its_model_cannot_read_before_any_forward():
+    rev = tasks.get("reversal", length=(1, 4), charset="abcd")
+    tok = CharTokenizer(rev.alphabet)
+    model = models.tiny(tok, n_layers=1, d_model=16, n_heads=2, n_ctx=32)
+    forwards = []
+    model.blocks[0].attn.hook_pattern.add_hook(lambda x, hook: forwards.append(1))
+    samples = rev.generate(40, seed=0) + tasks.get("addition", digits=(1, 2)).generate(4, seed=0)
+    with pytest.raises(ValueError, match=r"samples of task addition, reversal that this model's tokenizer cannot read"):
+        evaluate(model, tok, samples, batch_size=8)
+    assert not forwards  # refused before the first batch
+    assert len(evaluate(model, tok, samples[:8], attn=False).samples) == 8 and forwards
