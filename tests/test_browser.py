@@ -7,8 +7,9 @@ request.
 The same run's key figures are exported as static images (`aspan report RUN --images png|svg`, plotly's exporter
 kaleido driving the same Chromium).
 
-Skipped with the reason when playwright, kaleido or a Chromium binary is missing (`.ci/run` installs them: Debian's
-chromium and the `browser` extra). A screenshot of the page is left in the test's tmp dir.
+Each test is skipped with the reason when what it drives (playwright, kaleido) or a Chromium binary is missing
+(`.ci/run` installs them: Debian's chromium and the `browser` extra). A screenshot of the page is left in the
+test's tmp dir.
 """
 from __future__ import annotations
 
@@ -45,22 +46,19 @@ def _chromium() -> str | None:
     return None
 
 
-def _requirements() -> str | None:
-    """Why the browser test cannot run here, or None."""
+def _requirements(package: str = "playwright.sync_api") -> str | None:
+    """Why a test that drives Chromium through `package` (playwright, or kaleido for images) cannot run here."""
     try:
-        import playwright.sync_api  # noqa: F401
+        __import__(package)
     except ImportError:
-        return "playwright is not installed (pip install -e '.[browser]')"
+        return f"{package.split('.')[0]} is not installed (pip install -e '.[browser]')"
     if _chromium() is None:
         return "no Chromium binary found (apt-get install chromium, or set ASPAN_CHROMIUM)"
-    try:
-        import kaleido  # noqa: F401
-    except ImportError:
-        return "kaleido is not installed (pip install -e '.[browser]')"
     return None
 
 
-pytestmark = pytest.mark.skipif(_requirements() is not None, reason=str(_requirements()))
+needs_playwright = pytest.mark.skipif(_requirements() is not None, reason=str(_requirements()))
+needs_kaleido = pytest.mark.skipif(_requirements("kaleido") is not None, reason=str(_requirements("kaleido")))
 
 
 def _aspan(*args: str) -> subprocess.CompletedProcess:
@@ -89,6 +87,7 @@ def report(tmp_path_factory) -> tuple[Path, Path]:
     return run, out
 
 
+@needs_playwright
 def test_report_renders_offline_in_chromium(report, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -174,6 +173,7 @@ def _png_size(path: Path) -> tuple[int, int]:
     return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
 
 
+@needs_kaleido
 def test_key_figures_export_as_static_images(report):
     """`--images png|svg` writes the first figure of each claim of the demo's finding into RUN/images/, at the
     figure's own size (900 x 500 where it sets none); no HTML page is written; with -o it is a usage error."""
