@@ -234,3 +234,19 @@ def test_the_shipped_configs_are_the_paper_protocol_at_full_length(path):
     assert cfg.buckets == (6, 10, 20, 60) and cfg.number_bits == 20 and cfg.n_test >= 1000 and len(cfg.seeds) == 3
     assert cfg.fit_exact == 0.99 and cfg.retrain_fraction <= 0.1 and cfg.abs_width == 1
     assert {"successor:abc", "addition:abc", "parity:abs"} <= set(cfg.plan)
+
+
+def test_a_fitted_base_that_answers_no_calibration_sample_gets_a_skipped_row(tmp_path):
+    config = tmp_path / "calib.toml"  # fit_exact 0: the base "fits"; correct_only: it answers none of them
+    config.write_text('plan = ["successor:vanilla", "successor:abc"]\ncorrect_only = true\nmax_steps = 2\n'
+                      'check_every = 2\n')
+    out = tmp_path / "calib"
+    res = cli("--quick", "--config", str(config), "--out", str(out), "--no-progress")
+    assert res.returncode == 0, res.stderr
+    rows = {r["condition"]: r for r in rows_of(out)}
+    assert rows["vanilla"]["status"] == "fitted" and rows["abc"]["status"].startswith("skipped: the base model")
+    assert "exact_4" not in rows["abc"] and set(pd.read_csv(out / "table.csv").condition) == {"vanilla"}
+    said = json.loads((out / "summary.json").read_text())["not_run"]
+    assert len(said) == 1 and "answers none" in said[0]
+    assert cli("--quick", "--config", str(config), "--out", str(out), "--no-progress").returncode == 0  # resumed
+    assert json.loads((out / "summary.json").read_text())["not_run"] == said and len(rows_of(out)) == 2
