@@ -365,6 +365,8 @@ def read_state(path: Path) -> dict[str, Tensor]:
 def aspan_entry(path: Path, config: dict[str, Any]) -> tuple[CharTokenizer, dict[str, Any]]:
     """The character tokenizer and metadata stored in an aspan Hugging Face checkpoint's config.json."""
     entry = config[KEY]
+    if not isinstance(entry.get("meta", {}), dict) or not isinstance(entry.get("tokenizer"), dict):
+        raise ValueError(f"{path / 'config.json'}: {KEY}.meta and {KEY}.tokenizer must be JSON objects")
     try:
         return CharTokenizer.from_dict(entry["tokenizer"]), dict(entry.get("meta", {}))
     except (KeyError, TypeError, ValueError) as e:

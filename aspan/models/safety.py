@@ -31,7 +31,10 @@ def _is_int(x: Any) -> bool:
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    """A finite JSON number a float can hold (an integer of 400 digits cannot)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return False
+    return abs(x) < 2**1000 if isinstance(x, int) else math.isfinite(x)
 
 
 def _int(lo: int, optional: bool = False, also: tuple = ()) -> Callable[[Any], str | None]:
@@ -169,9 +172,10 @@ def _check_model_consistency(file: Path, model: dict[str, Any]) -> None:
         raise UsageError(f"{where}num_experts and experts_per_token must be set together")
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _short(value: Any, limit: int = 60) -> str:
+    """`repr(value)` (a string as it is) cut to `limit` characters."""
+    text = value if isinstance(value, str) and limit > 60 else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # ------------------------------------------------------------------------------------------------ memory
@@ -219,16 +223,18 @@ def check_memory(needed: int, what: str, sizes: dict[str, Any], device: str | No
                          f"hold ({_gb(have)} available{' on ' + str(device) if device else ''})")
 
 
-def _gb(n: float) -> str:
-    return f"{n / 2**30:,.1f} GB" if n < 2**70 else f"{n / 2**30:.3g} GB"
+def _gb(n: int) -> str:
+    return f"{n / 2**30:,.1f} GB" if n < 2**70 else "more than 10^12 GB"
 
 
 def check_tl_memory(what: str, model: dict[str, Any], device: str | None = None, masks: bool = True) -> None:
     """`check_memory` for a TransformerLens config (a checked aspan `model` entry, or `models.tiny`'s sizes), with
     HookedTransformer's mask buffers (`masks`)."""
+    vocab = max(model["d_vocab"], model.get("d_vocab_out") or 0)  # the unembedding may be wider (d_vocab_out)
+    mlp = (model.get("d_mlp") or 0) * (model.get("num_experts") or 1)  # a mixture of experts: one MLP per expert
     needed = parameter_bytes(
-        model["d_vocab"], model["d_model"], model["n_layers"], model["n_heads"], model["d_head"],
-        model.get("d_mlp") or 0, model["n_ctx"], n_kv_heads=model.get("n_key_value_heads"),
+        vocab, model["d_model"], model["n_layers"], model["n_heads"], model["d_head"],
+        mlp, model["n_ctx"], n_kv_heads=model.get("n_key_value_heads"),
         learned_positions=model.get("positional_embedding_type", "standard") in ("standard", "shortformer"),
         gated=bool(model.get("gated_mlp")), dtype_bytes=DTYPE_BYTES.get(model.get("dtype", "float32"), 4), masks=masks)
     shown = {k: model.get(k) for k in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")}
@@ -259,6 +265,12 @@ def check_hf_config(file: Path, config: dict[str, Any]) -> None:
     for key in ("auto_map", "trust_remote_code"):
         if config.get(key):
             raise UsageError(f"{file}: {key} is refused: the toolkit never runs code a checkpoint names")
+    if not isinstance(config.get("model_type", ""), str):
+        raise UsageError(f"{file}: model_type must be a string, got {_short(config['model_type'])}")
+    for key in ("dtype", "torch_dtype"):
+        why = _choice(*get_args(Dtype), None)(config.get(key))
+        if why:
+            raise UsageError(f"{file}: {key} {why}, got {_short(config[key])}")
     for key in HF_SIZES:
         if config.get(key) is not None or (key in config and key not in ("n_inner", "head_dim", "sliding_window",
                                                                             "num_key_value_heads")):
@@ -366,12 +378,14 @@ def expected_tensors(directory: Path) -> tuple[dict[str, list[int]], list[set[st
     from transformers import AutoConfig, AutoModelForCausalLM
 
     file = directory / "config.json"
-    try:
+    try:  # transformers validates every field (huggingface_hub's StrictDataclassFieldValidationError, among others)
         hf_config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(hf_config)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
-        raise UsageError(f"{file}: cannot build the model it describes ({type(e).__name__}: {e})") from None
+    except Exception as e:  # noqa: BLE001 - anything a config file makes transformers raise is that file's fault
+        text = " ".join(str(e).split())
+        raise UsageError(f"{file}: cannot build the model it describes ({type(e).__name__}: {_short(text, 300)})") \
+            from None
     shapes, owners = {}, {}
     for name, p in model.named_parameters(remove_duplicate=False):
         shapes[name] = list(p.shape)

@@ -73,8 +73,9 @@ def build(cfg: HookedTransformerConfig) -> HookedTransformer:
 
     from .safety import check_tl_memory
 
-    fields = {k: getattr(cfg, k) for k in ("d_vocab", "d_model", "n_layers", "n_heads", "d_head", "d_mlp", "n_ctx",
-                                            "n_key_value_heads", "positional_embedding_type", "gated_mlp")}
+    fields = {k: getattr(cfg, k) for k in ("d_vocab", "d_vocab_out", "d_model", "n_layers", "n_heads", "d_head",
+                                            "d_mlp", "n_ctx", "n_key_value_heads", "num_experts",
+                                            "positional_embedding_type", "gated_mlp")}
     check_tl_memory("model config", {**fields, "dtype": str(cfg.dtype).removeprefix("torch.")}, cfg.device)
 
     with warnings.catch_warnings():
