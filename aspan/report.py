@@ -10,8 +10,10 @@ plotly.js and the circuitsvis bundle are inlined once each (no CDN, no external 
 """
 from __future__ import annotations
 
+import functools
 import html
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,7 +24,7 @@ from plotly.offline import get_plotlyjs
 from .checks import check_output_dir, check_output_file
 from .findings import Claim, Finding, finding
 from .io import write_text
-from .viz.views import split_bundle
+from .viz.views import _LOCAL
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; padding: 0 1em; color: #222; }
@@ -162,15 +164,50 @@ def _figure_block(stem: str, div: str) -> str:
     return f'<div class="figure" id="{html.escape(stem)}">\n{div}\n</div>'
 
 
+# The render call of a circuitsvis view: nothing but the call, with a JSON object of properties.
+_CALL = re.compile(r'CircuitsVis\.render\(\s*"(?P<id>circuits-vis-[A-Za-z0-9-]+)",\s*CircuitsVis\.(?P<name>[A-Za-z]+),'
+                   r"\s*(?P<props>\{.*\})\s*\)\s*;?", re.S)
+
+
+@functools.lru_cache(maxsize=1)
+def circuitsvis_bundle() -> str:
+    """The JavaScript bundle the installed circuitsvis inlines in its `local_src` pages (taken from a tiny view)."""
+    from circuitsvis.attention import attention_heads
+
+    return _LOCAL.search(attention_heads(attention=[[[1.0]]], tokens=["a"]).local_src)["bundle"].strip()
+
+
+def _trusted_view(text: str) -> str | None:
+    """A circuitsvis view rebuilt from its parts, to run in the report page itself: only when its bundle is the
+    installed circuitsvis's own and its script is one render call of a circuitsvis component with JSON properties
+    (re-serialised, so it cannot close the script); None for anything else."""
+    m = _LOCAL.fullmatch(text.strip())
+    call = _CALL.fullmatch(m["call"].strip()) if m and m["bundle"].strip() == circuitsvis_bundle() else None
+    if call is None or call["id"] != m["id"]:
+        return None
+    try:
+        props = json.dumps(json.loads(call["props"])).replace("</", "<\\/")
+    except ValueError:
+        return None
+    ident, name = call["id"], call["name"]
+    return (f'<div id="{ident}" style="margin: 15px 0;"></div>\n<script>\nCircuitsVis.render(\n      "{ident}",\n'
+            f"      CircuitsVis.{name},\n      {props}\n    )\n</script>")
+
+
 def _views_section(views: list[Path]) -> tuple[list[str], str | None]:
-    """The Attention views section and the circuitsvis script bundle (the first found, shared by every view)."""
+    """The Attention views section and the circuitsvis bundle its views need (None when none runs in the page).
+
+    A circuitsvis view runs in the page (`_trusted_view`); any other page, or a view file with anything beyond a
+    circuitsvis view, runs in a sandboxed frame: its scripts get an opaque origin, with no access to the report page,
+    its storage or other files."""
     body, bundle = ["<h2>Attention views</h2>"], None
     for path in views:
-        js, view = split_bundle(path.read_text(encoding="utf-8"))
-        bundle = bundle or js
-        if js is None:  # not a circuitsvis page: its scripts run in a sandboxed frame (an opaque origin: no access
-            # to the report page, its storage or other files)
-            view = f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(view, quote=True)}"></iframe>'
+        text = path.read_text(encoding="utf-8")
+        view = _trusted_view(text)
+        if view is None:
+            view = f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(text, quote=True)}"></iframe>'
+        else:
+            bundle = circuitsvis_bundle()
         body.append(f'<h3 id="view-{html.escape(path.stem)}">{html.escape(path.stem)}</h3>\n{view}')
     return body, bundle
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from aspan import models
 from aspan.tokenization import CharTokenizer
@@ -167,3 +168,21 @@ def test_security_report_views_run_in_a_sandboxed_frame(tmp_path):
     assert r.returncode == 0, r.stderr
     frames = re.findall(r"<iframe[^>]*>", (tmp_path / "report.html").read_text())
     assert len(frames) == 1 and ' sandbox="allow-scripts" ' in frames[0] and "allow-same-origin" not in frames[0]
+
+
+def test_security_only_plain_circuitsvis_views_run_in_the_report_page(tmp_path):
+    from aspan import viz
+
+    run = tmp_path / "run"
+    view = viz.head_view(torch.rand(1, 3, 3).tril(), list("<ab"), names=["L0H0"]).local_src
+    (run / "views").mkdir(parents=True)
+    (run / "views" / "plain.html").write_text(view)
+    (run / "views" / "extra.html").write_text(view.replace("\n    )", "\n    ); document.title = 'EXTRA-CODE'"))
+    (run / "views" / "wrapped.html").write_text("<script>document.title = 'WRAPPED-CODE'</script>" + view)
+    r = aspan("report", str(run), "-o", str(tmp_path / "report.html"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    page = (tmp_path / "report.html").read_text()
+    frames = re.findall(r'<iframe sandbox="allow-scripts" srcdoc="([^"]*)"', page)
+    assert len(frames) == 2 and all("-CODE" in f for f in frames)  # each left in its sandboxed frame
+    outside = re.sub(r"<iframe[^>]*>", "", page)
+    assert "-CODE" not in outside and outside.count("CircuitsVis.render(") == 1  # only the plain view runs here
