@@ -23,7 +23,8 @@ from importlib import import_module
 
 from .errors import Terminated, missing_package_message
 
-COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study")
+COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study",
+            "doctor")
 EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 2, 130, 143
 
 
@@ -32,6 +33,20 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+class _Version(argparse.Action):
+    """`aspan --version`: one line with what `aspan doctor` prints (versions, backend, device), then exit 0."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .environment import describe_environment
+
+        first, *rest = describe_environment()
+        print(f"{first.replace(':', '')} ({', '.join(rest)})")
+        parser.exit(0)
 
 
 def _load(name: str):
@@ -43,6 +58,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     may import heavy modules, e.g. the studies', which `aspan data` should not wait for)."""
     chosen = next((a for a in argv if not a.startswith("-")), None) if argv else None
     parser = Parser(prog="aspan", description="Study and edit attention on AttentionSpan tasks.")
+    parser.add_argument("--version", action=_Version, help="print the versions, backend and device, then exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:

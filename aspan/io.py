@@ -7,7 +7,7 @@ Character devices and FIFOs are written in place (renaming over them would destr
 appended, truncated or replaced through a symbolic link (the run directory could otherwise write anywhere).
 
     run = RunDir("runs/demo")
-    run.write_json("run.json", {"command": "aspan demo", "versions": versions()})
+    run.write_json("run.json", {"command": "aspan demo", **run_environment(model)})  # aspan.environment
     run.write_csv("sweep.csv", table)
     run.figure(fig, "01_rollout")          # -> runs/demo/figures/01_rollout.json (`aspan report` reads it)
     writer = RowWriter(run.path / "sweep.jsonl")   # resumable rows: a killed run continues where it stopped
@@ -255,20 +255,6 @@ def write_csv(path: PathLike, table: Any) -> Path:
 def save_figure(fig: Any, path: PathLike) -> Path:
     """Write a plotly figure as JSON (`aspan report` reads RUN_DIR/figures/*.json), atomically."""
     return write_text(path, fig.to_json())
-
-
-def versions(*extra: str) -> dict[str, str]:
-    """Versions of Python and of the packages a result depends on, `extra` distributions too (for run.json)."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for name in ("aspan", "torch", "transformer-lens", "transformers", *extra):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "unknown"
-    return out
 
 
 def read_toml(path: PathLike, what: str = "config") -> dict[str, Any]:

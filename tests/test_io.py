@@ -2,6 +2,7 @@
 import errno
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -259,3 +260,61 @@ def test_rows_are_never_appended_or_cut_through_a_symbolic_link(tmp_path):
     with pytest.raises(ValueError, match=rf"^{link} is a symbolic link"):
         io.write_json(link, {"x": 1})
     assert victim.read_text() == "keep: no newline at the end" and link.is_symlink()
+
+
+# ------------------------------------------------------------------------------------ what a run directory holds
+def tiny_checkpoint(path: Path, seed: int = 0) -> Path:
+    from aspan import models
+    from aspan.tokenization import CharTokenizer
+
+    model = models.tiny(CharTokenizer(), n_layers=1, n_heads=2, d_model=16, n_ctx=64, seed=seed, device="cpu")
+    return models.save(model, path, CharTokenizer(), task="reversal")
+
+
+def sweep_args(tmp_path: Path) -> list[str]:
+    ckpt = tmp_path / "ckpt"
+    if not ckpt.exists():
+        tiny_checkpoint(ckpt)
+    (tmp_path / "s.toml").write_text(f'model = "{ckpt}"\ntask = "reversal"\nn_samples = 2\nbatch_size = 2\n'
+                                     'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
+    return ["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--no-progress"]
+
+
+BACKEND_RUNS = {  # command -> (its arguments, the rows file a second run must leave alone)
+    "demo": (lambda d: ["demo", "--quick", "--device", "cpu", "--out", str(d / "run")], "sweep.jsonl"),
+    "study qk": (lambda d: ["study", "qk", "--quick", "--no-progress", "--out", str(d / "run")], "runs.jsonl"),
+    "study abc": (lambda d: ["study", "abc", "--quick", "--no-progress", "--out", str(d / "run")], "runs.jsonl"),
+    "sweep": (sweep_args, "sweep.jsonl"),
+}
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("command", BACKEND_RUNS)
+def test_a_run_directory_of_one_backend_refuses_the_other(command, tmp_path):
+    make_args, rows = BACKEND_RUNS[command]
+    hooked = {k: v for k, v in ENV.items() if k != "ASPAN_BACKEND"}
+    first = subprocess.run([sys.executable, "-m", "aspan.cli", *make_args(tmp_path)], cwd=tmp_path, env=hooked,
+                           capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert (tmp_path / "run" / rows).stat().st_size > 0
+    before = files_of(tmp_path / "run")
+    second = subprocess.run([sys.executable, "-m", "aspan.cli", *make_args(tmp_path)], cwd=tmp_path,
+                            env={**hooked, "ASPAN_BACKEND": "bridge"}, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 2
+    one_line(second.stderr, "another configuration", "backend = 'hooked' there, 'bridge' now")
+    assert files_of(tmp_path / "run") == before  # no row of the other backend mixed in, nothing rewritten
+
+
+def test_a_sweep_whose_model_was_replaced_by_another_of_the_same_shape_is_refused(tmp_path):
+    first = aspan(*sweep_args(tmp_path), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = files_of(tmp_path / "run")
+    shutil.rmtree(tmp_path / "ckpt")
+    tiny_checkpoint(tmp_path / "ckpt", seed=1)  # same shape, other weights
+    second = aspan(*sweep_args(tmp_path), cwd=tmp_path)
+    assert second.returncode == 2
+    one_line(second.stderr, "another configuration", "model_sha256")
+    assert files_of(tmp_path / "run") == before

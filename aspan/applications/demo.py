@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from .. import evaluation, models, tasks
 from ..checks import check_device, check_output_dir
+from ..environment import run_environment
 from ..experiments import ranking
 from ..experiments.engine import (
     ID_BUDGET,
@@ -38,7 +39,7 @@ from ..experiments.engine import (
     select,
 )
 from ..experiments.search import SearchConfig, encode_atoms
-from ..io import RunDir, settings_key, versions
+from ..io import RunDir, settings_key
 from ..options import CONVENTIONS, EOS_REFS, Convention, EosRefs, check_option
 from ..report import write_report
 from ..tokenization import CharTokenizer
@@ -368,7 +369,7 @@ def run_info(cfg: DemoConfig, s: Setup, command: str, t0: float) -> dict[str, An
         "samples": cfg.samples, "gen_samples": min(cfg.gen_samples, cfg.samples), "tops": list(cfg.tops),
         "strengths": list(cfg.strengths), "deltas": list(cfg.deltas), "quick": cfg.quick, "id_budget": cfg.id_budget,
         "eos": list(cfg.eos),
-        "device": str(s.model.cfg.device), "versions": versions("circuitsvis", "plotly"),
+        **run_environment(s.model, extra=("circuitsvis", "plotly")),
         "data_seeds": {"id": cfg.seed + 1, "ood_selection": cfg.seed + 2, "ood_held_out": cfg.seed + 3,
                        "id_held_out": cfg.seed + causal.ID_HELD_OUT},
     }

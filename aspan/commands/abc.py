@@ -141,10 +141,11 @@ def _finetune(args: argparse.Namespace, plan: _Plan) -> tuple:
     return finetune, plan.id_task if args.finetune_split == "id" else plan.ood_task
 
 
-def _write(args: argparse.Namespace, plan: _Plan, res, tokenizer, ood_samples) -> dict:
+def _write(args: argparse.Namespace, plan: _Plan, res, model, tokenizer, ood_samples) -> dict:
     """Write the table, lines, figures, run.json and summary.json to --out; the flat summary."""
+    from aspan.environment import run_environment
     from aspan.experiments.abc import abc_figure, bias_figure, lines_table
-    from aspan.io import RunDir, versions
+    from aspan.io import RunDir
 
     lines, window = res.lines, plan.window
     run = RunDir(Path(args.out))
@@ -161,7 +162,8 @@ def _write(args: argparse.Namespace, plan: _Plan, res, tokenizer, ood_samples) -
         "command": "abc", "model": str(args.model), "task": args.task, "method": "ABS" if window else "ABC",
         "params": {"id": plan.id_task.params(), "ood": plan.ood_task.params()}, "seed": args.seed,
         "lambda": args.lam, "directions": plan.directions, "rows": args.rows, "pooled": not args.per_direction,
-        "window": window, "mode": args.mode, "finetune_steps": args.finetune_steps, "versions": versions(),
+        "window": window, "mode": args.mode, "finetune_steps": args.finetune_steps,
+        **run_environment(model),
     })
     flat = {f"{v} {split} {k}": x for v, d in res.summary.items() for split, m in d.items() for k, x in m.items()
             if k in ("exact", "partial")}
@@ -187,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ABCSettings(mode=args.mode, batch_size=args.batch_size, finetune=finetune, finetune_data=finetune_data,
                            progress=not args.no_progress)
     res = run_abc(model, tokenizer, id_samples, ood_samples, settings, lines=lines)
-    flat = _write(args, plan, res, tokenizer, ood_samples)
+    flat = _write(args, plan, res, model, tokenizer, ood_samples)
     for k, v in flat.items():
         print(f"{k:32s} {v:.3f}")
     print(f"wrote {Path(args.out) / 'abc.csv'}", file=sys.stderr)

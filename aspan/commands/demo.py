@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from ..applications.demo import DemoConfig, run_demo
     from ..experiments.sweep import parse_shard
     from ..io import LOCK, claim
+    from ..models.checkpoint import default_backend
 
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
@@ -73,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     command = " ".join(["aspan demo", *flags, *switches])
     # one job per shard, one configuration per run directory (shards and the ID budget share the rows)
     runtime = ("out", "device", "threads", "shard", "id_budget")
-    settings = {"command": "demo", **{k: v for k, v in asdict(cfg).items() if k not in runtime}}
+    settings = {"command": "demo", **{k: v for k, v in asdict(cfg).items() if k not in runtime},
+                "backend": default_backend()}
     lock = LOCK if cfg.shard is None else f".aspan.shard-{cfg.shard[0]}-of-{cfg.shard[1]}.lock"
     with claim(cfg.out, settings, command=command, lock=lock):
         run_demo(cfg, command=command)

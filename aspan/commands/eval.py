@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
     from aspan.buckets import parse_buckets
     from aspan.checks import check_offsets
     from aspan.commands.data import parse_params
+    from aspan.environment import run_environment
     from aspan.evaluation import correct_vs_error_table, evaluate, summarize, write_records
     from aspan.training import check_tokenizer, resolve_device
 
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
                     "params": task.params(), "mode": args.mode, "n": args.samples, "seed": args.seed,
                     "heads": heads, "delta": args.delta, **({"buckets": [list(b) for b in buckets]} if buckets else {})}
         tables = {"by_length": by_length, "correct_vs_error": cve, "by_bucket": by_bucket}
-        _write_run_dir(Path(args.run_dir), res, settings, tables)
+        _write_run_dir(Path(args.run_dir), res, {**settings, **run_environment(model)}, tables)
     return 0
 
 

@@ -72,8 +72,9 @@ def parse_deltas(text: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from aspan import tasks
     from aspan.commands.data import parse_params
+    from aspan.environment import run_environment
     from aspan.experiments.ranking import n_selected, offset_table, ranking_from_offsets, select_heads
-    from aspan.io import versions, write_json
+    from aspan.io import write_json
 
     # validate everything before loading the model
     params = parse_params(args.task, args.param)
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     write_json(out / "run.json", {
         "command": "rank", "model": str(args.model), "task": args.task, "split": args.split, "params": task.params(),
         "samples": args.samples, "seed": args.seed, "deltas": deltas, "convention": args.convention,
-        "versions": versions(),
+        **run_environment(model),
     })
     tables = {"head ranking (top 10)": ranking[SHARE_COLS].head(10).to_dict("records"), **extra.pop("tables", {})}
     write_json(out / "summary.json", {"selected_heads": [list(h) for h in selected] if selected else None,

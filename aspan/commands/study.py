@@ -34,12 +34,13 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from ..io import claim
+    from ..models.checkpoint import default_backend
 
     out = getattr(args, "out", None)
     if not out:
         return int(args._study_run(args) or 0)
-    settings = {"study": args.study, **{k: v for k, v in vars(args).items()
-                                        if k not in RUNTIME and not k.startswith("_") and not callable(v)}}
+    given = {k: v for k, v in vars(args).items() if k not in RUNTIME and not k.startswith("_") and not callable(v)}
+    settings = {"study": args.study, "backend": default_backend(), **given}
     config = getattr(args, "config", None)
     if config and Path(config).is_file():  # the file's content defines the run, not its name
         settings["config"] = Path(config).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml says so

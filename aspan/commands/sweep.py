@@ -84,8 +84,10 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
 
     from aspan.checks import check_output_dir
+    from aspan.environment import run_environment
     from aspan.experiments.sweep import SweepConfig, checkpoint_dims, grid, parse_shard, run_sweep, shard_points
-    from aspan.io import LOCK, claim, versions, write_json
+    from aspan.io import LOCK, claim, write_json
+    from aspan.models.checkpoint import content_hash, default_backend
 
     config = SweepConfig.from_toml(args.config)  # full validation before any model work
     dims = checkpoint_dims(config.model)
@@ -105,11 +107,14 @@ def run(args: argparse.Namespace) -> int:
     n_mine = len(shard_points(grid(config), shard or (0, 1)))
     # one job per rows file (parallel shards write their own), one configuration per run directory
     lock = LOCK if shard is None else f".aspan.shard-{shard[0]}-of-{shard[1]}.lock"
-    settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k != "device"}}
+    # the backend and the weights (a model directory may be replaced by another of the same shape) are settings too
+    settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k != "device"},
+                "backend": default_backend(), "model_sha256": content_hash(config.model)}
     existing_rows(out)  # a corrupt rows file is refused before any model work
     with claim(out, settings, command=f"aspan sweep {args.config}", lock=lock):
         write_json(out / "run.json", {"command": "sweep", "config": asdict(config), "config_file": str(args.config),
-                                      "id_budget": budget, "versions": versions()})
+                                      "id_budget": budget,
+                                      **run_environment(device=config.device)})
         run_sweep(config, path, shard=shard or (0, 1), progress=not args.no_progress, limit=args.limit)
         summary = write_outputs(config, out, budget)
         if summary["complete"]:

@@ -250,7 +250,9 @@ def run(args: argparse.Namespace) -> int:
 
     from aspan import models
     from aspan.buckets import bucket_task, parse_buckets
+    from aspan.environment import run_environment
     from aspan.io import claim, write_json
+    from aspan.models.loaded import is_bridge
     from aspan.training import ARCHITECTURE, RESUME_FREE, Replay, read_jsonl, resolve_device, train
 
     if args.finetune and not args.init:
@@ -287,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
         stream = Replay(stream, tasks3[1], args.replay)
     # one job per run directory (rank 0 holds it under torchrun), one configuration: what defines the weights
     settings = {"command": "train", **{k: v for k, v in meta.items() if k != "ood_params"}, "split": args.split,
+                "backend": "bridge" if is_bridge(model) else "hooked",
                 "model": {k: getattr(model.cfg, k, None) for k in ARCHITECTURE},
                 "config": {k: v for k, v in vars(config).items() if k not in RESUME_FREE}}
     main = int(os.environ.get("RANK", "0")) == 0
@@ -302,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
                    {"command": "train", "task": name, "split": args.split, "params": tasks3[0].params(),
                     "seed": args.seed, "buckets": [list(b) for b in buckets], "replay": args.replay,
                     "config": dict(vars(config)), "init": args.init, "data": args.data, **hashes,
-                    "resumes": resumes})
+                    "resumes": resumes, **run_environment(model)})
     return 0
 
 

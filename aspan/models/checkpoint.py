@@ -248,6 +248,33 @@ def resolve(path_or_name: str | os.PathLike) -> Path:
     return path
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def content_hash(path_or_name: str | os.PathLike) -> str:
+    """sha256 (hex) of a model's weights: a `.gguf` file's bytes, or each weight file at the top of a checkpoint
+    directory (name, then bytes, in name order), streamed. Tells a model directory apart from another model of the
+    same shape put in its place. FileNotFoundError when there is no model there."""
+    import hashlib
+
+    if str(path_or_name).lower() == "smollm2" and not Path(path_or_name).exists():
+        from .hf import smollm2_path
+
+        path = smollm2_path()
+    else:
+        path = resolve(path_or_name)
+    if not path.exists():
+        raise FileNotFoundError(f"no model at {path}")
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with open(file, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def load(
     path_or_name: str | os.PathLike, device: str | None = None, backend: Backend | None = None, **adapter: Any
 ) -> LoadedModel:

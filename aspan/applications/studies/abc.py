@@ -387,7 +387,8 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
 
     import torch
 
-    from ...io import RunDir, versions
+    from ...environment import run_environment
+    from ...io import RunDir
 
     table = summary_table(ctx)
     run = RunDir(ctx.out)
@@ -410,7 +411,7 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
                           f"selection sets ({', '.join(map(str, ctx.cfg.select_buckets))} digits) at seed "
                           f"{ctx.cfg.seeds[0]}; reported on held-out test sets",
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
-        "versions": versions(),
+        **run_environment(device=ctx.cfg.device),
     })
     return table
 

@@ -263,7 +263,8 @@ def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = 
     from tqdm.auto import tqdm
 
     from ... import models
-    from ...io import RowWriter, read_rows, versions, write_json
+    from ...environment import run_environment
+    from ...io import RowWriter, read_rows, write_json
     from ...tokenization import CharTokenizer
 
     config.check()
@@ -301,7 +302,8 @@ def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = 
     write_views(config, chosen, tok, out, n_ctx)
     wall = time.time() - start
     write_json(out / "run.json", {"command": command, "config": asdict(config), "chosen_lr": chosen,
-                                  "wall_seconds": wall, "versions": versions(), "torch_threads": config.threads})
+                                  "wall_seconds": wall, "torch_threads": config.threads,
+                                  **run_environment(device=_device(config))})
     write_json(out / "summary.json", {"study": "parity", "wall_seconds": round(wall, 1),
                                       "tables": {k: v.to_dict("records") for k, v in tables.items()}})
     if report:

@@ -345,9 +345,11 @@ def _brief(row, ft: str, beyond: str) -> dict:
     return {k: row[k] for k in keys if k in row}
 
 
-def write_outputs(cfg: QKStudyConfig, res: StudyResult, out_dir: str | Path, command: str) -> dict:
-    """table.csv, selection.csv, summary.json, run.json, figures/ and report.html in `out_dir`."""
-    from ...io import RunDir, versions
+def write_outputs(cfg: QKStudyConfig, res: StudyResult, out_dir: str | Path, command: str, device: str = "cpu") -> dict:
+    """table.csv, selection.csv, summary.json, run.json, figures/ and report.html in `out_dir` (`device`: the one
+    the study ran on)."""
+    from ...environment import run_environment
+    from ...io import RunDir
     from ...report import write_report
 
     out = RunDir(out_dir)
@@ -356,8 +358,8 @@ def write_outputs(cfg: QKStudyConfig, res: StudyResult, out_dir: str | Path, com
     summary = {"findings": findings(cfg, res.table), "table": res.table.to_dict("records"), "runs": len(res.rows),
                "wall_s_this_invocation": res.wall_s, "train_s_total": sum(r["wall_s"] for r in res.rows)}
     out.write_json("summary.json", summary)
-    out.write_json("run.json", {"command": command, "config": asdict(cfg), "versions": versions(),
-                                "selection_rule": SELECTION_RULE})
+    out.write_json("run.json", {"command": command, "config": asdict(cfg), "selection_rule": SELECTION_RULE,
+                                **run_environment(device=device)})
     for name, fig in figures(cfg, res.table).items():
         out.figure(fig, name)
     write_report(out.path, title="aspan study qk: which attention parameters must change for longer lengths")
@@ -469,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     res = run_study(cfg, args.out, progress=not args.no_progress, device=args.device)
-    summary = write_outputs(cfg, res, args.out, "aspan " + " ".join(sys.argv[1:]))
+    summary = write_outputs(cfg, res, args.out, "aspan " + " ".join(sys.argv[1:]), args.device)
     cols = ["condition", "replay", "trainable", "lr"] + [f"{m}_{bucket_name(b).removeprefix('length ')}"
                                                           for b in cfg.buckets for m in ("exact", "partial")]
     print(res.table[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}"))

@@ -1,0 +1,17 @@
+"""`aspan doctor`: what results computed here would record (versions, backend, device), one `name: value` a line."""
+from __future__ import annotations
+
+import argparse
+
+HELP = "print the versions, backend and device a run here would record (as in run.json)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """No options: the backend follows ASPAN_BACKEND, the device is the one commands pick by default."""
+
+
+def run(args: argparse.Namespace) -> int:
+    from aspan.environment import describe_environment
+
+    print("\n".join(describe_environment()))
+    return 0

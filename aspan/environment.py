@@ -1,0 +1,64 @@
+"""What a result was computed with: package versions, the model backend and the device actually used.
+
+One record, `run_environment`, goes into every `run.json` aspan writes and is what `aspan --version` and
+`aspan doctor` print, so a result always says which stack, backend and device produced it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+PACKAGES = ("torch", "transformer-lens", "transformers")  # distributions every result depends on, besides aspan
+
+
+def versions(*extra: str) -> dict[str, str]:
+    """Versions of Python and of the packages a result depends on, `extra` distributions too, keyed by import name
+    (`transformer_lens`); "unknown" for one that is not installed."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"aspan": "unknown", "python": platform.python_version()}
+    for name in ("aspan", *PACKAGES, *extra):
+        try:
+            out[name.replace("-", "_")] = version(name)
+        except PackageNotFoundError:
+            out[name.replace("-", "_")] = "unknown"
+    return out
+
+
+def device_name(device: Any = None) -> str:
+    """The device as a run records it: "cpu", "mps", "cuda:0 (NVIDIA H100 80GB HBM3)" (index and GPU name);
+    None or "auto" is the device `aspan.models.load` picks (CUDA when present)."""
+    import torch
+
+    from .models.checkpoint import default_device
+
+    d = torch.device(default_device() if device in (None, "auto") else device)
+    if d.type != "cuda":
+        return d.type if d.index is None else str(d)
+    index = torch.cuda.current_device() if d.index is None else d.index
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
+def model_device(model: Any) -> Any:
+    """The device holding `model`'s weights (a HookedTransformer's or a TransformerBridge's)."""
+    return next(model.parameters()).device
+
+
+def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`versions` (with `extra` distributions), `backend` ("hooked" or "bridge") and `device` of a run: `model`'s
+    own when given, else the backend `aspan.models.load` uses now (`ASPAN_BACKEND`) and `device` as it resolves."""
+    from .models.checkpoint import default_backend
+    from .models.loaded import is_bridge
+
+    if model is not None:
+        backend, device = ("bridge" if is_bridge(model) else "hooked"), model_device(model)
+    else:
+        backend = default_backend()
+    return {"versions": versions(*extra), "backend": backend, "device": device_name(device)}
+
+
+def describe_environment() -> list[str]:
+    """`name: value` lines of this machine's record (what `aspan doctor` prints)."""
+    env = run_environment()
+    return [*(f"{k}: {v}" for k, v in env["versions"].items()), f"backend: {env['backend']}",
+            f"device: {env['device']}"]

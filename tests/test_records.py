@@ -1,0 +1,106 @@
+"""Every run.json records what produced it: the versions of the stack, the backend (hooked or bridge) and the device
+actually used (never "auto"); `aspan --version` and `aspan doctor` print the same. One quick run per command."""
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+import torch
+
+from aspan import models
+from aspan.tokenization import CharTokenizer
+
+from .models.hf_fixtures import save_random_model
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ENV.pop("ASPAN_BACKEND", None)
+STACK = {"aspan": version("aspan"), "python": platform.python_version(), "torch": version("torch"),
+         "transformer_lens": version("transformer-lens"), "transformers": version("transformers")}
+SMALL = ["--task", "reversal", "--param", "length=1-3", "--param", "charset=abcd", "--d-model", "16", "--n-heads", "2",
+         "--n-layers", "1", "--batch-size", "4", "--eval-samples", "0", "--quiet", "--threads", "1"]
+
+
+def auto_device() -> str:
+    """What "auto" must become: the GPU (index and name) when there is one, else the CPU."""
+    if not torch.cuda.is_available():
+        return "cpu"
+    return f"cuda:{torch.cuda.current_device()} ({torch.cuda.get_device_name(torch.cuda.current_device())})"
+
+
+def aspan(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=env or ENV, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("records") / "ckpt"
+    models.save(models.tiny(CharTokenizer(), n_layers=1, n_heads=2, d_model=16, n_ctx=64, device="cpu"), path,
+                CharTokenizer(), task="reversal")
+    return path
+
+
+def sweep_args(d: Path, ckpt: Path) -> list[str]:
+    (d / "s.toml").write_text(f'model = "{ckpt}"\ntask = "reversal"\nn_samples = 2\nbatch_size = 2\n'
+                              'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
+    return ["sweep", str(d / "s.toml"), "--out", str(d / "run"), "--no-progress"]
+
+
+def pretrained_args(d: Path, ckpt: Path) -> list[str]:
+    save_random_model("llama", d / "hf")
+    (d / "c.toml").write_text(
+        f'model = "{d / "hf"}"\ntask = "reversal"\ndevice = "cpu"\n[prompt]\nshots = [1]\n'
+        '[data]\nood_params = { length = [11, 12] }\neval_samples = 4\ngen_samples = 2\nbatch_size = 4\n'
+        '[finetune]\nsteps = 1\n[analysis]\nrank_samples = 2\ntop = [1]\nstrengths = [1.0]\n')
+    return ["pretrained", str(d / "c.toml"), "--out", str(d / "run"), "--threads", "1"]
+
+
+# command -> (its arguments in directory d with checkpoint ckpt, the device its run must record)
+COMMANDS = {
+    "train": (lambda d, c: ["train", *SMALL, "--steps", "1", "--device", "cpu", "--out", str(d / "run")], "cpu"),
+    "eval": (lambda d, c: ["eval", str(c), "--split", "id", "-n", "2", "--no-attn", "--run-dir", str(d / "run")],
+             "auto"),
+    "rank": (lambda d, c: ["rank", str(c), "--task", "reversal", "-n", "2", "--no-progress", "--device", "cpu",
+                           "--out", str(d / "run")], "cpu"),
+    "abc": (lambda d, c: ["abc", str(c), "--task", "reversal", "--abs", "anti:1:0", "--id-samples", "2",
+                          "--ood-samples", "2", "--ood-param", "length=11-12", "--device", "cpu", "--no-progress",
+                          "--out", str(d / "run")], "cpu"),
+    "sweep": (sweep_args, "auto"),
+    "demo": (lambda d, c: ["demo", "--quick", "--device", "cpu", "--out", str(d / "run")], "cpu"),
+    "pretrained": (pretrained_args, "cpu"),
+    "study qk": (lambda d, c: ["study", "qk", "--quick", "--no-progress", "--out", str(d / "run")], "cpu"),
+    "study abc": (lambda d, c: ["study", "abc", "--quick", "--no-progress", "--out", str(d / "run")], "cpu"),
+    "study parity": (lambda d, c: ["study", "parity", "--quick", "--no-report", "--out", str(d / "run")], "cpu"),
+}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_run_json_records_versions_backend_and_the_device_used(command, ckpt, tmp_path):
+    make_args, device = COMMANDS[command]
+    aspan(*make_args(tmp_path, ckpt), cwd=tmp_path)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert {k: run["versions"].get(k) for k in STACK} == STACK
+    assert run["backend"] == "hooked"  # TransformerLens 3 without ASPAN_BACKEND
+    assert run["device"] == (auto_device() if device == "auto" else device)
+
+
+def test_the_backend_recorded_is_the_one_used(ckpt, tmp_path):
+    aspan("eval", str(ckpt), "--split", "id", "-n", "2", "--no-attn", "--device", "cpu", "--run-dir",
+          str(tmp_path / "run"), cwd=tmp_path, env={**ENV, "ASPAN_BACKEND": "bridge"})
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (run["backend"], run["device"]) == ("bridge", "cpu")
+
+
+def test_version_and_doctor_print_the_same_record(tmp_path):
+    doctor = aspan("doctor", cwd=tmp_path, env={**ENV, "ASPAN_BACKEND": "bridge"}).stdout.splitlines()
+    expected = [*(f"{k}: {v}" for k, v in STACK.items()), "backend: bridge", f"device: {auto_device()}"]
+    assert doctor == expected
+    line = aspan("--version", cwd=tmp_path).stdout.strip()
+    assert line == f"aspan {STACK['aspan']} ({', '.join([*expected[1:-2], 'backend: hooked', expected[-1]])})"
