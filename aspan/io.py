@@ -98,10 +98,16 @@ def _straight_target(path: Path) -> bool:
         mode = None
     if mode is not None and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
         return True
-    if path.is_symlink():
-        raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): refusing to write through it; remove "
-                         "it or write elsewhere")
+    refuse_link(path)
     return False
+
+
+def refuse_link(path: Path) -> None:
+    """ValueError naming `path` when it is a symbolic link: a run-directory file is never written, and its results
+    never read, through one (it could point anywhere)."""
+    if path.is_symlink():
+        raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): refusing to use it; remove it or use "
+                         "another run directory")
 
 
 def _naming(error: OSError, path: Path, tmp: Path | None = None) -> OSError:
@@ -307,11 +313,9 @@ def settings_key(settings: dict[str, Any]) -> str:
 def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "") -> list[dict[str, Any]]:
     """Rows of a JSONL file, the first of each `key` kept; a torn last line is skipped, a corrupt middle one is an
     error. With `fields`, every row must be a JSON object holding them: otherwise a ValueError naming the file and
-    line, "not a `what` row"."""
+    line, "not a `what` row". A symbolic link is refused (`refuse_link`): results are never read from elsewhere."""
     path = Path(path)
-    if path.is_symlink():  # a results file is appended to next: neither read nor written through a link
-        raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): refusing to read or write through it; "
-                         "remove it or write elsewhere")
+    refuse_link(path)
     if not path.exists():
         return []
     lines = path.read_bytes().split(b"\n")
@@ -363,9 +367,8 @@ def _open_no_link(path: Path, flags: int) -> int:
     try:
         return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as e:
-        if e.errno == errno.ELOOP or (e.errno == errno.EMLINK and path.is_symlink()):
-            raise ValueError(f"{path} is a symbolic link (to {os.readlink(path)}): refusing to write through it; "
-                             "remove it or use another run directory") from None
+        if e.errno in (errno.ELOOP, errno.EMLINK):
+            refuse_link(path)
         raise
 
 

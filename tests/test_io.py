@@ -248,7 +248,7 @@ def test_a_junk_pid_where_flock_is_unsupported_names_the_lock_file(tmp_path, mon
             pass
 
 
-def test_rows_are_never_appended_or_cut_through_a_symbolic_link(tmp_path):
+def test_rows_are_never_appended_cut_or_read_through_a_symbolic_link(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep: no newline at the end")
     link = tmp_path / "rows.jsonl"
@@ -259,6 +259,8 @@ def test_rows_are_never_appended_or_cut_through_a_symbolic_link(tmp_path):
         io.append_line(link, {"x": 1})
     with pytest.raises(ValueError, match=rf"^{link} is a symbolic link"):
         io.write_json(link, {"x": 1})
+    with pytest.raises(ValueError, match=rf"^{link} is a symbolic link"):
+        read_rows(link)  # nor are results read from elsewhere
     assert victim.read_text() == "keep: no newline at the end" and link.is_symlink()
 
 
