@@ -78,6 +78,8 @@ COMMANDS = {
     "study qk": (lambda d, c: ["study", "qk", "--quick", "--no-progress", "--out", str(d / "run")], "cpu"),
     "study abc": (lambda d, c: ["study", "abc", "--quick", "--no-progress", "--out", str(d / "run")], "cpu"),
     "study parity": (lambda d, c: ["study", "parity", "--quick", "--no-report", "--out", str(d / "run")], "cpu"),
+    "study abc paper": (lambda d, c: ["study", "abc", "--protocol", "paper", "--quick", "--no-progress",
+                                       "--out", str(d / "run")], "cpu"),
 }
 
 

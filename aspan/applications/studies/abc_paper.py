@@ -626,7 +626,8 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
 
     import torch
 
-    from ...io import RunDir, versions
+    from ...environment import run_environment
+    from ...io import RunDir
 
     table = paper_table(ctx)
     run = RunDir(ctx.out)
@@ -655,7 +656,7 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         "not_run": ctx.skipped, "widths": {t: task_width(t, ctx.cfg.buckets) for t in ctx.data},
         "test_samples": {t: {n: len(s) for n, s in d.test.items()} for t, d in ctx.data.items()},
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
-        "versions": versions(),
+        **run_environment(device=ctx.cfg.device),
     })
     return table
 
