@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -306,3 +307,10 @@ def test_evaluate_refuses_samples_its_model_cannot_read_before_any_forward():
         evaluate(model, tok, samples, batch_size=8)
     assert not forwards  # refused before the first batch
     assert len(evaluate(model, tok, samples[:8], attn=False).samples) == 8 and forwards
+
+
+def test_sweep_seeds_below_zero_are_refused_by_the_config():
+    for text, key in ((SWEEP + "rank_seed = -3\n", "heads.rank_seed"),
+                      (SWEEP.replace("n_samples = 2", "n_samples = 2\nseeds = [0, -1]"), "seeds")):
+        with pytest.raises(ValueError, match=f"sweep config: {key}: must be an integer >= 0, got -"):
+            SweepConfig.from_dict(tomllib.loads(text), check_model=False)

@@ -167,7 +167,7 @@ def _data_settings(raw: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"sweep config: {key}: {e}") from None
     device = raw.get("device")
     return {**out, "n_samples": _int(raw.get("n_samples", 100), "n_samples", minimum=1),
-            "seeds": _ints(raw.get("seeds", [0]), "seeds"),
+            "seeds": _ints(raw.get("seeds", [0]), "seeds", minimum=0),
             "batch_size": _int(raw.get("batch_size", 32), "batch_size", minimum=1),
             "device": None if device is None else check_device(_str(device, "device"), "sweep config: device")}
 
@@ -251,7 +251,7 @@ def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
         raise ValueError(f"sweep config: heads.rank_params: {e}") from None
     return {"top": top, "fractions": _dedup(fractions), "explicit": explicit, "rank_by": by,
             "rank_samples": _int(heads.get("rank_samples", 64), "heads.rank_samples", minimum=1),
-            "rank_seed": _int(heads.get("rank_seed", 10_000), "heads.rank_seed"),
+            "rank_seed": _int(heads.get("rank_seed", 10_000), "heads.rank_seed", minimum=0),
             "rank_delta": None if rank_delta == "same" else _int(rank_delta, "heads.rank_delta"),
             "rank_params": rank_params, "rank_convention": convention}
 
