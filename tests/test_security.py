@@ -7,7 +7,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -93,12 +92,10 @@ def hostile_checkpoints(tmp_path: Path) -> dict[Path, str]:
 def test_security_a_checkpoint_naming_a_hub_tokenizer_is_refused_at_once(tmp_path):
     """A config.json with `tokenizer_name` and `trust_remote_code: true` made `aspan eval` ask the model hub (DNS,
     five retries, about a minute) with the file's trust_remote_code; it is refused naming the file and key."""
-    for ckpt, key in hostile_checkpoints(tmp_path).items():
-        start = time.monotonic()
-        r = aspan("eval", str(ckpt), "-n", "2", "--no-attn", cwd=tmp_path)
+    for ckpt, key in hostile_checkpoints(tmp_path).items():  # (no wall-time bound: the machine's load decides it;
+        r = aspan("eval", str(ckpt), "-n", "2", "--no-attn", cwd=tmp_path)  # the next test blocks the network)
         assert r.returncode == 2, r.stderr[-2000:]
         one_line(r.stderr, str(ckpt / "config.json"), key)
-        assert time.monotonic() - start < 60  # imports included (~10-25 s on a busy machine); the hub took 63 s
 
 
 def test_security_no_load_path_reaches_the_network(tmp_path, monkeypatch):
