@@ -147,20 +147,13 @@ def _input_hashes(args: argparse.Namespace) -> dict[str, str]:
     """sha256 of the --data file and of the --init checkpoint (a file, or every file of a checkpoint directory):
     recorded in the run's settings and checkpoints, so a run is never continued on other inputs of the same name."""
     from aspan.io import sha256_of
-    from aspan.models.checkpoint import resolve
+    from aspan.models.checkpoint import content_hash, model_path
 
     hashes = {}
     if args.data:
         hashes["data_sha256"] = sha256_of(args.data)
-    if args.init:
-        if str(args.init).lower() == "smollm2" and not Path(args.init).exists():
-            from aspan.models.hf import smollm2_path
-
-            init = smollm2_path()
-        else:
-            init = resolve(args.init)
-        if init.exists():  # (an absent one is reported when it is loaded, with the names that exist)
-            hashes["init_sha256"] = sha256_of(init)
+    if args.init and model_path(args.init).exists():  # (an absent one is reported when loaded, naming what exists)
+        hashes["init_sha256"] = content_hash(args.init)
     return hashes
 
 

@@ -12,7 +12,7 @@ import torch
 
 from ..checks import check_device
 from ..errors import UsageError
-from ..io import atomic_dir, clean, to_json
+from ..io import atomic_dir, clean, sha256_of, to_json
 from ..offline import force_offline
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
@@ -248,31 +248,20 @@ def resolve(path_or_name: str | os.PathLike) -> Path:
     return path
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-
-
-def content_hash(path_or_name: str | os.PathLike) -> str:
-    """sha256 (hex) of a model's weights: a `.gguf` file's bytes, or each weight file at the top of a checkpoint
-    directory (name, then bytes, in name order), streamed. Tells a model directory apart from another model of the
-    same shape put in its place. FileNotFoundError when there is no model there."""
-    import hashlib
-
+def model_path(path_or_name: str | os.PathLike) -> Path:
+    """The file or directory a model argument names: "smollm2" -> its `.gguf` file, a shipped name -> its
+    checkpoint, anything else as given (it need not exist)."""
     if str(path_or_name).lower() == "smollm2" and not Path(path_or_name).exists():
         from .hf import smollm2_path
 
-        path = smollm2_path()
-    else:
-        path = resolve(path_or_name)
-    if not path.exists():
-        raise FileNotFoundError(f"no model at {path}")
-    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode() + b"\0")
-        with open(file, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-    return digest.hexdigest()
+        return smollm2_path()
+    return resolve(path_or_name)
+
+
+def content_hash(path_or_name: str | os.PathLike) -> str:
+    """sha256 of a model's files (`aspan.io.sha256_of` over its checkpoint directory or file): tells a model apart
+    from another of the same shape put in its place. FileNotFoundError when there is no model there."""
+    return sha256_of(model_path(path_or_name))
 
 
 def load(
