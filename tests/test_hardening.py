@@ -14,23 +14,9 @@ import hooks
 from aspan import cli, models, tasks
 from aspan.tokenization import CharTokenizer
 from aspan.training import TrainConfig, train
+from tests.cli import ENV, SMALL, aspan, one_line
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-SMALL = ["--task", "reversal", "--param", "length=1-3", "--param", "charset=abcd", "--d-model", "16", "--n-heads", "2",
-         "--n-layers", "1", "--batch-size", "4", "--eval-samples", "0", "--quiet", "--threads", "1"]
-
-
-def aspan(*args: str, cwd: Path, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=300, **kw)
-
-
-def one_line(err: str, *words: str) -> None:
-    """stderr is exactly one line, no traceback, and names every one of `words`."""
-    assert "Traceback" not in err and err.strip().count("\n") == 0, err
-    for w in words:
-        assert w in err, (w, err)
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str]:

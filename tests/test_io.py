@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from aspan import io
 from aspan.io import RowWriter, read_rows, settings_key, union_rows
+from tests.cli import ENV, aspan, one_line
 
 
 def test_key_is_order_independent_and_stable_across_hash_seeds():
@@ -150,20 +151,6 @@ def test_run_dir_writes_tables_records_and_figures(tmp_path):
 
 # ------------------------------------------------------------------------------------ the command line's writes
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def aspan(*args: str, cwd: Path, code: str | None = None) -> subprocess.CompletedProcess:
-    """`aspan ARGS` in a subprocess (`code`, when given, runs first in the same interpreter, e.g. a monkeypatch)."""
-    main = "import sys\nfrom aspan.cli import main\nsys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", f"{code or ''}\n{main}", *args], cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=300)
-
-
-def one_line(err: str, *words: str) -> None:
-    assert "Traceback" not in err and err.strip().count("\n") == 0, err
-    for w in words:
-        assert w in err, (w, err)
 
 
 def char_device(directory: Path, name: str) -> Path:

@@ -5,8 +5,6 @@ import os
 import re
 import shutil
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,21 +12,9 @@ import torch
 
 from aspan import models
 from aspan.tokenization import CharTokenizer
+from tests.cli import aspan, one_line
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def aspan(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=300)
-
-
-def one_line(err: str, *words: str) -> None:
-    """stderr is exactly one line, no traceback, and names every one of `words`."""
-    assert "Traceback" not in err and err.strip().count("\n") == 0, err
-    for w in words:
-        assert w in err, (w, err)
 
 
 def sweep_config(tmp_path: Path) -> Path:

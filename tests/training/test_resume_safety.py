@@ -9,8 +9,6 @@ import json
 import os
 import pickle
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,24 +18,10 @@ from aspan import cli, models, tasks
 from aspan.io import sha256_of
 from aspan.tokenization import CharTokenizer
 from aspan.training import TrainConfig, latest_checkpoint, read_state, train
+from tests.cli import SMALL, aspan, one_line
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-SMALL = ["--task", "reversal", "--param", "length=1-3", "--param", "charset=abcd", "--d-model", "16", "--n-heads", "2",
-         "--n-layers", "1", "--batch-size", "4", "--eval-samples", "0", "--quiet", "--threads", "1"]
 STEP4 = "step-00000004"
-
-
-def aspan(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True, timeout=300)
-
-
-def one_line(err: str, *words: str) -> None:
-    """stderr is exactly one line, no traceback, and names every one of `words`."""
-    assert "Traceback" not in err and err.strip().count("\n") == 0, err
-    for w in words:
-        assert w in err, (w, err)
 
 
 def tree(directory: Path) -> dict[str, str]:

@@ -1,0 +1,30 @@
+"""Running the command line in a subprocess, as a user does, for the tests of its errors and writes."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# this checkout's package (not whatever else is installed), one thread per process on the 2-core machine
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# the small training run of the command-line tests
+SMALL = ["--task", "reversal", "--param", "length=1-3", "--param", "charset=abcd", "--d-model", "16", "--n-heads", "2",
+         "--n-layers", "1", "--batch-size", "4", "--eval-samples", "0", "--quiet", "--threads", "1"]
+
+
+def aspan(*args: str, cwd: Path, code: str | None = None, **kw) -> subprocess.CompletedProcess:
+    """`aspan ARGS` in a subprocess (`code`, when given, runs first in the same interpreter, e.g. a monkeypatch);
+    keywords go to `subprocess.run` (env, timeout, input)."""
+    main = "import sys\nfrom aspan.cli import main\nsys.exit(main(sys.argv[1:]))"
+    cmd = [sys.executable, "-c", f"{code}\n{main}"] if code else [sys.executable, "-m", "aspan.cli"]
+    return subprocess.run([*cmd, *args], cwd=cwd, **{"env": ENV, "capture_output": True, "text": True,
+                                                     "timeout": 300, **kw})
+
+
+def one_line(err: str, *words: str) -> None:
+    """stderr is exactly one line, no traceback, and names every one of `words`."""
+    assert "Traceback" not in err and err.strip().count("\n") == 0, err
+    for w in words:
+        assert w in err, (w, err)
