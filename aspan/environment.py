@@ -46,7 +46,13 @@ def model_device(model: Any) -> Any:
 
 def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """`versions` (with `extra` distributions), `backend` ("hooked" or "bridge") and `device` of a run: `model`'s
-    own when given, else the backend `aspan.models.load` uses now (`ASPAN_BACKEND`) and `device` as it resolves."""
+    own when given, else the backend `aspan.models.load` uses now (`ASPAN_BACKEND`) and `device` as it resolves;
+    `machine`: the platform, its CPU count and torch's threads."""
+    import os
+    import platform
+
+    import torch
+
     from .models.checkpoint import default_backend
     from .models.loaded import is_bridge
 
@@ -54,7 +60,8 @@ def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...
         backend, device = ("bridge" if is_bridge(model) else "hooked"), model_device(model)
     else:
         backend = default_backend()
-    return {"versions": versions(*extra), "backend": backend, "device": device_name(device)}
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    return {"versions": versions(*extra), "backend": backend, "device": device_name(device), "machine": machine}
 
 
 def describe_environment() -> list[str]:

@@ -382,11 +382,6 @@ def study_figure(table: "pd.DataFrame", name: str):
 
 def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     """table.csv, summary.json (wide table at every length), runs.jsonl (already written), figures, run.json."""
-    import os
-    import platform
-
-    import torch
-
     from ...environment import run_environment
     from ...io import RunDir
 
@@ -410,7 +405,6 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         "selection_rule": "per task and condition, the learning rate with the highest mean exact accuracy on the "
                           f"selection sets ({', '.join(map(str, ctx.cfg.select_buckets))} digits) at seed "
                           f"{ctx.cfg.seeds[0]}; reported on held-out test sets",
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
         **run_environment(device=ctx.cfg.device),
     })
     return table

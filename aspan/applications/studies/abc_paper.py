@@ -621,9 +621,6 @@ def accuracy_figure(table: "pd.DataFrame", name: str):
 
 def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     """table.csv, summary.json (wide table beside the paper's), figures, run.json; runs.jsonl is already written."""
-    import os
-    import platform
-
     import torch
 
     from ...environment import run_environment
@@ -655,7 +652,6 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         "wall_s_this_invocation": wall_s, "train_eval_s_all_rows": sum(r.get("wall_s", 0.0) for r in ctx.rows.values()),
         "not_run": ctx.skipped, "widths": {t: task_width(t, ctx.cfg.buckets) for t in ctx.data},
         "test_samples": {t: {n: len(s) for n, s in d.test.items()} for t, d in ctx.data.items()},
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()},
         **run_environment(device=ctx.cfg.device),
     })
     return table
