@@ -2,9 +2,6 @@
 one line naming the file and line (or key), exit code 2, no traceback, before any model work and without a partial
 file. Each CLI case runs the real command in a subprocess."""
 import json
-import os
-import subprocess
-import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -22,8 +19,9 @@ from aspan.experiments.sweep import SweepConfig, grid
 from aspan.io import settings_key
 from aspan.tokenization import CharTokenizer
 from hooks.reinforce import edit_pattern
+from tests.cli import aspan_peak
 
-from .test_hardening import ENV, SMALL, aspan, leftovers, one_line
+from .test_hardening import SMALL, aspan, leftovers, one_line
 
 SWEEP = """model = "reversal"
 task = "reversal"
@@ -253,14 +251,9 @@ def test_rank_by_effect_refuses_a_bad_edit_before_any_work(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ resource limits
-def aspan_peak(*args: str, cwd: Path) -> tuple[int, str, float]:
-    """(exit code, stderr, peak resident memory in GB) of `aspan ARGS` in a subprocess."""
-    proc = subprocess.Popen([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=ENV, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    err = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err, usage.ru_maxrss / 2**20
+def gb_peak(*args: str, cwd: Path) -> tuple[int, str, float]:
+    code, err, peak = aspan_peak(*args, cwd=cwd)
+    return code, err, peak / 2**30
 
 
 def test_sample_counts_and_batches_that_cannot_fit_are_refused_before_allocating(tmp_path):
@@ -270,12 +263,12 @@ def test_sample_counts_and_batches_that_cannot_fit_are_refused_before_allocating
                         (["eval", "reversal", "-n", "1000000000"], ["-n", "1,000,000,000 samples", "GB"]),
                         (["eval", "reversal", "-n", "4", "--batch-size", "1000000000"], ["--batch-size", "GB"])):
         out = tmp_path / "run"
-        code, err, peak = aspan_peak(*args, *(["--out", str(out)] if args[0] == "train" else []), cwd=tmp_path)
+        code, err, peak = gb_peak(*args, *(["--out", str(out)] if args[0] == "train" else []), cwd=tmp_path)
         assert code == 2 and not out.exists(), err
         one_line(err, *words, "more than this machine can hold")
         assert peak < 2, f"{args}: peak {peak:.1f} GB before refusing"
     cfg = sweep_config(tmp_path, SWEEP.replace("n_samples = 2", "n_samples = 1000000000"))
-    code, err, peak = aspan_peak("sweep", str(cfg), "--out", str(tmp_path / "sw"), cwd=tmp_path)
+    code, err, peak = gb_peak("sweep", str(cfg), "--out", str(tmp_path / "sw"), cwd=tmp_path)
     assert code == 2 and not (tmp_path / "sw").exists() and peak < 2
     one_line(err, "sweep config: n_samples", "GB")
 

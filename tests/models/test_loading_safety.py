@@ -3,7 +3,6 @@ before anything is built, and a model too large for this machine is refused befo
 one line naming the file (or option) and the key, exit code 2, no traceback."""
 import json
 import math
-import os
 import shutil
 import struct
 import subprocess
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from aspan import models
 from aspan.models.safety import MODEL_FIELDS, parameter_bytes
 from aspan.tokenization import CharTokenizer
+from tests.cli import aspan_peak
 
 from ..test_hardening import ENV, aspan, one_line
 
@@ -84,19 +84,6 @@ def test_any_single_change_loads_or_is_refused_naming_the_key(aspan_ckpt, tmp_pa
 
 
 # ---------------------------------------------------------------------------------------- hostile sizes
-def aspan_peak(*args: str, cwd: Path) -> tuple[int, str, int]:
-    """(exit code, stderr, peak resident memory in bytes) of one `aspan` command."""
-    err = cwd / "stderr.txt"
-    with open(err, "w") as f:
-        p = subprocess.Popen([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=ENV, stdout=subprocess.DEVNULL,
-                             stderr=f)
-        _, status, usage = os.wait4(p.pid, 0)
-    p.returncode = os.waitstatus_to_exitcode(status)
-    text = err.read_text()
-    err.unlink()
-    return p.returncode, text, usage.ru_maxrss * 1024
-
-
 def test_parameter_bytes_counts_what_a_hooked_transformer_allocates():
     """The estimate equals HookedTransformer's parameter count (times 4 bytes), the learned position table included."""
     vocab = CharTokenizer().vocab_size
