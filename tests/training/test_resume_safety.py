@@ -189,6 +189,7 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.hooked  # counts HookedTransformer's safetensors writes (a bridge saves its weights through transformers)
 @pytest.mark.parametrize("failing", ["weights", "train state"])
 def test_full_disk_keeps_no_half_checkpoint_and_resume_continues(tmp_path, capsys, monkeypatch, failing):
     """The 2nd checkpoint (step 4) fails with ENOSPC while writing its weights, or its training state: the message
