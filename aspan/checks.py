@@ -111,16 +111,9 @@ RECORD_BYTES = 600  # one per-token evaluation record: its row tuple (prediction
 def check_memory(needed: int, what: str, detail: str, device: str | None = None) -> None:
     """UsageError naming `what`, the estimate and its `detail` when `needed` bytes exceed the share of this machine's
     available memory (the device's, for CUDA) a workload may take; nothing is allocated to find out."""
-    from .models.safety import MEMORY_SHARE, available_bytes
+    from .models.safety import refuse_over_memory
 
-    have = available_bytes(device)
-    if needed > MEMORY_SHARE * have:
-        raise UsageError(f"{what}: needs about {_gb(needed)} ({detail}), more than this machine can hold "
-                         f"({_gb(have)} available{' on ' + str(device) if device else ''})")
-
-
-def _gb(n: float) -> str:
-    return f"{n / 2**30:,.1f} GB" if n < 2**70 else f"{n / 2**30:.3g} GB"
+    refuse_over_memory(needed, what, detail, device)
 
 
 def sample_bytes(n: int, longest: int, records: bool = False) -> int:

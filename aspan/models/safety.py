@@ -214,13 +214,19 @@ def available_bytes(device: str | None = None) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_memory(needed: int, what: str, sizes: dict[str, Any], device: str | None = None) -> None:
-    """UsageError (naming `what` and its sizes) when `needed` bytes exceed MEMORY_SHARE of the available memory."""
+def refuse_over_memory(needed: int, what: str, detail: str, device: str | None = None, verb: str = "needs") -> None:
+    """UsageError "`what`: `verb` about N GB (`detail`), more than this machine can hold" when `needed` bytes exceed
+    MEMORY_SHARE of the available memory (the device's, for CUDA); nothing is allocated to find out."""
     have = available_bytes(device)
     if needed > MEMORY_SHARE * have:
-        shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
-        raise UsageError(f"{what}: the model would take about {_gb(needed)} ({shown}), more than this machine can "
-                         f"hold ({_gb(have)} available{' on ' + str(device) if device else ''})")
+        raise UsageError(f"{what}: {verb} about {_gb(needed)} ({detail}), more than this machine can hold "
+                         f"({_gb(have)} available{' on ' + str(device) if device else ''})")
+
+
+def check_memory(needed: int, what: str, sizes: dict[str, Any], device: str | None = None) -> None:
+    """`refuse_over_memory` for a model, naming its sizes."""
+    shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    refuse_over_memory(needed, what, shown, device, verb="the model would take")
 
 
 def _gb(n: int) -> str:
