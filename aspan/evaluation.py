@@ -39,7 +39,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 import hooks
-from hooks._validate import check_heads, check_hook_points
+from hooks import check_heads, check_hook_points
 
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .io import write_jsonl

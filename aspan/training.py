@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from hooks._validate import check_hook_points
+from hooks import check_hook_points
 
 from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device

@@ -12,6 +12,13 @@ target, e.g. the end-of-sequence row). Factories return `list[(hook_name, fn)]` 
 `model.run_with_hooks`.
 """
 from ._rows import rows_beyond
+from ._stream import pattern_name as pattern_name
+from ._validate import check_delta as check_delta
+from ._validate import check_fits as check_fits
+from ._validate import check_heads as check_heads
+from ._validate import check_hook_points as check_hook_points
+from ._validate import check_mask as check_mask
+from ._validate import check_strength as check_strength
 from .bias import attn_bias, offset_bias
 from .capture import capture, capture_hooks
 from .masks import attn_mass, extrapolate_mask, share, shift_mask, target_rows
@@ -21,8 +28,8 @@ from .rollout import rollout, rollout_scores
 from .scores import head_row_scores, head_scores, offset_scores
 from .steer import steer
 
-# What a user calls. Validators and internals stay in their modules for aspan's own use
-# (`hooks._validate.check_heads`, `hooks._stream.pattern_name`, `hooks.reinforce.edit_pattern`, ...).
+# What a user calls. The checks and the hook name above are exported for aspan's own use (the layer above imports
+# nothing from `hooks._*`) and stay out of `__all__`; other internals stay in their modules.
 __all__ = [
     "attn_bias", "attn_mass", "capture", "capture_hooks", "extrapolate_mask", "head_row_scores", "head_scores",
     "offset_bias", "offset_scores", "patch_pattern", "reinforce", "rollout", "rollout_scores", "rows_beyond", "share",

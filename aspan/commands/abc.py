@@ -109,7 +109,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     heads = parse_heads(args.heads) if args.heads else None
     if heads:
         from aspan.experiments.sweep import checkpoint_dims
-        from hooks._validate import check_heads
+        from hooks import check_heads
 
         heads = check_heads(heads, *(checkpoint_dims(args.model) or (None, None)))
     return _Plan(id_task, ood_task, directions, window, heads)
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer, _ = models.load(args.model, device=args.device)
     models.check_context(model, plan.ood_task, tokenizer.offset)
     if plan.heads:
-        from hooks._validate import check_heads
+        from hooks import check_heads
 
         plan.heads = check_heads(plan.heads, model.cfg.n_layers, model.cfg.n_heads)
     id_samples = plan.id_task.generate(args.id_samples, seed=args.seed)

@@ -37,8 +37,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 import hooks
-from hooks._stream import pattern_name
-from hooks._validate import check_delta, check_heads, check_mask, check_strength
+from hooks import check_delta, check_heads, check_mask, check_strength, pattern_name
 from hooks.masks import query_rows
 from hooks.reinforce import edit_pattern
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pandas as pd
 import torch
 
-from hooks._validate import check_fits, check_heads
+from hooks import check_fits, check_heads
 
 from ..checks import check_device, check_offsets, check_sample_memory
 from ..io import read_toml

@@ -1,0 +1,47 @@
+"""The layers of README's "Layout", read from the source with `ast` (imports inside functions included): `hooks`
+imports nothing from aspan, `aspan.tasks` only itself, nothing in aspan imports a private `hooks._*` module."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+         for package in ("aspan", "hooks") for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def imports(module: str) -> set[str]:
+    """The modules `module` imports anywhere in its file, relative imports resolved; `from p import m` names the
+    submodule `p.m` when there is one."""
+    path, found = FILES[module], set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[: len(package.split(".")) + 1 - node.level] if node.level else [])
+            base = ".".join(filter(None, (base, node.module)))
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in FILES else base for a in node.names}
+    return found - {module}
+
+
+GRAPH = {module: imports(module) for module in FILES}
+
+
+def _under(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_hooks_imports_nothing_from_aspan():
+    assert {m: sorted(d for d in deps if _under(d, "aspan")) for m, deps in GRAPH.items()
+            if _under(m, "hooks") and any(_under(d, "aspan") for d in deps)} == {}
+
+
+def test_tasks_import_only_tasks():
+    assert sorted((m, d) for m, deps in GRAPH.items() if _under(m, "aspan.tasks")
+                  for d in deps if _under(d, "aspan", "hooks") and not _under(d, "aspan.tasks")) == []
+
+
+def test_no_private_hooks_module_is_imported_outside_hooks():
+    assert sorted((m, d) for m, deps in GRAPH.items() if not _under(m, "hooks")
+                  for d in deps if _under(d, "hooks") and d.split(".")[1:2] and d.split(".")[1].startswith("_")) == []
