@@ -44,6 +44,7 @@ from hooks import check_heads, check_hook_points
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .io import write_jsonl
 from .models.loaded import cache_keyword, forward_cache_to_attention, is_bridge  # noqa: F401  (is_bridge: part of this module's surface)
+from .models.trained import check_task, task_of, trained_task
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
 from .tokenization import Tokenizer
@@ -192,10 +193,13 @@ def _token_str(tokenizer: Tokenizer, cache: dict, i: int) -> str:
     return cache[i]
 
 
-def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, batch_size: int) -> None:
-    """Fail before any work: no samples, bad mode, batch size, or a sample longer than the model's context."""
+def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, batch_size: int, any_task: bool) -> None:
+    """Fail before any work: no samples, samples of another task than the model's (unless `any_task`), bad mode,
+    batch size, or a sample longer than the model's context."""
     if not samples:
         raise ValueError("evaluate: no samples (accuracies of an empty set are undefined): give at least one")
+    if not any_task:
+        check_task(trained_task(model), task_of(samples), "evaluate", "pass any_task=True to score them anyway")
     from .training import check_tokenizer  # the check `aspan eval` makes on a task's alphabet, here on the samples
 
     try:
@@ -286,16 +290,18 @@ def evaluate(
     delta: int = 0,
     attn: bool = True,
     progress: bool = False,
+    any_task: bool = False,
 ) -> EvalResult:
     """Score `samples` teacher-forced or by greedy generation; per-token records and per-sample accuracy.
 
     Never trains or changes the model: no gradients, the `training` flag is restored, weights untouched.
     Records carry the rollout AttnScore in both conventions (`attn_rollout_sample`, `attn_rollout_raw`); `heads`
     adds `attn_heads_sample` and `attn_heads_raw` (mean over those heads' per-row AttnScore); `delta` shifts
-    references.
+    references. Samples of another task than the one the model was trained on (`aspan.models.trained`) are refused
+    unless `any_task`.
     """
     samples = list(samples)
-    _check(model, tokenizer, samples, mode, batch_size)
+    _check(model, tokenizer, samples, mode, batch_size, any_task)
     if heads:
         heads = check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
     device = model.cfg.device

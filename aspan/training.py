@@ -39,6 +39,7 @@ from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
 from .io import append_line, atomic_dir, cut_rows, to_json, write_text
 from .models.tiny import check_context
+from .models.trained import TrainedTask, record_task
 from .param_groups import Freezer, TrainOnly, group_masks, is_bridge, live_parameters, parse_train_only
 from .tasks.base import Sample, Task
 from .tokenization import Tokenizer
@@ -588,6 +589,7 @@ def _prepare(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConf
         raise ValueError(f"batch_size {config.batch_size} is smaller than the number of processes {world}")
     check_context(model, stream.max_text_len(), tokenizer.offset, eos=tokenizer.eos_id is not None)
     check_tokenizer(tokenizer, stream.alphabet())
+    record_task(model, _stream_task(stream))  # fine-tuning on another task makes it the model's task
     if config.train_only is not None:
         group_masks(model, config.train_only)  # out-of-range columns or pairs fail before any work
     if opts.out_dir is not None and rank == 0:
@@ -596,6 +598,14 @@ def _prepare(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConf
         model.to(device)
     opts.meta = {**opts.meta, "train_config": asdict(config)}
     return _Run(model, tokenizer, config, opts, stream, device, rank, world, total)
+
+
+def _stream_task(stream: DataStream) -> TrainedTask | None:
+    """The task a model trained on `stream` learns: its task, or the task its samples name (None when unnamed)."""
+    if stream.task is not None:
+        return TrainedTask(stream.task.name, stream.task.params())
+    first = stream.samples[0]
+    return TrainedTask(first.task, dict(first.params or {})) if first.task else None
 
 
 def _setup_optimizer(run: _Run) -> None:

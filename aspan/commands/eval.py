@@ -16,6 +16,8 @@ HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint or training run directory, .gguf file, or 'smollm2'")
     p.add_argument("--task", help="task name (default: the checkpoint's training task)")
+    p.add_argument("--any-task", action="store_true",
+                   help="score a model on another task than the one it was trained on (refused otherwise)")
     p.add_argument("--split", default="ood", choices=("id", "ood"), help="preset (default ood)")
     p.add_argument("--param", action="append", default=[], metavar="K=V", help="task parameter override (repeatable)")
     p.add_argument("-n", "--samples", type=positive_int, default=500, help="number of samples (default 500)")
@@ -113,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     from aspan.commands.data import parse_params
     from aspan.environment import run_environment
     from aspan.evaluation import correct_vs_error_table, evaluate, summarize, write_records
+    from aspan.models.trained import check_task, trained_task
     from aspan.training import check_tokenizer, resolve_device
 
     if args.samples < 1:
@@ -132,11 +135,14 @@ def run(args: argparse.Namespace) -> int:
     if not name:
         raise ValueError("--task is required (the checkpoint does not name its task)")
     task = tasks.preset(name, args.split, **parse_params(name, args.param))
+    if not args.any_task:
+        check_task(trained_task(model), [(task.name, task.params())], f"--task {name}",
+                   "pass --any-task to evaluate it anyway")
     check_tokenizer(tokenizer, task.alphabet)
     samples, names = _samples(model, task, buckets, args, tokenizer.offset)
     check_offsets(args.delta, tokenizer.offset + max(len(s.text) for s in samples) + 1, "--delta")
     res = evaluate(model, tokenizer, samples, mode=args.mode, batch_size=args.batch_size, heads=heads,
-                   delta=args.delta, attn=not args.no_attn, progress=True)
+                   delta=args.delta, attn=not args.no_attn, progress=True, any_task=args.any_task)
 
     bucket = args.bucket or (5 if res.samples.length.nunique() > 15 else 1)
     by_length = summarize(res, bucket=bucket)

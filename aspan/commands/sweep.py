@@ -80,16 +80,24 @@ def _held_out(config, out: Path, rows, id_budget: float | None, progress: bool) 
     return entry
 
 
+RESULT_FREE = ("device", "any_task")  # config keys that are not part of a run directory's configuration
+
+
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
 
     from aspan.checks import check_output_dir
     from aspan.environment import run_environment
+    from aspan.experiments.engine import ANY_TASK_HINT, set_tasks
     from aspan.experiments.sweep import SweepConfig, checkpoint_dims, grid, parse_shard, run_sweep, shard_points
     from aspan.io import LOCK, claim, write_json
-    from aspan.models.checkpoint import content_hash, default_backend
+    from aspan.models.checkpoint import content_hash, default_backend, saved_task
+    from aspan.models.trained import check_task
 
     config = SweepConfig.from_toml(args.config)  # full validation before any model work
+    if not config.any_task:  # the model's training task, from its metadata: before the run directory is touched
+        check_task(saved_task(config.model), set_tasks(config.data()), f"{args.config}: model {config.model}",
+                   ANY_TASK_HINT)
     dims = checkpoint_dims(config.model)
     if dims:
         config.check_heads(*dims)
@@ -108,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     # one job per rows file (parallel shards write their own), one configuration per run directory
     lock = LOCK if shard is None else f".aspan.shard-{shard[0]}-of-{shard[1]}.lock"
     # the backend and the weights (a model directory may be replaced by another of the same shape) are settings too
-    settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k != "device"},
+    # (the device and any_task do not change what a row holds)
+    settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k not in RESULT_FREE},
                 "backend": default_backend(), "model_sha256": content_hash(config.model)}
     existing_rows(out)  # a corrupt rows file is refused before any model work
     with claim(out, settings, command=f"aspan sweep {args.config}", lock=lock):

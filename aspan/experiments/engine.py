@@ -50,6 +50,7 @@ SetName = Literal["selection", "held_out", "id"]
 SETS: tuple[SetName, ...] = get_args(SetName)
 SEED_OFFSET: dict[str, int] = {"id": 1, "selection": 2, "held_out": 3}
 ID_BUDGET = 0.01  # default ID cost budget: 1 percentage point of ID exact accuracy
+ANY_TASK_HINT = "set any_task = true in the sweep config to run it anyway"
 
 METHODS: dict[str, Method] = {}
 
@@ -193,10 +194,15 @@ def head_label(heads: Iterable[Head]) -> str:
 class Engine:
     """Evaluates grid points on a loaded model; caches samples, the ranking and the matched baselines."""
 
-    def __init__(self, model, tokenizer, data: Data, batch_size: int = 32, attn: bool = True):
+    def __init__(self, model, tokenizer, data: Data, batch_size: int = 32, attn: bool = True, any_task: bool = False):
+        """`any_task`: evaluate a model on another task than the one it was trained on (refused otherwise)."""
         from .. import models
+        from ..models.trained import check_task, trained_task
 
+        if not any_task:
+            check_task(trained_task(model), set_tasks(data), "experiment engine", ANY_TASK_HINT)
         self.model, self.tok, self.data, self.batch_size, self.attn = model, tokenizer, data, batch_size, attn
+        self.any_task = any_task
         models.check_context(model, _task(data, "selection"), tokenizer.offset)
         models.check_context(model, _task(data, "id"), tokenizer.offset)
         self._samples: dict[tuple[str, int], list] = {}
@@ -259,7 +265,7 @@ class Engine:
 
         attn = self.attn and name == p["set"]
         res = evaluate(self.model, self.tok, self.samples(name, p["seed"]), fwd_hooks=edit or (), mode=p["mode"],
-                       batch_size=self.batch_size, heads=heads if attn else None, attn=attn)
+                       batch_size=self.batch_size, heads=heads if attn else None, attn=attn, any_task=self.any_task)
         by_len = summarize(res, by="length")[["length", "n", "exact", "partial"]].to_dict("records")
         return res.summary(), by_len
 
@@ -308,6 +314,12 @@ def _task(data: Data, name: str):
 
     return tasks.preset(data.task, "id", **data.id_params) if name == "id" else \
         tasks.preset(data.task, data.split, **data.ood_params)
+
+
+def set_tasks(data: Data) -> list[tuple[str, dict[str, Any]]]:
+    """(name, parameters) of the tasks the sets of `data` are drawn from (OOD and ID presets), for
+    `models.trained.check_task`."""
+    return [(t.name, t.params()) for t in (_task(data, "selection"), _task(data, "id"))]
 
 
 # ----------------------------------------------------------------------------------------------- running a grid

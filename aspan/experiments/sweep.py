@@ -42,7 +42,7 @@ __all__ = ["SweepConfig", "grid", "parse_shard", "report_selection", "run_sweep"
 
 TOP_KEYS = {
     "model", "task", "split", "task_params", "id_params", "n_samples", "seeds", "batch_size", "mode", "method",
-    "strengths", "thresholds", "renormalize", "deltas", "delta", "device", "heads", "gates", "eos",
+    "strengths", "thresholds", "renormalize", "deltas", "delta", "device", "heads", "gates", "eos", "any_task",
 }
 HEAD_KEYS = {"top", "fraction", "list", "by", "rank_samples", "rank_seed", "rank_delta", "rank_params", "convention"}
 BUILTIN_MODELS = ("smollm2",)
@@ -85,6 +85,7 @@ class SweepConfig:
     rank_delta: int | None = None  # None: rank at each grid point's own delta
     rank_params: dict[str, Any] = field(default_factory=dict)
     rank_convention: str = "raw"  # AttnScore convention of the ranking's attention share (sample or raw)
+    any_task: bool = False  # evaluate a model on another task than its training task (refused otherwise)
 
     @classmethod
     def from_toml(cls, path: str | Path, check_model: bool = True) -> "SweepConfig":
@@ -165,8 +166,10 @@ def _data_settings(raw: dict[str, Any]) -> dict[str, Any]:
             tasks.preset(task, preset, **out[key])
         except (TypeError, ValueError) as e:
             raise ValueError(f"sweep config: {key}: {e}") from None
-    device = raw.get("device")
-    return {**out, "n_samples": _int(raw.get("n_samples", 100), "n_samples", minimum=1),
+    device, any_task = raw.get("device"), raw.get("any_task", False)
+    if not isinstance(any_task, bool):
+        raise _fail("any_task", "true or false", any_task)
+    return {**out, "any_task": any_task, "n_samples": _int(raw.get("n_samples", 100), "n_samples", minimum=1),
             "seeds": _ints(raw.get("seeds", [0]), "seeds", minimum=0),
             "batch_size": _int(raw.get("batch_size", 32), "batch_size", minimum=1),
             "device": None if device is None else check_device(_str(device, "device"), "sweep config: device")}
@@ -381,7 +384,7 @@ def _engine(config: SweepConfig, model=None, tokenizer=None) -> Callable[[], Eng
         elif tokenizer is None:
             raise ValueError("run_sweep: pass the tokenizer along with the model")
         config.check_heads(model.cfg.n_layers, model.cfg.n_heads)
-        return Engine(model, tokenizer, config.data(), config.batch_size)
+        return Engine(model, tokenizer, config.data(), config.batch_size, any_task=config.any_task)
 
     return build
 

@@ -20,6 +20,7 @@ from . import hfform
 from .loaded import LoadedModel, bridge, is_bridge
 from .safety import check_aspan_config, check_hf_checkpoint, check_hf_config, check_tl_memory
 from .tiny import build, has_hooked
+from .trained import TrainedTask, from_meta, record_task
 
 WEIGHTS, CONFIG, HF_TOKENIZER_DIR = "model.safetensors", "config.json", "hf_tokenizer"
 FORMAT, VERSION = "aspan", 1
@@ -130,6 +131,18 @@ def saved_info(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, Any]]
         return dict(config[hfform.KEY].get("meta", {})), hfform.tl_fields(config)
     check_aspan_config(Path(path) / CONFIG, config, VERSION)
     return config.get("meta", {}), config["model"]
+
+
+def saved_task(path_or_name: str | os.PathLike) -> TrainedTask | None:
+    """The training task an aspan checkpoint's metadata names, read without loading its weights; None for models
+    that name none (GGUF files, SmolLM2, other Hugging Face checkpoints)."""
+    path = model_path(path_or_name)
+    if not (path / CONFIG).is_file():
+        return None
+    config = _read_config(path)
+    if config.get("format") != FORMAT and not hfform.is_aspan_hf(config):
+        return None
+    return from_meta(saved_info(path)[0])
 
 
 def architecture(model) -> dict[str, Any]:
@@ -265,6 +278,16 @@ def content_hash(path_or_name: str | os.PathLike) -> str:
 
 
 def load(
+    path_or_name: str | os.PathLike, device: str | None = None, backend: Backend | None = None, **adapter: Any
+) -> LoadedModel:
+    """`_load`, with the training task its metadata names recorded on the model (`aspan.models.trained`): evaluating
+    it on another task's samples is then refused unless asked for. Pretrained models name none."""
+    loaded = _load(path_or_name, device, backend, **adapter)
+    record_task(loaded.model, from_meta(loaded.meta))
+    return loaded
+
+
+def _load(
     path_or_name: str | os.PathLike, device: str | None = None, backend: Backend | None = None, **adapter: Any
 ) -> LoadedModel:
     """Load an aspan checkpoint, a shipped one by name ("reversal"), a local HF checkpoint (Llama, Qwen2, Gemma3),
