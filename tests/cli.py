@@ -32,13 +32,14 @@ def one_line(err: str, *words: str) -> None:
         assert w in err, (w, err)
 
 
-def aspan_peak(*args: str, cwd: Path) -> tuple[int, str, int]:
-    """(exit code, stderr, peak resident memory in bytes) of `aspan ARGS` in a subprocess: the child's own VmHWM,
-    written at exit (the `ru_maxrss` that `wait4` reports also counts the forking parent's memory: in a whole test
-    session, the test runner's gigabytes)."""
+def aspan_peak(*args: str, cwd: Path, code: str = "") -> tuple[int, str, int]:
+    """(exit code, stderr, peak resident memory in bytes) of `aspan ARGS` in a subprocess (`code` runs first, as in
+    `aspan`): the child's own VmHWM, written at exit (the `ru_maxrss` that `wait4` reports also counts the forking
+    parent's memory: in a whole test session, the test runner's gigabytes)."""
     peak = cwd / "vmhwm.txt"
     hwm = "next(line for line in open('/proc/self/status') if line.startswith('VmHWM'))"
-    r = aspan(*args, cwd=cwd, code=f"import atexit\natexit.register(lambda: open({str(peak)!r}, 'w').write({hwm}))")
+    record = f"import atexit\natexit.register(lambda: open({str(peak)!r}, 'w').write({hwm}))"
+    r = aspan(*args, cwd=cwd, code=f"{code}\n{record}")
     kib = int(peak.read_text().split()[1])
     peak.unlink()
     return r.returncode, r.stderr, kib * 1024

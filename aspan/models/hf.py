@@ -24,7 +24,7 @@ from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
 from ..options import Backend
 from .loaded import LoadedModel
-from .safety import check_gguf_header
+from .safety import check_gguf_memory
 from .tiny import _DEPRECATED, build
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def load_gguf(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
-    check_gguf_header(path)  # before a reader allocates for the counts it claims
+    check_gguf_memory(path, device, backend)  # from the header alone: before a reader allocates what it claims
     try:  # eager attention: the bridge's pattern hooks need it (HookedTransformer only takes the weights)
         with quiet_hf():
             hf_model = AutoModelForCausalLM.from_pretrained(

@@ -483,3 +483,83 @@ def check_gguf_header(path: Path) -> None:
     if 24 + tensors * MIN_GGUF_TENSOR + entries * MIN_GGUF_KV > size:
         raise UsageError(f"{path}: its GGUF header claims {tensors:,} tensors and {entries:,} metadata entries, more "
                          f"than its {size:,} bytes can hold (truncated or corrupt)")
+
+
+# GGUF metadata value types (the GGUF specification): fixed sizes by type id; 8 is a string, 9 an array
+GGUF_FIXED = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+GGUF_STRING, GGUF_ARRAY = 8, 9
+
+
+class _GGUFHeader:
+    """Sequential reader of a GGUF header (metadata and tensor descriptions; never the tensor data) that refuses,
+    naming the file, any length running past the end of the file."""
+
+    def __init__(self, path: Path, f):
+        self.path, self.f, self.size = path, f, path.stat().st_size
+
+    def take(self, fmt: str) -> Any:
+        import struct
+
+        n = struct.calcsize("<" + fmt)
+        data = self.f.read(n)
+        if len(data) < n:
+            raise UsageError(f"{self.path}: GGUF header ends early (truncated or corrupt)")
+        return struct.unpack("<" + fmt, data)[0]
+
+    def string(self) -> str:
+        n = self.take("Q")
+        if n > self.size - self.f.tell():
+            raise UsageError(f"{self.path}: GGUF header holds a string of {n:,} bytes, longer than the file")
+        return self.f.read(n).decode("utf-8", "replace")
+
+    def value(self, kind: int) -> Any:
+        if kind in GGUF_FIXED:
+            return self.take(GGUF_FIXED[kind])
+        if kind == GGUF_STRING:
+            return self.string()
+        if kind == GGUF_ARRAY:
+            item, n = self.take("I"), self.take("Q")
+            if n > self.size - self.f.tell():
+                raise UsageError(f"{self.path}: GGUF header holds an array of {n:,} entries, more than the file holds")
+            for _ in range(n):  # arrays (the tokenizer's vocabulary) are skipped: no size is in them
+                self.value(item)
+            return None
+        raise UsageError(f"{self.path}: GGUF metadata value of unknown type {kind}")
+
+
+def gguf_shapes(path: Path) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """(scalar metadata, tensor shapes) of a GGUF file, read from its header alone (`check_gguf_header` first)."""
+    check_gguf_header(path)
+    meta: dict[str, Any] = {}
+    shapes: dict[str, list[int]] = {}
+    with open(path, "rb") as f:
+        f.seek(8)
+        header = _GGUFHeader(path, f)
+        tensors, entries = header.take("Q"), header.take("Q")
+        for _ in range(entries):
+            key = header.string()
+            meta[key] = header.value(header.take("I"))
+        for _ in range(tensors):
+            name, n_dims = header.string(), header.take("I")
+            if n_dims > 8:
+                raise UsageError(f"{path}: GGUF tensor {name!r} claims {n_dims} dimensions (corrupt)")
+            shapes[name] = [header.take("Q") for _ in range(n_dims)]
+            header.take("I"), header.take("Q")  # its type and data offset
+    return meta, shapes
+
+
+def check_gguf_memory(path: Path, device: str | None, backend: str) -> None:
+    """`check_memory` for a GGUF file before transformers dequantises it: every tensor of its header in float32
+    (whatever its quantisation), twice for a HookedTransformer (the dequantised Hugging Face model stays alive while
+    its weights are converted) plus its masks, as for a Hugging Face directory (`hf_memory`)."""
+    meta, shapes = gguf_shapes(path)
+    needed = 4 * sum(math.prod(shape) for shape in shapes.values())
+    arch = meta.get("general.architecture")
+    layers, n_ctx = meta.get(f"{arch}.block_count"), meta.get(f"{arch}.context_length")
+    heads, width = meta.get(f"{arch}.attention.head_count"), meta.get(f"{arch}.embedding_length")
+    sizes = {"tensors": len(shapes), "parameters": needed // 4, "n_layers": layers, "n_ctx": n_ctx}
+    if backend == "hooked":
+        needed *= 2
+        if all(isinstance(v, int) and v > 0 for v in (layers, n_ctx, heads, width)):
+            needed += layers * (n_ctx * n_ctx + 2 * n_ctx * (width // heads) * 4)
+    check_memory(needed, str(path), sizes, device)
