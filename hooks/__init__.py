@@ -19,6 +19,7 @@ from ._validate import check_heads as check_heads
 from ._validate import check_hook_points as check_hook_points
 from ._validate import check_mask as check_mask
 from ._validate import check_strength as check_strength
+from ._validate import check_threshold as check_threshold
 from .bias import attn_bias, offset_bias
 from .capture import capture, capture_hooks
 from .masks import attn_mass, extrapolate_mask, share, shift_mask, target_rows
@@ -26,6 +27,7 @@ from .patch import patch_pattern
 from .reinforce import reinforce
 from .rollout import rollout, rollout_scores
 from .scores import head_row_scores, head_scores, offset_scores
+from .steer import check_alpha as check_alpha
 from .steer import steer
 
 # What a user calls. The checks and the hook name above are exported for aspan's own use (the layer above imports

@@ -238,6 +238,18 @@ def test_sweep_strengths_that_overflow_and_thresholds_that_never_fire_are_refuse
         one_line(r.stderr, *words)
 
 
+def test_sweep_steer_with_strengths_past_alpha_is_refused_at_config_load(tmp_path):
+    """The README's strengths [1.0, 4.0] with method steer (PASTA's alpha must be in (0, 1]): one line naming the
+    key and the method before the model loads, no run directory; without steer the same strengths are a grid."""
+    text = SWEEP.replace("strengths = [1.0]", 'strengths = [1.0, 4.0]\nmethod = ["reinforce", "steer"]')
+    r = aspan("sweep", str(sweep_config(tmp_path, text)), "--out", str(tmp_path / "run"), "--no-progress",
+              cwd=tmp_path)
+    assert r.returncode == 2 and not (tmp_path / "run").exists(), r.stderr
+    one_line(r.stderr, "sweep config: strengths", "method steer", "4")
+    raw = tomllib.loads(text)
+    assert len(grid(SweepConfig.from_dict({**raw, "method": ["reinforce", "patch"]}))) == 2 + 1  # patch: no strength
+
+
 # ------------------------------------------------------------------------------------ arguments before any work
 def test_rank_by_effect_refuses_a_bad_edit_before_any_work(tmp_path):
     for extra, words in ((["--strength", "-1"], ["--strength -1", "must be >= 0"]),

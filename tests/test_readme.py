@@ -115,3 +115,40 @@ def test_parity_format_examples_match_the_solver():
     assert sorted(name for name, _, _ in rows) == sorted(FORMATS)
     for fmt, prompt, target in rows:
         assert Parity(format=fmt).solve(prompt) == target, f"README example of parity format {fmt} is wrong"
+
+
+def test_how_to_add_a_method_lists_every_file():
+    """The README's "How to add a method" names every file a new method touches: the kernel `hooks/<name>.py` (each
+    method's hooks come from that module), its export, the name in `aspan.options`, its rule in
+    `aspan/experiments/edit.py`; no other module of the engine, grid, search, profiling, figures or commands compares
+    against a method's name or keys a table by it (applications may name the method they study: the paper's recipe is
+    reinforcement, the upper bound patching)."""
+    import ast
+
+    import torch
+
+    from aspan.experiments.edit import RULES, Edit
+    from aspan.options import EDIT_METHODS
+
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## How to add a method", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- `([^`]+)`", section, re.M)
+    assert listed == ["hooks/<name>.py", "hooks/__init__.py", "aspan/options.py", "aspan/experiments/edit.py"]
+    assert set(RULES) == set(EDIT_METHODS)
+    mask = torch.zeros(1, 4, 4, dtype=torch.bool)
+    for method in EDIT_METHODS:
+        assert (ROOT / f"hooks/{method}.py").is_file() and (ROOT / f"tests/hooks/test_{method}.py").is_file()
+        made = RULES[method].kernel(Edit(method), [(0, 0)], mask, None, rows=None, gate_below=None)
+        assert made and all(fn.__module__ == f"hooks.{method}" for _, fn in made), method
+    allowed = {ROOT / p for p in listed if "<" not in p}
+    named = set()
+    for path in [*sorted((ROOT / "aspan").rglob("*.py")), *sorted((ROOT / "hooks").rglob("*.py"))]:
+        if path in allowed or path.parent.name == "applications":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            values = [*node.comparators, node.left] if isinstance(node, ast.Compare) else \
+                [k for k in node.keys if k is not None] if isinstance(node, ast.Dict) else []
+            values += [e for v in values if isinstance(v, (ast.Tuple, ast.List, ast.Set)) for e in v.elts]
+            if any(isinstance(v, ast.Constant) and v.value in EDIT_METHODS for v in values):
+                named.add((str(path.relative_to(ROOT)), node.lineno))
+    assert sorted(named) == []

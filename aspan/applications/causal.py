@@ -6,9 +6,10 @@ budget, as grid points for the experiment engine, and the two head rankings side
 - The search (`experiments.search.propose`: causal head profiling and greedy selection of pattern-patching atoms)
   proposes heads with per-head key offsets; `search_points` turns the greedy prefixes and variants of the full
   proposal (reinforcement, renormalised reinforcement, PASTA steering, each also gated to rows past the longest
-  training position) into grid points of the registered method "atoms". With the search's `eos` options holding
-  "extrapolate", each of these edits is also evaluated with every atom leaving the end-of-sequence row alone and
-  with every atom editing it on the reference map continued one row (a hypothesis the rule tests, not a choice).
+  training position, after `experiments.edit.beyond_row`) into grid points of the engine's method "atoms" (each
+  head under its own `Edit`). With the search's `eos` options holding "extrapolate", each of these edits is also
+  evaluated with every atom leaving the end-of-sequence row alone and with every atom editing it on the reference
+  map continued one row (a hypothesis the rule tests, not a choice).
   The engine's one rule then chooses among every evaluated edit (largest OOD exact gain with ID cost <= the
   budget), reported on held-out samples.
 - The patching upper bound: pattern patching only (uniform attention on the shifted references; the limit of
@@ -16,15 +17,14 @@ budget, as grid points for the experiment engine, and the two head rankings side
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import pandas as pd
 
-from .. import tasks
 from ..experiments import engine as E
-from ..experiments.profiling import Edit, spearman
+from ..experiments.edit import Edit
+from ..experiments.profiling import spearman
 from ..experiments.search import Proposal, SearchConfig, decode_atoms, describe, encode_atoms, propose
 
 NAMES = ("baseline", "paper_recipe", "selected", "upper_bound")  # the conditions of summary.json
@@ -39,15 +39,6 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "renormalised reinforce C=20": {"method": "reinforce", "strength": 20.0, "renormalize": True},
     "steer alpha=0.01": {"method": "steer", "strength": 0.01},
 }
-
-E.register("atoms", lambda p, batch, model: _atom_hooks(p, batch, model))
-
-
-def _atom_hooks(p: dict[str, Any], batch, model) -> list:
-    from ..experiments.profiling import atom_hooks
-
-    return atom_hooks(decode_atoms(p["atoms"]), batch.ref_mask, model)
-
 
 @dataclass
 class Searched:
@@ -64,8 +55,7 @@ def search(eng: E.Engine, model_id: str, seed: int, cfg: SearchConfig, variants:
     for v in variants:
         if v not in VARIANTS:
             raise ValueError(f"unknown edit variant {v!r}; choose from {', '.join(VARIANTS)}")
-    id_task = tasks.preset(eng.data.task, "id", **eng.data.id_params)
-    beyond = eng.tok.offset + id_task.max_text_len() - 1  # the row predicting the longest sample's last token
+    beyond = eng.beyond_row()  # the engine's one "beyond" gate: the last row an ID sample trains
     prop = propose(eng.model, eng.tok, eng.samples("selection", seed), eng.samples("id", seed), beyond, cfg)
     points = _search_points(eng.data, model_id, prop, (beyond, seed), variants, cfg.eos)
     return Searched(prop, points, beyond)
@@ -73,7 +63,7 @@ def search(eng: E.Engine, model_id: str, seed: int, cfg: SearchConfig, variants:
 
 def _eos_versions(combo: list, eos: Sequence[str]) -> list[list]:
     """The combination with every atom's end-of-sequence treatment set to each option."""
-    return [[(h, dataclasses.replace(e, eos=opt)) for h, e in combo] for opt in eos]
+    return [[(h, e.replace(eos=opt)) for h, e in combo] for opt in eos]
 
 
 def is_patch(row: dict) -> bool:
@@ -95,7 +85,7 @@ def _search_points(data: E.Data, model_id: str, prop: Proposal, where: tuple[int
     for name in variants:
         for gate in (None, beyond):
             fields = {**VARIANTS[name], "beyond": gate}
-            sets.append((name, [(h, dataclasses.replace(e, **fields)) for h, e in atoms]))
+            sets.append((name, [(h, e.replace(**fields)) for h, e in atoms]))
     helpful = prop.profiled[prop.profiled.effect > 0]
     every = [((int(l), int(h)), Edit("patch", delta=int(d))) for l, h, d in zip(helpful.layer, helpful["head"],
                                                                                 helpful.delta)]
@@ -110,9 +100,7 @@ def _search_points(data: E.Data, model_id: str, prop: Proposal, where: tuple[int
     points = []
     for combo in combos:
         heads = "list:" + ",".join(f"{l}.{h}" for (l, h), _ in combo)
-        p = E.point(data, model_id, heads, 0.0, method="atoms", seed=seed)
-        p["atoms"] = encode_atoms(combo)
-        points.append(p)
+        points.append(E.point(data, model_id, heads, 0.0, method=E.ATOMS, seed=seed, atoms=combo))
     return points
 
 

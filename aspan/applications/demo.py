@@ -26,6 +26,7 @@ from .. import evaluation, models, tasks
 from ..checks import check_device, check_output_dir
 from ..environment import run_environment
 from ..experiments import ranking
+from ..experiments.edit import Edit
 from ..experiments.engine import (
     ID_BUDGET,
     Data,
@@ -530,9 +531,9 @@ def _family(row: dict) -> str:
     """The colour group of an edit in the Pareto figure."""
     if row["method"] != "atoms":
         return f"{row['method']} (attention-share ranking)"
-    kinds = {(a["method"], a["renormalize"], a["beyond"] is not None) for a in row["atoms"]}
-    (method, renorm, gated), *_ = sorted(kinds)
-    eos = any(a.get("eos", "none") != "none" for a in row["atoms"])
+    edits = [edit for _, edit in map(Edit.from_atom, row["atoms"])]
+    (method, renorm, gated), *_ = sorted({(e.method, e.renormalize, e.beyond is not None) for e in edits})
+    eos = any(e.eos != "none" for e in edits)
     return (f"{'renormalised ' if renorm else ''}{method} (causal search{', gated' if gated else ''}"
             f"{', EOS row extrapolated' if eos else ''})")
 

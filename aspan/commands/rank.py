@@ -157,11 +157,11 @@ def _causal_setup(args: argparse.Namespace, deltas: list[int]):
     from aspan.commands.data import parse_params
     from aspan.experiments.profiling import Edit, ProfileConfig
 
-    strength = args.strength if args.strength is not None else (0.01 if args.method == "steer" else 1.0)
-    try:
-        edit = Edit(args.method, delta=args.delta, strength=strength, renormalize=args.renormalize)
+    try:  # no --strength: the method's default (reinforce C 1, steer alpha 0.01; patch takes none)
+        edit = Edit(args.method, delta=args.delta, strength=args.strength, renormalize=args.renormalize)
     except ValueError as e:
-        raise ValueError(f"--method {args.method} --strength {strength:g} --delta {args.delta}: {e}") from None
+        strength = "" if args.strength is None else f" --strength {args.strength:g}"
+        raise ValueError(f"--method {args.method}{strength} --delta {args.delta}: {e}") from None
     params = parse_params(args.task, [*args.param, *args.profile_param])
     prof_task = tasks.preset(args.task, args.profile_split, **params)
     if args.candidates is not None and args.candidates < 1:

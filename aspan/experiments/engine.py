@@ -19,14 +19,13 @@ only an edit that improves OOD counts. The chosen point is then reported on the 
 number is not the maximum of many noisy draws. The paper's recipe (Spiegel et al. 2025, Appendix F: additive
 reinforcement of the heads ranked by attention on the references) is the method "reinforce"; "patch" replaces
 the heads' rows by the uniform distribution over the (shifted) references (the causal upper bound of an attention
-edit) and "steer" is PASTA (Zhang et al. 2023: log alpha added to the scores outside the references). A point's
-`gate` restricts any method to rows past the longest ID sample ("beyond": ID samples are untouched by
-construction) or to heads' rows whose attention on the references is below TAU ("below:TAU"). A point's `eos`
-"extrapolate" also edits the end-of-sequence row (empty reference set) on the reference map continued one row
-(`hooks.extrapolate_mask`): an edit target only, never a score. Other methods are registered in one line:
-
-    register("patch", lambda point, batch, model: hooks.patch_pattern(point["heads_list"], batch.ref_mask,
-                                                                      delta=point["delta"], model=model))
+edit) and "steer" is PASTA (Zhang et al. 2023: log alpha added to the scores outside the references); "atoms"
+puts each head under its own edit (the causal search's proposals). A point's edit is one `experiments.edit.Edit`
+(validated by its method's rules, stored flat by `Edit.to_dict`). A point's `gate` restricts any method to rows
+past the longest ID sample ("beyond", after `edit.beyond_row`: ID samples are untouched by construction) or to
+heads' rows whose attention on the references is below TAU ("below:TAU"). A point's `eos` "extrapolate" also edits
+the end-of-sequence row (empty reference set) on the reference map continued one row (`hooks.extrapolate_mask`):
+an edit target only, never a score. A new method is a kernel in `hooks` plus its rule in `Edit` (README).
 """
 from __future__ import annotations
 
@@ -36,71 +35,19 @@ from typing import Any, Callable, Iterable, Literal, Sequence, get_args
 
 import pandas as pd
 
-import hooks
-
 from ..evaluation import SCORE_COLUMNS
 from ..io import RowWriter, read_rows, settings_key
-from ..options import CONVENTIONS, EOS_REFS, Convention, check_option
+from ..options import CONVENTIONS, EDIT_METHODS, EOS_REFS, Convention, check_option
+from .edit import Atom, Edit, beyond_row, parse_gate
 
 Head = tuple[int, int]
-HookList = list[tuple[str, Callable]]
-# method(point with "heads_list" resolved, batch, model) -> forward hooks for that batch
-Method = Callable[[dict[str, Any], Any, Any], HookList]
 SetName = Literal["selection", "held_out", "id"]
 SETS: tuple[SetName, ...] = get_args(SetName)
 SEED_OFFSET: dict[str, int] = {"id": 1, "selection": 2, "held_out": 3}
 ID_BUDGET = 0.01  # default ID cost budget: 1 percentage point of ID exact accuracy
 ANY_TASK_HINT = "set any_task = true in the sweep config to run it anyway"
-
-METHODS: dict[str, Method] = {}
-
-
-def register(name: str, method: Method) -> None:
-    """Make `method` available to grid points as `point["method"] = name`."""
-    METHODS[name] = method
-
-
-def parse_gate(spec: str | None) -> tuple[str | None, float | None]:
-    """A failure gate: None / "none" (every row with references), "beyond" (only query rows past the longest ID
-    sample: positions the model never trained on) or "below:TAU" (a head's row only where that head's own attention
-    on the shifted references is below TAU). Returns (kind, tau)."""
-    if spec is None or spec == "none":
-        return None, None
-    if spec == "beyond":
-        return "beyond", None
-    kind, _, tau = str(spec).partition(":")
-    try:
-        value = float(tau)
-    except ValueError:
-        value = float("nan")
-    if kind != "below" or not 0 < value <= 1:
-        raise ValueError(f"gate must be 'none', 'beyond' or 'below:TAU' with 0 < TAU <= 1, got {spec!r}")
-    return "below", value
-
-
-def gate_kwargs(p: dict[str, Any], batch) -> dict[str, Any]:
-    """The hook factories' gate arguments of a resolved point: `rows` (from `rows_from`, the first position past
-    the longest ID sample) and `gate_below`."""
-    kind, tau = parse_gate(p.get("gate"))
-    rows = hooks.rows_beyond(batch.tokens, p["rows_from"]) if kind == "beyond" else None
-    return {"rows": rows, "gate_below": tau}
-
-
-def edit_refs(p: dict[str, Any], batch) -> Any:
-    """The references a resolved point edits: the batch's, or with `eos` "extrapolate" the reference map continued
-    one row onto each sample's end-of-sequence row (where its last steps are regular; real tokens only)."""
-    if p.get("eos", "none") == "extrapolate":
-        return hooks.extrapolate_mask(batch.ref_mask, attention_mask=batch.attention_mask)
-    return batch.ref_mask
-
-
-register("reinforce", lambda p, batch, model: hooks.reinforce(
-    p["heads_list"], edit_refs(p, batch), p["strength"], p.get("threshold"), p.get("renormalize", False), p["delta"],
-    model, **gate_kwargs(p, batch)))
-register("patch", lambda p, batch, model: hooks.patch_pattern(
-    p["heads_list"], edit_refs(p, batch), delta=p["delta"], model=model, **gate_kwargs(p, batch)))
-register("steer", lambda p, batch, model: hooks.steer(
-    p["heads_list"], edit_refs(p, batch), alpha=p["strength"], delta=p["delta"], model=model, **gate_kwargs(p, batch)))
+ATOMS = "atoms"  # a point's method when its edit is a list of atoms (a head and an `Edit` each: the causal search)
+POINT_METHODS = (*EDIT_METHODS, ATOMS)
 
 
 # ----------------------------------------------------------------------------------------------- what is run
@@ -145,31 +92,39 @@ class Ranking:
         return s if self.convention == "raw" else {**s, "convention": self.convention}
 
 
-def point(data: Data, model: str, heads: str, strength: float, **kw: Any) -> dict[str, Any]:
-    """A grid point (settings dict). `heads` is `top:N`, `fraction:F` or `list:L.H,L.H`; `kw` sets method
-    ("reinforce"), delta (0), threshold (None), renormalize (False), mode ("teacher"), seed (0), set
-    ("selection"), gate (None: see `parse_gate`; stored only when set, so ungated points keep their keys), eos
-    ("none" or "extrapolate": `edit_refs`, which the built-in methods use; stored only when "extrapolate", for the
-    same reason),
-    rank (a `Ranking`, needed by top/fraction selections; its delta defaults to the point's)."""
+def point(data: Data, model: str, heads: str, strength: float | None = None, **kw: Any) -> dict[str, Any]:
+    """A grid point (settings dict). `heads` is `top:N`, `fraction:F` or `list:L.H,L.H`; the edit is validated
+    as an `Edit` (its method's own rules: reinforce C >= 0, steer alpha in (0, 1], patch no strength, threshold or
+    renormalisation) and stored by `Edit.to_dict`; `kw` sets method ("reinforce"), delta (0), threshold (None),
+    renormalize (False), mode ("teacher"), seed (0), set ("selection"), gate (None: see `parse_gate`; stored only
+    when set, so ungated points keep their keys), eos ("none" or "extrapolate"; stored only when "extrapolate"),
+    rank (a `Ranking`, needed by top/fraction selections; its delta defaults to the point's) and, with method
+    "atoms", atoms (a list of (head, `Edit`): each head under its own edit)."""
     rank: Ranking | None = kw.pop("rank", None)
     rank_delta = kw.pop("rank_delta", None)
     gate = kw.pop("gate", None)
-    eos = check_option("eos", kw.pop("eos", "none"), EOS_REFS)
+    atoms: list[Atom] | None = kw.pop("atoms", None)
     p = {"model": model, "task": data.task, "split": data.split, "task_params": data.ood_params,
          "id_params": data.id_params, "n_samples": data.n, "method": "reinforce", "heads": heads,
          "strength": strength, "threshold": None, "renormalize": False, "delta": 0, "mode": "teacher", "seed": 0,
          "set": "selection"}
-    unknown = set(kw) - set(p)
+    unknown = set(kw) - set(p) - {"eos"}
     if unknown:
         raise ValueError(f"unknown grid point setting {sorted(unknown)[0]!r}")
     p.update(kw)
-    if parse_gate(gate)[0] is not None:
-        p["gate"] = gate
-    if eos != "none":
-        p["eos"] = eos
-    if p["method"] not in METHODS:
-        raise ValueError(f"unknown intervention method {p['method']!r}; choose one of {', '.join(METHODS)}")
+    if p["method"] not in POINT_METHODS:
+        raise ValueError(f"unknown intervention method {p['method']!r}; choose one of {', '.join(POINT_METHODS)}")
+    if p["method"] == ATOMS:
+        if not atoms:
+            raise ValueError("a point of method 'atoms' needs atoms: a list of (head, Edit)")
+        p["atoms"] = [edit.to_atom(head) for head, edit in atoms]
+    else:
+        kind, tau = parse_gate(gate)
+        edit = Edit(p["method"], p["delta"], p["strength"], p["renormalize"], 0 if kind == "beyond" else None, tau,
+                    check_option("eos", p.pop("eos", "none"), EOS_REFS), p["threshold"])
+        p.update(edit.to_dict())
+        if kind is not None:
+            p["gate"] = gate  # as given ("below:0.30" keeps its spelling, and its key)
     if not heads.startswith("list:"):
         p["rank"] = (rank or Ranking()).settings(p["delta"] if rank_delta is None else rank_delta)
     return p
@@ -177,7 +132,22 @@ def point(data: Data, model: str, heads: str, strength: float, **kw: Any) -> dic
 
 def on_set(p: dict[str, Any], name: str) -> dict[str, Any]:
     """The same grid point evaluated on another set (e.g. the held-out set for the chosen point)."""
-    return {**{k: v for k, v in p.items() if k not in ROW_ONLY}, "set": name}
+    return {**point_of(p), "set": name}
+
+
+def point_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The grid point a results row (or point) evaluates: its settings, the edit read back through `Edit` (a
+    method's own fields only: a patch row of an old grid loses the strength it never used). The key of every
+    point this version builds, and of every committed row, is `settings_key(point_of(row))`."""
+    p = {k: v for k, v in row.items() if k not in ROW_ONLY}
+    if p["method"] == ATOMS:
+        p["atoms"] = [edit.to_atom(head) for head, edit in map(Edit.from_atom, p["atoms"])]
+        return p
+    kind = parse_gate(p.get("gate"))[0]
+    p.update(Edit.from_dict(p, beyond=0 if kind == "beyond" else None).to_dict())  # the gate's name is the setting
+    if kind is not None:
+        p["gate"] = row["gate"]
+    return p
 
 
 def parse_heads(label: str) -> list[Head]:
@@ -245,19 +215,24 @@ class Engine:
 
     def edit(self, p: dict[str, Any], heads: list[Head] | None = None) -> Callable:
         """The point's intervention as `fwd_hooks` for `evaluation.evaluate` (a function of the batch)."""
-        resolved = {**p, "heads_list": self.heads(p) if heads is None else heads}
-        if parse_gate(p.get("gate"))[0] == "beyond":
-            resolved["rows_from"] = self.rows_from()
-        method = METHODS[p["method"]]
-        return lambda batch: method(resolved, batch, self.model)
+        parts = self.edits(p, self.heads(p) if heads is None else heads)
+        return lambda batch: [h for hs, e in parts for h in e.hooks(hs, batch.ref_mask, self.model,
+                                                                      batch.attention_mask)]
 
-    def rows_from(self) -> int:
-        """The first query position past the longest ID sample (prefix, the ID preset's longest text, EOS): rows
-        there were never trained on, so an edit gated to them leaves every ID sample untouched."""
+    def edits(self, p: dict[str, Any], heads: list[Head]) -> list[tuple[list[Head], Edit]]:
+        """The point's edit as (heads, `Edit`) parts: one for every head, or with method "atoms" each head under its
+        own; a "beyond" gate edits the rows after `beyond_row`."""
+        if p["method"] == ATOMS:
+            return [([head], edit) for head, edit in map(Edit.from_atom, p["atoms"])]
+        return [(heads, Edit.from_dict(p, beyond=self.beyond_row()))]
+
+    def beyond_row(self) -> int:
+        """The last query row an ID sample trains (`edit.beyond_row` of the tokenizer's prefix and the ID preset's
+        longest text): an edit gated "beyond" touches only rows after it, so it leaves every ID sample untouched."""
         from .. import tasks
 
         longest = tasks.preset(self.data.task, "id", **self.data.id_params).max_text_len()
-        return self.tok.offset + longest + (self.tok.eos_id is not None)
+        return beyond_row(self.tok.offset, longest, self.tok.eos_id is not None)
 
     def _evaluate(self, p: dict[str, Any], name: str, heads: list[Head], edit: Callable | None) -> tuple[dict, list]:
         """Summary and per-length table of the point's samples of set `name`; AttnScores on the point's own set."""

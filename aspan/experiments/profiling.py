@@ -24,27 +24,26 @@ metric under A_h + eps_h * dA_h (one scalar probe per head), and is used to pick
 """
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping, Sequence
 
 import pandas as pd
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Float
 from scipy import stats
 from torch import Tensor
 from tqdm.auto import tqdm
 
 import hooks
-from hooks import check_delta, check_heads, check_mask, check_strength, pattern_name
+from hooks import check_heads, check_mask, pattern_name
 from hooks.masks import query_rows
-from hooks.reinforce import edit_pattern
 
 from ..batching import IGNORE, Batch, make_batch, scores_eos
-from ..options import EDIT_METHODS, EOS_REFS, PROFILE_METRICS, EditMethod, EosRefs, ProfileMetric
+from ..options import EDIT_METHODS, PROFILE_METRICS, ProfileMetric
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
+from .edit import Atom, Edit, atom_hooks
 
 Head = tuple[int, int]
 Metric = ProfileMetric
@@ -52,107 +51,7 @@ METRICS = PROFILE_METRICS
 
 
 # ----------------------------------------------------------------------------------------------- the edit
-@dataclass(frozen=True)
-class Edit:
-    """One attention edit, applied to a head's post-softmax pattern on the rows that have (shifted) references.
-
-    Failure gates restrict it further: `beyond` edits only query rows past the longest training position (rows the
-    model never saw in training, so in-distribution inputs are untouched by construction); `below` edits a head's
-    row only where that head's own attention on the (shifted) references is below the threshold. `eos`
-    "extrapolate" also edits the end-of-sequence row, whose reference set is empty, on the reference map continued
-    one row (`hooks.extrapolate_mask`; before the shift by delta).
-    """
-
-    method: EditMethod = "reinforce"  # reinforce: A + C*M; patch: uniform over the references; steer: PASTA
-    delta: int = 0  # key offset: the references of row q are the columns k + delta (clipped to the causal part)
-    strength: float = 1.0  # reinforce: C added on the references; steer: alpha in (0, 1); patch: unused
-    renormalize: bool = False  # reinforce only: edited rows renormalised to sum 1
-    beyond: int | None = None  # gate: edit only query positions > beyond (None: every row)
-    below: float | None = None  # gate: edit a head's row only where its attention on the references < below
-    eos: EosRefs = "none"  # "extrapolate": the EOS row is edited too, on the reference map continued one row
-
-    def __post_init__(self) -> None:
-        if self.method not in EDIT_METHODS:
-            raise ValueError(f"unknown edit method {self.method!r}; choose one of {', '.join(EDIT_METHODS)}")
-        check_delta(self.delta)
-        if not isinstance(self.strength, (int, float)) or not math.isfinite(self.strength):
-            raise ValueError(f"strength must be a finite number, got {self.strength!r}")
-        if self.method == "reinforce":
-            check_strength(self.strength)  # C >= 0, and finite in float32
-        if self.method == "steer" and not 0 < self.strength <= 1:
-            raise ValueError(f"steer needs 0 < alpha <= 1 (PASTA's default 0.01), got {self.strength}")
-        if self.beyond is not None and self.beyond < 0:
-            raise ValueError(f"beyond must be a position >= 0, got {self.beyond}")
-        if self.below is not None and not 0 < self.below <= 1:
-            raise ValueError(f"below must be an attention mass in (0, 1], got {self.below}")
-        if self.eos not in EOS_REFS:
-            raise ValueError(f"eos must be one of {', '.join(map(repr, EOS_REFS))}, got {self.eos!r}")
-
-    @property
-    def label(self) -> str:
-        ref = f"ref{self.delta:+d}" if self.delta else "ref"
-        what = {"patch": "patch", "steer": f"steer alpha={self.strength:g}"}.get(
-            self.method, f"reinforce C={self.strength:g}{' renormalised' if self.renormalize else ''}")
-        gates = ([f"rows > {self.beyond}"] if self.beyond is not None else []) + (
-            [f"head mass < {self.below:g}"] if self.below is not None else []) + (
-            ["EOS row extrapolated"] if self.eos == "extrapolate" else [])
-        return f"{what} at {ref}" + (f" ({', '.join(gates)})" if gates else "")
-
-    def apply(
-        self, pattern: Float[Tensor, "batch head q k"], mask: Bool[Tensor, "batch q k"]
-    ) -> Float[Tensor, "batch head q k"]:
-        """The edited pattern (a new tensor); `mask` holds the shifted references of the rows of `pattern` (the last
-        q of k positions, as under a KV cache)."""
-        mask = mask.to(pattern.device)
-        if self.beyond is not None:
-            q, k = pattern.shape[-2:]
-            mask = mask & (torch.arange(k - q, k, device=mask.device) > self.beyond)[:, None]
-        if self.method == "reinforce":
-            new = edit_pattern(pattern, mask, self.strength, renormalize=self.renormalize)
-        else:
-            rows = mask.any(-1)[:, None, :, None]  # [batch, 1, q, 1]: rows with references
-            refs = mask[:, None].to(pattern.dtype)  # [batch, 1, q, k]
-            if self.method == "patch":
-                new = (refs / refs.sum(-1, keepdim=True).clamp(min=1)).expand_as(pattern)
-            else:  # steer: scale the non-reference columns by alpha and renormalise (== log alpha on the scores)
-                new = pattern * torch.where(refs.bool(), 1.0, self.strength).to(pattern.dtype)
-                new = new / new.sum(-1, keepdim=True).clamp(min=torch.finfo(pattern.dtype).tiny)
-            new = torch.where(rows, new, pattern)
-        if self.below is not None:
-            mass = (pattern * mask[:, None].to(pattern.dtype)).sum(-1, keepdim=True)  # [batch, head, q, 1]
-            new = torch.where(mass < self.below, new, pattern)
-        return new
-
-    def refs(self, ref_mask: Bool[Tensor, "batch pos pos"]) -> Bool[Tensor, "batch pos pos"]:
-        """The references this edit acts on (before the shift by delta): `ref_mask` itself, or with `eos`
-        "extrapolate" a copy whose end-of-sequence rows carry the reference map continued one row."""
-        return hooks.extrapolate_mask(ref_mask) if self.eos == "extrapolate" else ref_mask
-
-    def hooks(self, heads: Sequence[Head], ref_mask: Bool[Tensor, "batch pos pos"], model=None) -> list:
-        """Forward hooks applying this edit to `heads` through the `hooks` package (teacher forcing or KV-cached
-        generation); the same edit as `apply` on `refs(ref_mask)` shifted by delta."""
-        rows = None if self.beyond is None else hooks.rows_beyond(ref_mask[..., 0], self.beyond + 1)
-        gates = {"rows": rows, "gate_below": self.below}
-        ref_mask = self.refs(ref_mask)
-        if self.method == "patch":
-            return hooks.patch_pattern(heads, ref_mask, delta=self.delta, model=model, **gates)
-        if self.method == "steer":
-            return hooks.steer(heads, ref_mask, alpha=self.strength, delta=self.delta, model=model, **gates)
-        return hooks.reinforce(heads, ref_mask, self.strength, renormalize=self.renormalize, delta=self.delta,
-                               model=model, **gates)
-
-
-Atom = tuple[Head, Edit]  # one head under one edit; a combined intervention is a list of atoms
-
-
-def atom_hooks(atoms: Sequence[Atom], ref_mask: Tensor, model=None) -> list[tuple[str, Callable]]:
-    """The hooks of every atom (each edits only its own head; hooks on one layer run in order)."""
-    out: list = []
-    for head, edit in atoms:
-        out += edit.hooks([head], ref_mask, model)
-    return out
-
-
+# `Edit` (one attention edit: method, strength, offset, gates) and `atom_hooks` live in `experiments.edit`.
 def pattern_hooks(edit: Edit, heads: Sequence[Head], ref_mask: Tensor, model=None) -> list[tuple[str, Callable]]:
     """Hooks replacing the pattern of each selected head by `edit.apply` of it (any method; KV-cache aware)."""
     sel = check_heads(heads, *((model.cfg.n_layers, model.cfg.n_heads) if model is not None else ()))

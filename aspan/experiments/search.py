@@ -119,19 +119,13 @@ def _estimates(model, batches, deltas: Sequence[int], beyond: int) -> pd.DataFra
 
 
 def encode_atoms(atoms: Sequence[Atom]) -> list[dict]:
-    """Atoms as JSON-able dicts (for grid points and summaries); `eos` only where it is not "none" (the encoding,
-    and so the grid keys, of every atom without it are those of before the option existed)."""
-    return [{"layer": h[0], "head": h[1], "method": e.method, "delta": e.delta, "strength": e.strength,
-             "renormalize": e.renormalize, "beyond": e.beyond, "below": e.below,
-             **({"eos": e.eos} if e.eos != "none" else {})} for h, e in atoms]
+    """Atoms as JSON-able dicts (for grid points and summaries): `Edit.to_atom` of each."""
+    return [edit.to_atom(head) for head, edit in atoms]
 
 
 def decode_atoms(items: Sequence[dict]) -> list[Atom]:
-    """The inverse of `encode_atoms`."""
-    return [((int(d["layer"]), int(d["head"])),
-             Edit(d["method"], delta=int(d["delta"]), strength=float(d["strength"]),
-                  renormalize=bool(d["renormalize"]), beyond=d["beyond"], below=d["below"], eos=d.get("eos", "none")))
-            for d in items]
+    """The inverse of `encode_atoms`: `Edit.from_atom` of each."""
+    return [Edit.from_atom(d) for d in items]
 
 
 def describe(atoms: Sequence[Atom]) -> str:

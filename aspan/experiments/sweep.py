@@ -20,18 +20,17 @@ import torch
 from hooks import check_fits, check_heads
 
 from ..checks import check_device, check_offsets, check_sample_memory
-from ..io import read_toml
-from ..options import CONVENTIONS, EOS_REFS, MODES, RANK_KEYS
+from ..io import read_toml, settings_key
+from ..options import CONVENTIONS, EDIT_METHODS, EOS_REFS, MODES, RANK_KEYS
+from .edit import RULES, Edit, parse_gate, setting_of
 from .engine import (
     ID_BUDGET,
-    METHODS,
     Data,
     Engine,
     Job,
     Ranking,
     Selection,
     on_set,
-    parse_gate,
     point,
     run_grid,
     select,
@@ -70,8 +69,8 @@ class SweepConfig:
     batch_size: int = 32
     modes: tuple[str, ...] = ("teacher",)
     methods: tuple[str, ...] = ("reinforce",)  # intervention methods of the engine's registry
-    gates: tuple[str | None, ...] = (None,)  # failure gates: None, "beyond", "below:TAU" (engine.parse_gate)
-    eos: tuple[str, ...] = ("none",)  # end-of-sequence row: left alone, or "extrapolate" (engine.edit_refs)
+    gates: tuple[str | None, ...] = (None,)  # failure gates: None, "beyond", "below:TAU" (edit.parse_gate)
+    eos: tuple[str, ...] = ("none",)  # end-of-sequence row: left alone, or "extrapolate" (`Edit.eos`)
     thresholds: tuple[float | None, ...] = (None,)
     renormalize: tuple[bool, ...] = (False,)
     deltas: tuple[int, ...] = (0,)
@@ -193,8 +192,8 @@ def _grid_settings(raw: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"sweep config: mode: must be 'teacher' or 'generate', got {m!r}")
     methods = tuple(_str(m, "method") for m in _list(raw.get("method", ["reinforce"]), "method"))
     for m in methods:
-        if m not in METHODS:
-            raise ValueError(f"sweep config: method: must be one of {', '.join(METHODS)}, got {m!r}")
+        if m not in EDIT_METHODS:
+            raise ValueError(f"sweep config: method: must be one of {', '.join(EDIT_METHODS)}, got {m!r}")
     renorm = _list(raw.get("renormalize", [False]), "renormalize")
     for r in renorm:
         if not isinstance(r, bool):
@@ -209,10 +208,23 @@ def _grid_settings(raw: dict[str, Any]) -> dict[str, Any]:
     for e in eos:
         if e not in EOS_REFS:
             raise ValueError(f"sweep config: eos: must be one of {', '.join(EOS_REFS)}, got {e!r}")
-    return {"strengths": tuple(_number(c, "strengths", minimum=0.0) for c in _nonempty(raw["strengths"], "strengths")),
-            "deltas": deltas, "thresholds": _dedup(thresholds), "modes": _dedup(modes), "methods": _dedup(methods),
+    strengths = tuple(_number(c, "strengths", minimum=0.0) for c in _nonempty(raw["strengths"], "strengths"))
+    _check_method_strengths(_dedup(methods), strengths)
+    return {"strengths": strengths, "deltas": deltas, "thresholds": _dedup(thresholds), "modes": _dedup(modes),
+            "methods": _dedup(methods),
             "renormalize": _dedup(tuple(renorm)), "gates": _dedup(tuple(None if g == "none" else g for g in gates)),
             "eos": _dedup(eos)}
+
+
+def _check_method_strengths(methods: tuple[str, ...], strengths: tuple[float, ...]) -> None:
+    """Every strength a method is crossed with must be one that method takes (`Edit`'s rules: steer's alpha is in
+    (0, 1], reinforce's C >= 0): refused here, before any model loads, naming the key and the method."""
+    for method in methods:
+        for strength in method_axes(method, strengths)[0]:
+            try:
+                Edit(method, strength=strength)
+            except ValueError as e:
+                raise ValueError(f"sweep config: strengths: method {method}: {e}") from None
 
 
 def _check_strengths_fit(strengths: tuple[float, ...], n_keys: int) -> None:
@@ -259,16 +271,31 @@ def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
             "rank_params": rank_params, "rank_convention": convention}
 
 
+def method_axes(method: str, strengths: tuple, thresholds: tuple = (None,), renormalize: tuple = (False,)
+                ) -> tuple[tuple, tuple, tuple]:
+    """(strengths, thresholds, renormalize) as `method` crosses them: each axis the method takes (`edit.RULES`:
+    reinforce all three, steer the strengths, its alpha, patch none), else that axis's one unset value."""
+    rule = RULES[method]
+    return (strengths if rule.check_strength is not None else (None,),
+            thresholds if "threshold" in rule.options else (None,),
+            renormalize if "renormalize" in rule.options else (False,))
+
+
 def grid(config: SweepConfig) -> list[dict[str, Any]]:
     """Every grid point as an engine settings dict on the selection set (deterministic order); each row's key is
-    `settings_key(point)`."""
+    `settings_key(point)`. Each method crosses only the axes it takes: patch no strengths, thresholds or
+    renormalisation; steer no thresholds or renormalisation (so no edit is evaluated twice under two keys)."""
     data = config.data()
     rank = Ranking(config.rank_by, config.rank_samples, config.rank_seed, config.rank_params, config.rank_convention)
-    axes = (config.selections(), config.methods, config.strengths, config.thresholds, config.renormalize,
-            config.deltas, config.modes, config.seeds, config.gates, config.eos)
-    return [point(data, config.model, sel, strength, method=method, threshold=thr, renormalize=renorm, delta=delta,
-                  mode=mode, seed=seed, rank=rank, rank_delta=config.rank_delta, gate=gate, eos=eos)
-            for sel, method, strength, thr, renorm, delta, mode, seed, gate, eos in itertools.product(*axes)]
+    rest = (config.deltas, config.modes, config.seeds, config.gates, config.eos)
+    out = []
+    for sel, method in itertools.product(config.selections(), config.methods):
+        axes = method_axes(method, config.strengths, config.thresholds, config.renormalize)
+        for strength, thr, renorm, delta, mode, seed, gate, eos in itertools.product(*axes, *rest):
+            out.append(point(data, config.model, sel, strength, method=method, threshold=thr, renormalize=renorm,
+                             delta=delta, mode=mode, seed=seed, rank=rank, rank_delta=config.rank_delta, gate=gate,
+                             eos=eos))
+    return out
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -414,11 +441,8 @@ def report_selection(config: SweepConfig, rows: pd.DataFrame, out_path: str | Pa
 
 
 def _same_setting(p: dict[str, Any], row: dict[str, Any]) -> bool:
-    """Whether grid point `p` is the setting of a `summary_table` row (which writes "none" for unset options)."""
-    thr = None if row["threshold"] == "none" else row["threshold"]
-    return all(p[c] == row[c] for c in ("mode", "heads", "strength", "renormalize", "delta", "method")) and \
-        p["threshold"] == thr and p.get("gate", "none") == row.get("gate", "none") and \
-        p.get("eos", "none") == row.get("eos", "none")
+    """Whether grid point `p` is the setting of a `summary_table` row (`edit.setting_of`)."""
+    return setting_of(p) == setting_of(row)
 
 
 # --- tables and figures -------------------------------------------------------------------------------------
@@ -431,8 +455,8 @@ METRICS = ["exact", "partial", "attn_rollout_sample", "attn_rollout_raw", "attn_
 
 
 def summary_table(rows: pd.DataFrame, set_name: str = "selection") -> pd.DataFrame:
-    """Mean over seeds per setting of the rows on `set_name`: accuracy, AttnScores, baselines, OOD gains and the
-    ID cost; ordered as the selection rule ranks them (exact gain, then per-token gain)."""
+    """Mean over seeds per setting (`edit.setting_of`) of the rows on `set_name`: accuracy, AttnScores, baselines,
+    OOD gains and the ID cost; ordered as the selection rule ranks them (exact gain, then per-token gain)."""
     if rows.empty or "set" not in rows:
         return pd.DataFrame(columns=SETTING_COLUMNS)
     rows = rows[rows["set"] == set_name]
@@ -444,8 +468,11 @@ def summary_table(rows: pd.DataFrame, set_name: str = "selection") -> pd.DataFra
     # ungated points store no gate, and points that leave the EOS row alone no eos
     r = r.assign(gate=gate.astype(object).where(gate.notna(), "none"),
                  eos=eos.astype(object).where(eos.notna(), "none"))
-    g = r.groupby(SETTING_COLUMNS, dropna=False, sort=False)
-    out = g[METRICS].mean().join(g.seed.nunique().rename("seeds")).join(g.n.sum().rename("n")).reset_index()
+    r = r.assign(setting=[settings_key(setting_of(x)) for x in r.to_dict("records")])
+    g = r.groupby("setting", sort=False)
+    extra = ["atoms"] if "atoms" in r else []
+    out = g[[*SETTING_COLUMNS, *extra]].first().join(g[METRICS].mean()).join(g.seed.nunique().rename("seeds"))
+    out = out.join(g.n.sum().rename("n")).reset_index(drop=True)
     out["gain_exact"] = out.exact - out.baseline_exact
     out["gain_partial"] = out.partial - out.baseline_partial
     out["id_cost"] = out.id_baseline_exact - out.id_exact

@@ -22,6 +22,7 @@ def _by_length(rows: pd.DataFrame, column: str) -> pd.DataFrame:
 def length_figure(rows: pd.DataFrame, mode: str | None = None, id_budget: float | None = 0.01) -> go.Figure:
     """Accuracy vs length for the baseline and the intervention the selection rule picks (paper Fig. 2), one mode
     (without a pick within the ID budget: the pick at any ID cost, so the figure always shows an intervention)."""
+    from ..experiments.edit import setting_of
     from ..experiments.engine import select
     from ..experiments.sweep import summary_table
 
@@ -29,14 +30,15 @@ def length_figure(rows: pd.DataFrame, mode: str | None = None, id_budget: float 
     rows = rows[rows["set"] == "selection"]
     table = summary_table(rows[rows["mode"] == mode])
     best = select(table, id_budget).row or select(table, None).row or table.iloc[0].to_dict()
-    sel = rows[(rows["mode"] == mode)]
-    for col in ("heads", "strength", "renormalize", "delta", "method"):
-        sel = sel[sel[col] == best[col]]
-    thr = None if best["threshold"] == "none" else best["threshold"]
-    sel = sel[sel.threshold.isna()] if thr is None else sel[sel.threshold == thr]
+    chosen = setting_of(best)  # the one setting: every seed's row of it, and no row of a neighbouring gate or eos
+    sel = rows[[setting_of(r) == chosen for r in rows.to_dict("records")]]
     base, inter = _by_length(sel, "baseline_by_length"), _by_length(sel, "by_length")
-    label = (f"{best['method']} {best['heads']} C={best['strength']:g}" + ("" if thr is None else f" τ={thr:g}")
-             + f" δ={best['delta']}" + (" renorm" if best["renormalize"] else "") + f", ID cost {best['id_cost']:+.3f}")
+    thr, strength = chosen.get("threshold"), chosen.get("strength")
+    label = (f"{best['method']} {best['heads']}" + ("" if strength is None else f" C={strength:g}")
+             + ("" if thr is None else f" τ={thr:g}") + f" δ={best['delta']}"
+             + (" renorm" if best["renormalize"] else "")
+             + "".join(f" {k}={chosen[k]}" for k in ("gate", "eos") if chosen.get(k, "none") != "none")
+             + f", ID cost {best['id_cost']:+.3f}")
     fig = go.Figure()
     for name, df, color in (("baseline", base, "#888"), (f"intervention ({label})", inter, "#d62728")):
         fig.add_scatter(x=df.length, y=df.exact, mode="lines+markers", name=f"{name}: exact", line={"color": color})
@@ -53,7 +55,8 @@ def strength_figure(rows: pd.DataFrame, mode: str | None = None, metric: str = "
 
     mode = mode or rows["mode"].iloc[0]
     table = summary_table(rows[rows["mode"] == mode])
-    vary = [c for c in ("method", "threshold", "renormalize", "delta") if table[c].astype(str).nunique() > 1]
+    vary = [c for c in ("method", "threshold", "renormalize", "delta", "gate", "eos")
+            if table[c].astype(str).nunique() > 1]
     fig = go.Figure()
     for key, g in table.groupby(["n_heads", "heads", *vary], sort=True):
         g = g.sort_values("strength")

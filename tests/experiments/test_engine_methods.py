@@ -4,7 +4,6 @@ import pytest
 import hooks
 from aspan import tasks
 from aspan.evaluation import evaluate
-from aspan.experiments import engine
 from aspan.experiments.engine import Data, Engine, parse_gate, point
 from aspan.experiments.sweep import SweepConfig, grid
 from aspan.io import settings_key
@@ -28,7 +27,7 @@ def _check(row, model, tok, edit):
     ("patch", {}), ("steer", {"alpha": 0.05}),
 ])
 def test_patch_and_steer_rows_equal_direct_evaluation(tiny_model, tok, method, kw):
-    strength = kw.get("alpha", 1.0)
+    strength = kw.get("alpha")  # patch takes none
     row = Engine(tiny_model, tok, DATA, batch_size=3).row(point(DATA, "m", "list:1.0,1.2", strength, delta=1,
                                                                 method=method))
     factory = {"patch": hooks.patch_pattern, "steer": hooks.steer}[method]
@@ -38,10 +37,11 @@ def test_patch_and_steer_rows_equal_direct_evaluation(tiny_model, tok, method, k
 
 def test_beyond_gate_leaves_id_untouched_and_equals_rows_beyond(tiny_model, tok):
     eng = Engine(tiny_model, tok, DATA, batch_size=3)
-    start = tok.offset + tasks.preset("reversal", "id").max_text_len() + 1  # BOS + longest ID text + EOS
-    assert eng.rows_from() == start
+    # the first row gated: the longest ID sample's EOS row (it predicts the first position past that sample)
+    start = tok.offset + tasks.preset("reversal", "id").max_text_len()
+    assert eng.beyond_row() + 1 == start
     for method in ("reinforce", "patch", "steer"):
-        strength = 0.05 if method == "steer" else 3.0
+        strength = {"steer": 0.05, "patch": None}.get(method, 3.0)
         row = eng.row(point(DATA, "m", "list:1.0,1.2", strength, method=method, gate="beyond"))
         assert row["id_exact"] == row["id_baseline_exact"] and row["id_cost"] == 0  # no ID row is edited
         assert row["id_partial"] == row["id_baseline_partial"]
@@ -62,7 +62,7 @@ def test_beyond_gate_leaves_id_untouched_and_equals_rows_beyond(tiny_model, tok)
 
 def test_below_gate_equals_gate_below(tiny_model, tok):
     eng = Engine(tiny_model, tok, DATA, batch_size=3)
-    row = eng.row(point(DATA, "m", "list:1.0,1.2", 1.0, method="patch", delta=1, gate="below:0.2"))
+    row = eng.row(point(DATA, "m", "list:1.0,1.2", method="patch", delta=1, gate="below:0.2"))
     _check(row, tiny_model, tok, lambda b: hooks.patch_pattern(HEADS, b.ref_mask, delta=1, gate_below=0.2))
 
 
@@ -74,10 +74,10 @@ def test_gates_in_points_and_sweep_configs():
     for bad in ("above:0.1", "below:2", "below:x", "beyond:3"):
         with pytest.raises(ValueError, match="gate must be"):
             parse_gate(bad)
-    raw = {"model": "reversal", "task": "reversal", "strengths": [1.0], "method": ["patch", "steer"],
+    raw = {"model": "reversal", "task": "reversal", "strengths": [0.5], "method": ["patch", "steer"],
            "gates": ["none", "beyond", "below:0.3"], "heads": {"list": [[1, 0]]}, "n_samples": 4}
     points = grid(SweepConfig.from_dict(raw))
     assert len(points) == 2 * 3 and {p.get("gate") for p in points} == {None, "beyond", "below:0.3"}
-    assert set(engine.METHODS) >= {"reinforce", "patch", "steer"}
+    assert {p["method"] for p in points} == {"patch", "steer"}
     with pytest.raises(ValueError, match="sweep config: gates"):
         SweepConfig.from_dict({**raw, "gates": ["sometimes"]})

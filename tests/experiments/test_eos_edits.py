@@ -85,15 +85,15 @@ def test_engine_methods_edit_the_extrapolated_mask(shipped, method):
     model, tok = shipped
     data = E.Data("reversal", ood_params={"length": [11, 14]}, n=8)
     batch = make_batch(tasks.preset("reversal", "ood", length=(11, 14)).generate(8, seed=3), tok)
-    on = E.point(data, "reversal", "list:1.7,1.2", 0.01 if method == "steer" else 2.0, method=method, delta=2,
-                 eos="extrapolate")
+    strength = {"steer": 0.01, "patch": None}.get(method, 2.0)  # patch takes none
+    on = E.point(data, "reversal", "list:1.7,1.2", strength, method=method, delta=2, eos="extrapolate")
     off = E.point(data, "reversal", "list:1.7,1.2", on["strength"], method=method, delta=2)
     assert on["eos"] == "extrapolate" and "eos" not in off and E.settings_key(on) != E.settings_key(off)
     assert E.point(data, "reversal", "list:1.7,1.2", on["strength"], method=method, delta=2, eos="none") == off
+    engine = E.Engine(model, tok, data)
     run = lambda p, mask: model.run_with_hooks(  # noqa: E731
         batch.tokens, attention_mask=batch.attention_mask,
-        fwd_hooks=E.METHODS[method]({**p, "heads_list": [(1, 7), (1, 2)]}, dataclasses.replace(batch, ref_mask=mask),
-                                    model))
+        fwd_hooks=engine.edit(p, [(1, 7), (1, 2)])(dataclasses.replace(batch, ref_mask=mask)))
     ext = hooks.extrapolate_mask(batch.ref_mask)
     assert not torch.equal(ext, batch.ref_mask)
     assert torch.equal(run(on, batch.ref_mask), run(off, ext))

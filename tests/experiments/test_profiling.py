@@ -235,7 +235,7 @@ def test_gates_brute_force():
     mask = torch.zeros(1, 6, 6, dtype=torch.bool)
     mask[0, 2, 0] = mask[0, 4, 1] = mask[0, 5, 3] = True
     for method in ("reinforce", "patch", "steer"):
-        strength = 0.5 if method == "steer" else 1.0
+        strength = {"steer": 0.5, "patch": None}.get(method, 1.0)  # patch takes no strength
         full = P.Edit(method, strength=strength).apply(pattern, mask)
         beyond = P.Edit(method, strength=strength, beyond=3).apply(pattern, mask)
         assert torch.equal(beyond[:, :, :4], pattern[:, :, :4]) and torch.equal(beyond[:, :, 4:], full[:, :, 4:])
