@@ -141,8 +141,10 @@ def _print_selection(entry: dict) -> None:
     if entry["selected"] is None:
         print(f"no setting improves OOD within the ID budget ({entry['candidates']} settings within it)")
         return
+    from aspan.experiments.edit import setting_label
+
     s, h = entry["selected"], entry["held_out"]
-    print(f"selected: {s['method']} {s['heads']} C={s['strength']:g} delta={s['delta']} ({s['mode']}): selection set "
+    print(f"selected: {setting_label(s)} ({s['mode']}): selection set "
           f"exact gain {s['gain_exact']:+.3f}, ID cost {s['id_cost']:+.3f}; held-out OOD exact {h['exact']:.3f} "
           f"(gain {h['gain_exact']:+.3f}), per-token {h['partial']:.3f} (gain {h['gain_partial']:+.3f}), "
           f"ID cost {h['id_cost']:+.3f}")

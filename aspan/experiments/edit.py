@@ -312,3 +312,14 @@ def setting_of(row: dict[str, Any]) -> dict[str, Any]:
     kind = parse_gate(fields["gate"])[0]
     edit = Edit.from_dict(fields, beyond=0 if kind == "beyond" else None)  # the gate's name is the setting
     return {**out, **edit.to_dict(), "gate": fields["gate"] or "none", "eos": edit.eos}
+
+
+def setting_label(row: dict[str, Any]) -> str:
+    """A setting (`setting_of`) in words, e.g. 'reinforce C=1 at ref+2 on top:2', 'patch at ref on list:1.0 (gate
+    beyond)', or the atoms of a combined edit."""
+    s = setting_of(row)
+    if s["method"] == "atoms":
+        return "; ".join(f"L{head[0]}H{head[1]} {edit.label}" for head, edit in map(Edit.from_atom, s["atoms"]))
+    gate = s.get("gate", "none")
+    label = f"{Edit.from_dict({**s, 'gate': None}).label} on {s['heads']}"
+    return label + ("" if gate == "none" else f" (gate {gate})")

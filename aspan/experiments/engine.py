@@ -216,8 +216,7 @@ class Engine:
     def edit(self, p: dict[str, Any], heads: list[Head] | None = None) -> Callable:
         """The point's intervention as `fwd_hooks` for `evaluation.evaluate` (a function of the batch)."""
         parts = self.edits(p, self.heads(p) if heads is None else heads)
-        return lambda batch: [h for hs, e in parts for h in e.hooks(hs, batch.ref_mask, self.model,
-                                                                      batch.attention_mask)]
+        return lambda batch: [h for hs, e in parts for h in e.batch_hooks(hs, batch, self.model)]
 
     def edits(self, p: dict[str, Any], heads: list[Head]) -> list[tuple[list[Head], Edit]]:
         """The point's edit as (heads, `Edit`) parts: one for every head, or with method "atoms" each head under its

@@ -22,7 +22,7 @@ def _by_length(rows: pd.DataFrame, column: str) -> pd.DataFrame:
 def length_figure(rows: pd.DataFrame, mode: str | None = None, id_budget: float | None = 0.01) -> go.Figure:
     """Accuracy vs length for the baseline and the intervention the selection rule picks (paper Fig. 2), one mode
     (without a pick within the ID budget: the pick at any ID cost, so the figure always shows an intervention)."""
-    from ..experiments.edit import setting_of
+    from ..experiments.edit import setting_label, setting_of
     from ..experiments.engine import select
     from ..experiments.sweep import summary_table
 
@@ -33,12 +33,7 @@ def length_figure(rows: pd.DataFrame, mode: str | None = None, id_budget: float 
     chosen = setting_of(best)  # the one setting: every seed's row of it, and no row of a neighbouring gate or eos
     sel = rows[[setting_of(r) == chosen for r in rows.to_dict("records")]]
     base, inter = _by_length(sel, "baseline_by_length"), _by_length(sel, "by_length")
-    thr, strength = chosen.get("threshold"), chosen.get("strength")
-    label = (f"{best['method']} {best['heads']}" + ("" if strength is None else f" C={strength:g}")
-             + ("" if thr is None else f" τ={thr:g}") + f" δ={best['delta']}"
-             + (" renorm" if best["renormalize"] else "")
-             + "".join(f" {k}={chosen[k]}" for k in ("gate", "eos") if chosen.get(k, "none") != "none")
-             + f", ID cost {best['id_cost']:+.3f}")
+    label = f"{setting_label(best)}, ID cost {best['id_cost']:+.3f}"
     fig = go.Figure()
     for name, df, color in (("baseline", base, "#888"), (f"intervention ({label})", inter, "#d62728")):
         fig.add_scatter(x=df.length, y=df.exact, mode="lines+markers", name=f"{name}: exact", line={"color": color})

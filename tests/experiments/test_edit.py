@@ -12,7 +12,7 @@ from aspan import models, tasks
 from aspan.applications import causal
 from aspan.batching import make_batch
 from aspan.experiments import engine as E
-from aspan.experiments.edit import Edit, beyond_row, setting_of
+from aspan.experiments.edit import Edit, beyond_row, setting_label, setting_of
 from aspan.experiments.profiling import Edit as ProfilingEdit
 from aspan.experiments.search import SearchConfig, decode_atoms, encode_atoms
 from aspan.experiments.sweep import SweepConfig, grid
@@ -127,3 +127,18 @@ def test_sweep_and_demo_gate_beyond_at_the_same_row():
     demo_rows = _edited_rows(model, batch, ProfilingEdit("reinforce", delta=2, strength=3.0, beyond=searched.beyond)
                              .hooks([(1, 7)], batch.ref_mask, model))
     assert sweep_rows == demo_rows and min(sweep_rows) == tok.offset + longest
+
+
+def test_a_selected_patch_setting_is_printed(capsys):
+    """`aspan sweep` prints the chosen setting through `setting_label`: a patch setting has no strength to print."""
+    from aspan.commands.sweep import _print_selection
+
+    selected = {"mode": "teacher", "method": "patch", "heads": "list:1.0", "strength": None, "threshold": "none",
+                "renormalize": False, "delta": 1, "gate": "beyond", "eos": "extrapolate", "gain_exact": 0.25,
+                "id_cost": 0.0}
+    held = {"exact": 0.5, "gain_exact": 0.25, "partial": 0.75, "gain_partial": 0.1, "id_cost": 0.0}
+    _print_selection({"rule": "r", "selected": selected, "held_out": held, "candidates": 1})
+    out = capsys.readouterr().out
+    assert "selected: patch at ref+1 (EOS row extrapolated) on list:1.0 (gate beyond) (teacher)" in out
+    assert setting_label({**selected, "method": "reinforce", "strength": 2.0, "gate": "none", "eos": "none",
+                          "threshold": 0.1}) == "reinforce C=2 tau=0.1 at ref+1 on list:1.0"

@@ -29,4 +29,4 @@ def test_length_figure_shows_only_the_selected_gate_and_eos():
                          _row("beyond", "extrapolate", 0.5, 0.5), _row(None, "extrapolate", 0.0, 0.0)])
     fig = length_figure(rows)
     chosen = next(t for t in fig.data if t.name.startswith("intervention") and t.name.endswith("exact"))
-    assert list(chosen.y) == [0.75] and "gate=beyond" in chosen.name and "eos" not in chosen.name
+    assert list(chosen.y) == [0.75] and "(gate beyond)" in chosen.name and "EOS" not in chosen.name
