@@ -106,6 +106,9 @@ def check_offsets(deltas, n_tokens: int, what: str = "delta") -> list[int]:
 # preset (about 1.2-4.4 kB a sample, at most 68 bytes per character of the mean text) and rounded up for the longest.
 SAMPLE_BYTES, SAMPLE_CHAR_BYTES = 400, 48
 RECORD_BYTES = 600  # one per-token evaluation record: its row tuple (prediction, flags, AttnScores), then a table row
+# one sample's row of the per-sample table a streamed evaluation keeps (8 numeric columns and the index: ~70 bytes,
+# twice while the chunks are joined, and the length-bucket name and table of `aspan eval --buckets`), rounded up
+RESULT_BYTES = 300
 
 
 def check_memory(needed: int, what: str, detail: str, device: str | None = None) -> None:
@@ -126,6 +129,15 @@ def check_sample_memory(n: int, longest: int, what: str, records: bool = False) 
     """`check_memory` for holding `n` generated samples (and, with `records`, their evaluation records)."""
     check_memory(sample_bytes(n, longest, records), what,
                  f"{n:,} samples of up to {longest} characters{', with per-token records' if records else ''}")
+
+
+def check_eval_memory(n: int, longest: int, chunk: int, what: str) -> None:
+    """`check_memory` for a streamed evaluation (`evaluation.evaluate_stream`) of `n` samples of texts up to `longest`
+    characters: one chunk of samples with their per-token records, and the per-sample row kept for each of the `n`."""
+    held = min(n, chunk)
+    check_memory(n * RESULT_BYTES + sample_bytes(held, longest, records=True), what,
+                 f"{n:,} samples of up to {longest} characters, {held:,} at a time with per-token records and "
+                 f"{RESULT_BYTES} bytes kept per sample")
 
 
 def forward_bytes(cfg, batch: int, n_tokens: int, training: bool) -> int:

@@ -24,11 +24,12 @@ with the paper; with a BOS-only prefix they differ by the BOS column alone.
 """
 from __future__ import annotations
 
+import itertools
 import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -52,6 +53,7 @@ from .tokenization import Tokenizer
 HookList = Sequence[tuple[str, Callable]]
 FwdHooks = HookList | Callable[[Batch], HookList]
 EOS_CHAR = "<eos>"
+CHUNK = 1024  # samples `evaluate_stream` holds at once (with their per-token records), rounded up to whole batches
 SOURCES = ("rollout", "heads")  # AttnScore of the attention rollout, and the mean over the selected heads
 
 
@@ -298,42 +300,81 @@ def evaluate(
     Records carry the rollout AttnScore in both conventions (`attn_rollout_sample`, `attn_rollout_raw`); `heads`
     adds `attn_heads_sample` and `attn_heads_raw` (mean over those heads' per-row AttnScore); `delta` shifts
     references. Samples of another task than the one the model was trained on (`aspan.models.trained`) are refused
-    unless `any_task`.
+    unless `any_task`. Every sample is checked before the first forward; the work is done `evaluate_stream`'s
+    chunks at a time, so the result equals the concatenation of its chunks exactly.
     """
     samples = list(samples)
     _check(model, tokenizer, samples, mode, batch_size, any_task)
+    parts = evaluate_stream(model, tokenizer, samples, fwd_hooks=fwd_hooks, mode=mode, batch_size=batch_size,
+                            heads=heads, delta=delta, attn=attn, progress=progress, any_task=any_task)
+    records = pd.concat([r.records for r in parts], ignore_index=True)
+    return EvalResult(records, sample_table(records), mode)
+
+
+def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int = CHUNK,
+                    **options) -> Iterator[EvalResult]:
+    """`evaluate` (same `options`) over `samples` a chunk at a time, one `EvalResult` per chunk: an iterator of samples
+    (e.g. `itertools.islice(task.stream(seed), n)`) is drawn as it goes, so memory does not grow with their number.
+    Sample ids run on across chunks (the i-th sample is `sample_id` i). A chunk holds `chunk` samples rounded up to
+    whole batches, so teacher-forced batches are those of one `evaluate` call; generation groups prompts of one
+    length within a chunk. Each chunk is checked (`evaluate`'s checks) before its first forward."""
+    size = -(-max(chunk, 1) // options.get("batch_size", 32)) * options.get("batch_size", 32)
+    stream, first = iter(samples), 0
+    total = len(samples) if isinstance(samples, Sequence) else None
+    with tqdm(total=total, desc=f"eval ({options.get('mode', 'teacher')})", unit="sample",
+              disable=not options.pop("progress", False), leave=False) as bar:
+        while part := list(itertools.islice(stream, size)):
+            yield _evaluate_chunk(model, tokenizer, part, first, bar=bar, **options)
+            first += len(part)
+
+
+def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: int, fwd_hooks: FwdHooks = (),
+                    mode: Mode = "teacher", batch_size: int = 32, heads: Sequence[tuple[int, int]] | None = None,
+                    delta: int = 0, attn: bool = True, any_task: bool = False, bar=None) -> EvalResult:
+    """`evaluate` of one chunk whose first sample has id `first` (`bar`: a progress bar counting samples)."""
+    _check(model, tokenizer, samples, mode, batch_size, any_task)
     if heads:
         heads = check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
-    device = model.cfg.device
     was_training = model.training
     model.eval()
     rows: list[tuple] = []
     names: dict[int, str] = {}
     try:
         groups = _batches(samples, tokenizer, mode, batch_size)
-        for ids in tqdm(groups, desc=f"eval ({mode})", disable=not progress, leave=False):
-            batch = make_batch([samples[i] for i in ids], tokenizer, n_ctx=model.cfg.n_ctx).to(device)
-            pred, scores, scored = _run_batch(model, tokenizer, batch, fwd_hooks, mode, heads, delta, attn)
-            labels, tidx = batch.labels.cpu(), batch.target_index.cpu()
-            for b, i in enumerate(ids):
-                s = samples[i]
-                n_target = len(s.target)
-                for r in torch.nonzero(tidx[b] >= 0).flatten().tolist():
-                    j = int(tidx[b, r])
-                    is_eos = j >= n_target
-                    if is_eos and not scores_eos(s):
-                        continue
-                    p, y = int(pred[b, r]), int(labels[b, r])
-                    ok = bool(scored[b, r])
-                    rows.append((
-                        i, n_target, s.prompt_len, j, EOS_CHAR if is_eos else s.target[j],
-                        _token_str(tokenizer, names, p), p == y, ok, is_eos,
-                        *(float(scores[c][b, r]) if c in scores and ok else float("nan") for c in SCORE_COLUMNS),
-                    ))
+        for ids in groups:
+            batch = make_batch([samples[i] for i in ids], tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
+            scored = _run_batch(model, tokenizer, batch, fwd_hooks, mode, heads, delta, attn)
+            rows += _batch_rows(batch, [(first + i, samples[i]) for i in ids], scored, tokenizer, names)
+            if bar is not None:
+                bar.update(len(ids))
     finally:
         model.train(was_training)
     records = pd.DataFrame(rows, columns=RECORD_COLUMNS).sort_values(["sample_id", "target_index"], ignore_index=True)
     return EvalResult(records, sample_table(records), mode)
+
+
+def _batch_rows(batch: Batch, numbered: list[tuple[int, Sample]], scored, tokenizer: Tokenizer,
+                names: dict[int, str]) -> list[tuple]:
+    """One record row (RECORD_COLUMNS) per scored target token of a batch's (sample id, sample) pairs, from what
+    `_run_batch` returned (predictions, AttnScores, rows with references)."""
+    pred, scores, has_refs = scored
+    labels, tidx = batch.labels.cpu(), batch.target_index.cpu()
+    rows = []
+    for b, (i, s) in enumerate(numbered):
+        n_target = len(s.target)
+        for r in torch.nonzero(tidx[b] >= 0).flatten().tolist():
+            j = int(tidx[b, r])
+            is_eos = j >= n_target
+            if is_eos and not scores_eos(s):
+                continue
+            p, y = int(pred[b, r]), int(labels[b, r])
+            ok = bool(has_refs[b, r])
+            rows.append((
+                i, n_target, s.prompt_len, j, EOS_CHAR if is_eos else s.target[j],
+                _token_str(tokenizer, names, p), p == y, ok, is_eos,
+                *(float(scores[c][b, r]) if c in scores and ok else float("nan") for c in SCORE_COLUMNS),
+            ))
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------- tables
@@ -362,7 +403,7 @@ def summarize(
     records_or_result: pd.DataFrame | EvalResult, by: str | None = "length", bucket: int | None = None
 ) -> pd.DataFrame:
     """Accuracy and AttnScore per `by` value (e.g. target length; `bucket` groups lengths into bins of that width)."""
-    s = sample_table(_records(records_or_result))
+    s = records_or_result.samples if isinstance(records_or_result, EvalResult) else sample_table(records_or_result)
     if by is None:
         key, name = pd.Series("all", index=s.index), "all"
     elif bucket and bucket > 1:
@@ -379,22 +420,55 @@ def summarize(
     return agg.reset_index()
 
 
+@dataclass(frozen=True)
+class Moments:
+    """Count, mean and sum of squared deviations of a set of values; merged exactly in the way of Chan et al.
+    (1979), so a stream of chunks needs no more than these three numbers."""
+
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    @classmethod
+    def of(cls, x: np.ndarray) -> "Moments":
+        if not len(x):
+            return cls()
+        mean = float(x.mean())
+        return cls(len(x), mean, float(((x - mean) ** 2).sum()))
+
+    def __add__(self, other: "Moments") -> "Moments":
+        if not self.n or not other.n:
+            return other if not self.n else self
+        n, d = self.n + other.n, other.mean - self.mean
+        return Moments(n, self.mean + d * other.n / n, self.m2 + other.m2 + d * d * self.n * other.n / n)
+
+    def mean_sem(self) -> tuple[float, float]:
+        """(mean, standard error of the mean with ddof 1); NaN where undefined."""
+        return (self.mean if self.n else float("nan"),
+                float(np.sqrt(self.m2 / (self.n - 1) / self.n)) if self.n > 1 else float("nan"))
+
+
+def correct_vs_error_moments(records: pd.DataFrame, column: str) -> tuple[Moments, Moments]:
+    """Moments of `column` on the correct and on the wrong scored tokens of `records`."""
+    r = records[records.scored & records[column].notna()]
+    return Moments.of(r.loc[r.correct, column].to_numpy(float)), Moments.of(r.loc[~r.correct, column].to_numpy(float))
+
+
+def welch(good: Moments, bad: Moments) -> dict:
+    """Mean ± SEM on correct (`good`) and wrong (`bad`) tokens and Welch's t-test between them (from their moments)."""
+    (mc, sc), (me, se) = good.mean_sem(), bad.mean_sem()
+    t = p = float("nan")
+    if good.n > 1 and bad.n > 1:
+        res = stats.ttest_ind_from_stats(mc, sc * np.sqrt(good.n), good.n, me, se * np.sqrt(bad.n), bad.n,
+                                         equal_var=False)
+        t, p = float(res.statistic), float(res.pvalue)
+    return dict(mean_correct=mc, sem_correct=sc, n_correct=good.n, mean_error=me, sem_error=se, n_error=bad.n,
+                t=t, p=p)
+
+
 def correct_vs_error(records: pd.DataFrame | EvalResult, column: str = "attn_rollout_sample") -> dict:
     """Mean ± SEM of `column` on correct and on wrong scored tokens, Welch's t-test (Spiegel et al. 2025, Table 3)."""
-    r = _records(records)
-    r = r[r.scored & r[column].notna()]
-    good, bad = r.loc[r.correct, column].to_numpy(float), r.loc[~r.correct, column].to_numpy(float)
-
-    def ms(x: np.ndarray) -> tuple[float, float]:
-        return (float(x.mean()) if len(x) else float("nan"), float(stats.sem(x)) if len(x) > 1 else float("nan"))
-
-    (mc, sc), (me, se) = ms(good), ms(bad)
-    t = p = float("nan")
-    if len(good) > 1 and len(bad) > 1:
-        res = stats.ttest_ind(good, bad, equal_var=False)
-        t, p = float(res.statistic), float(res.pvalue)
-    return dict(mean_correct=mc, sem_correct=sc, n_correct=len(good), mean_error=me, sem_error=se, n_error=len(bad),
-                t=t, p=p)
+    return welch(*correct_vs_error_moments(_records(records), column))
 
 
 def _parse_column(col: str) -> tuple[str, str]:
@@ -421,13 +495,19 @@ def correct_vs_error_table(
     that are all NaN (e.g. heads not given) are left out.
     """
     named = records if isinstance(records, Mapping) else {"": records}
+    return cve_table({label: {col: correct_vs_error_moments(_records(rec), col) for col in columns
+                              if col in _records(rec)} for label, rec in named.items()})
+
+
+def cve_table(moments: Mapping[str, Mapping[str, tuple[Moments, Moments]]]) -> pd.DataFrame:
+    """`correct_vs_error_table` from {label: {score column: (moments on correct, on wrong tokens)}}; columns without
+    a value are left out."""
     rows = []
-    for label, rec in named.items():
-        rec = _records(rec)
-        for col in columns:
-            if col not in rec or rec.loc[rec.scored, col].isna().all():
+    for label, by_column in moments.items():
+        for col, (good, bad) in by_column.items():
+            if not good.n + bad.n:
                 continue
-            c = correct_vs_error(rec, col)
+            c = welch(good, bad)
             source, convention = _parse_column(col)
             rows.append({
                 "label": label, "score": col, "source": source, "convention": convention,
@@ -438,6 +518,32 @@ def correct_vs_error_table(
     cols = ["label", "score", "source", "convention", "correct (%)", "error (%)", "n_correct", "n_error", "t", "p",
             "mean_correct", "sem_correct", "mean_error", "sem_error"]
     return pd.DataFrame(rows, columns=cols)
+
+
+class StreamTotals:
+    """What `evaluate_stream`'s chunks add up to once their records are gone (written to a file, or dropped): the
+    per-sample table, one row per sample (every accuracy table is computed from it), and per AttnScore column the
+    moments on correct and on wrong tokens (Table 3's means, SEMs and Welch's t)."""
+
+    def __init__(self, mode: Mode):
+        self.mode, self.parts = mode, []
+        self.moments: dict[str, tuple[Moments, Moments]] = {}
+
+    def add(self, chunk: EvalResult) -> None:
+        self.parts.append(chunk.samples)
+        for col in SCORE_COLUMNS:
+            good, bad = correct_vs_error_moments(chunk.records, col)
+            had = self.moments.get(col, (Moments(), Moments()))
+            self.moments[col] = (had[0] + good, had[1] + bad)
+
+    def result(self) -> EvalResult:
+        """The per-sample table as an `EvalResult` whose records are not kept (an empty table)."""
+        if len(self.parts) != 1:  # joined once
+            self.parts = [pd.concat(self.parts, ignore_index=True) if self.parts else sample_table(pd.DataFrame())]
+        return EvalResult(pd.DataFrame(columns=RECORD_COLUMNS), self.parts[0], self.mode)
+
+    def correct_vs_error_table(self) -> pd.DataFrame:
+        return cve_table({"": self.moments})
 
 
 def write_records(records: pd.DataFrame | EvalResult, path: str | os.PathLike) -> Path:

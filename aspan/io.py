@@ -248,9 +248,15 @@ def write_jsonl(path: PathLike, rows: Iterable[dict[str, Any]] | Any, double_pre
     A DataFrame is written by pandas (`double_precision` digits, NaN as null); dicts through `clean`.
     """
     if hasattr(rows, "to_json"):
-        return atomic_write(path, lambda f: rows.to_json(f, orient="records", lines=True,
-                                                          double_precision=double_precision))
+        return atomic_write(path, lambda f: dump_frame(f, rows, double_precision))
     return write_lines(path, (to_json(r, indent=None) for r in rows))
+
+
+def dump_frame(f: IO, table: Any, double_precision: int = 10) -> None:
+    """A DataFrame's rows as JSON lines into the open file `f`, as `write_jsonl` writes them: called once per chunk,
+    it streams one file from many tables."""
+    if len(table):  # pandas ends every line, the last included, with a newline
+        table.to_json(f, orient="records", lines=True, double_precision=double_precision)
 
 
 def write_csv(path: PathLike, table: Any) -> Path:

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from aspan.options import MODES
 
@@ -72,21 +74,24 @@ def _names_its_task(path: str) -> bool:
     return not (str(path).lower() == "smollm2" or str(path).lower().endswith(".gguf"))
 
 
-def _samples(model, task, buckets, args: argparse.Namespace, offset: int) -> tuple[list, list[str] | None]:
-    """The samples to score and, with buckets, each sample's bucket name (every bucket its own -n samples)."""
+def _samples(model, task, buckets, args: argparse.Namespace, offset: int) -> tuple[Iterator, list[str] | None, int]:
+    """The samples to score, drawn as they are evaluated (each bucket its own -n samples, the ones `bucket_sets`
+    holds, in the same order); with buckets, each sample's bucket name; and the longest text they can have. Their
+    memory is checked first: one chunk at a time, and one per-sample row each."""
     from aspan import models
-    from aspan.buckets import bucket_sets, bucket_task
-    from aspan.checks import check_batch_memory, check_sample_memory
+    from aspan.buckets import bucket_name, bucket_task
+    from aspan.checks import check_batch_memory, check_eval_memory
+    from aspan.evaluation import CHUNK
 
     every = [bucket_task(task, b) for b in buckets] if buckets else [task]
     n_tokens = max(models.check_context(model, t, offset) for t in every)
-    check_sample_memory(args.samples * len(every), max(t.max_text_len() for t in every), "-n", records=True)
+    longest = max(t.max_text_len() for t in every)
+    check_eval_memory(args.samples * len(every), longest, CHUNK, "-n")
     check_batch_memory(model.cfg, args.batch_size, n_tokens, "--batch-size", training=False,
                        device=str(getattr(model.cfg, "device", None) or "cpu"))
-    if not buckets:
-        return task.generate(args.samples, seed=args.seed), None
-    sets = bucket_sets(task, buckets, args.samples, args.seed)
-    return [s for v in sets.values() for s in v], [k for k, v in sets.items() for _ in v]
+    samples = itertools.chain.from_iterable(itertools.islice(t.stream(args.seed), args.samples) for t in every)
+    names = [bucket_name(b) for b in buckets for _ in range(args.samples)] if buckets else None
+    return samples, names, longest
 
 
 def _bucket_output(res, names: list[str], run_dir: str | None):
@@ -95,7 +100,6 @@ def _bucket_output(res, names: list[str], run_dir: str | None):
     from aspan.buckets import bucket_table
 
     table = bucket_table(res, names)
-    res.records["bucket"] = [names[i] for i in res.records.sample_id]
     print("\nby length bucket (each bucket its own samples):")
     print(table[["bucket", "n", "exact", "partial"]].round(4).to_string(index=False))
     if run_dir:
@@ -105,18 +109,36 @@ def _bucket_output(res, names: list[str], run_dir: str | None):
     return table
 
 
+def _evaluate(chunks: Iterator, names: list[str] | None, files: list[Path], mode: str):
+    """Consume `evaluate_stream`'s `chunks`: each chunk's records (with their bucket names) appended to every one of
+    `files` (each written atomically: a failure leaves none of them), its totals kept (`StreamTotals`)."""
+    from aspan.evaluation import StreamTotals
+    from aspan.io import atomic_write, dump_frame
+
+    totals = StreamTotals(mode)
+
+    def consume(opened: list) -> None:
+        if len(opened) < len(files):  # open the next file inside this one's writer
+            atomic_write(files[len(opened)], lambda f: consume([*opened, f]))
+            return
+        for chunk in chunks:
+            if names:
+                chunk.records["bucket"] = [names[i] for i in chunk.records.sample_id]
+            totals.add(chunk)
+            for f in opened:
+                dump_frame(f, chunk.records)
+
+    consume([])
+    return totals
+
+
 def run(args: argparse.Namespace) -> int:
-    import pandas as pd
     import torch
 
-    from aspan import models, tasks
     from aspan.buckets import parse_buckets
     from aspan.checks import check_offsets
-    from aspan.commands.data import parse_params
     from aspan.environment import run_environment
-    from aspan.evaluation import correct_vs_error_table, evaluate, summarize, write_records
-    from aspan.models.trained import check_task, trained_task
-    from aspan.training import check_tokenizer, resolve_device
+    from aspan.evaluation import evaluate_stream
 
     if args.samples < 1:
         raise ValueError(f"-n must be >= 1, got {args.samples}")
@@ -124,6 +146,33 @@ def run(args: argparse.Namespace) -> int:
     buckets = parse_buckets(args.buckets)
     if args.threads:
         torch.set_num_threads(args.threads)
+    model, tokenizer, name, task = _model_and_task(args)
+    samples, names, longest = _samples(model, task, buckets, args, tokenizer.offset)
+    check_offsets(args.delta, tokenizer.offset + longest + 1, "--delta")
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    files = [Path(p) for p in (args.output, run_dir and run_dir / "records.jsonl") if p]
+    chunks = evaluate_stream(model, tokenizer, samples, mode=args.mode, batch_size=args.batch_size, heads=heads,
+                             delta=args.delta, attn=not args.no_attn, progress=True, any_task=args.any_task)
+    totals = _evaluate(chunks, names, files, args.mode)
+    tables = _print_tables(totals, name, args, names)
+    if args.output:
+        print(f"records written to {args.output}")
+    if run_dir:
+        settings = {"command": "eval", "model": str(args.checkpoint), "task": name, "split": args.split,
+                    "params": task.params(), "mode": args.mode, "n": args.samples, "seed": args.seed,
+                    "heads": heads, "delta": args.delta, **({"buckets": [list(b) for b in buckets]} if buckets else {})}
+        _write_run_dir(run_dir, totals.result(), {**settings, **run_environment(model)}, tables)
+    return 0
+
+
+def _model_and_task(args: argparse.Namespace):
+    """(model, tokenizer, task name, task): the model loaded, the task its preset with --param; refused (before any
+    sample is drawn) when the model was trained on another task, unless --any-task."""
+    from aspan import models, tasks
+    from aspan.commands.data import parse_params
+    from aspan.models.trained import check_task, trained_task
+    from aspan.training import check_tokenizer, resolve_device
+
     if args.task:
         tasks.task_class(args.task)  # unknown task: fail before loading the model
     device = resolve_device(args.device)
@@ -139,14 +188,19 @@ def run(args: argparse.Namespace) -> int:
         check_task(trained_task(model), [(task.name, task.params())], f"--task {name}",
                    "pass --any-task to evaluate it anyway")
     check_tokenizer(tokenizer, task.alphabet)
-    samples, names = _samples(model, task, buckets, args, tokenizer.offset)
-    check_offsets(args.delta, tokenizer.offset + max(len(s.text) for s in samples) + 1, "--delta")
-    res = evaluate(model, tokenizer, samples, mode=args.mode, batch_size=args.batch_size, heads=heads,
-                   delta=args.delta, attn=not args.no_attn, progress=True, any_task=args.any_task)
+    return model, tokenizer, name, task
 
+
+def _print_tables(totals, name: str, args: argparse.Namespace, names: list[str] | None) -> dict:
+    """Print the headline, the per-length table, Table 3 and (with buckets) the per-bucket table; return them."""
+    import pandas as pd
+
+    from aspan.evaluation import summarize
+
+    res = totals.result()
     bucket = args.bucket or (5 if res.samples.length.nunique() > 15 else 1)
     by_length = summarize(res, bucket=bucket)
-    cve = correct_vs_error_table(res)
+    cve = totals.correct_vs_error_table()
     s = res.summary()
     print(f"{name} {args.split} ({args.mode}, n={s['n']}): exact {s['exact']:.3f}, partial {s['partial']:.3f}"
           + ("" if args.no_attn else f", rollout AttnScore {100 * s['attn_rollout_sample']:.3g}% (sample convention), "
@@ -158,26 +212,15 @@ def run(args: argparse.Namespace) -> int:
                   "convention sample: share of the sample's own columns, raw: share of the whole row:")
             cols = ["source", "convention", "correct (%)", "error (%)", "n_correct", "n_error", "t", "p"]
             print(cve[cols].to_string(index=False))
-    by_bucket = _bucket_output(res, names, args.run_dir) if buckets else None
-    if args.output:
-        write_records(res, args.output)
-        print(f"records written to {args.output}")
-    if args.run_dir:
-        settings = {"command": "eval", "model": str(args.checkpoint), "task": name, "split": args.split,
-                    "params": task.params(), "mode": args.mode, "n": args.samples, "seed": args.seed,
-                    "heads": heads, "delta": args.delta, **({"buckets": [list(b) for b in buckets]} if buckets else {})}
-        tables = {"by_length": by_length, "correct_vs_error": cve, "by_bucket": by_bucket}
-        _write_run_dir(Path(args.run_dir), res, {**settings, **run_environment(model)}, tables)
-    return 0
+    by_bucket = _bucket_output(res, names, args.run_dir) if names else None
+    return {"by_length": by_length, "correct_vs_error": cve, "by_bucket": by_bucket}
 
 
 def _write_run_dir(run_dir: Path, res, settings: dict, tables: dict) -> None:
-    """records.jsonl, run.json and summary.json (headline numbers and the tables) for `aspan report`."""
-    from aspan.evaluation import write_records
+    """run.json and summary.json (headline numbers and the tables) beside the streamed records.jsonl, for
+    `aspan report`."""
     from aspan.io import write_json
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_records(res, run_dir / "records.jsonl")
     summary = {**res.summary(), "tables": {k: t.to_dict("records") for k, t in tables.items() if t is not None}}
     write_json(run_dir / "run.json", settings)
     write_json(run_dir / "summary.json", summary)

@@ -29,9 +29,10 @@ an edit target only, never a score. A new method is a kernel in `hooks` plus its
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Literal, Sequence, get_args
+from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, get_args
 
 import pandas as pd
 
@@ -63,13 +64,13 @@ class Data:
 
     def samples(self, name: str, seed: int) -> list:
         """The samples of set `name` ("id", "selection", "held_out") for data seed `seed`."""
-        from .. import tasks
+        return list(self.stream(name, seed))
 
+    def stream(self, name: str, seed: int) -> Iterator:
+        """The samples of `samples(name, seed)`, drawn one at a time (the engine evaluates them as they come)."""
         if name not in SEED_OFFSET:
             raise ValueError(f"unknown evaluation set {name!r}; choose one of {', '.join(SETS)}")
-        task = tasks.preset(self.task, "id", **self.id_params) if name == "id" else \
-            tasks.preset(self.task, self.split, **self.ood_params)
-        return task.generate(self.n, seed=seed + SEED_OFFSET[name])
+        return itertools.islice(_task(self, name).stream(seed + SEED_OFFSET[name]), self.n)
 
 
 @dataclass(frozen=True)
@@ -235,11 +236,15 @@ class Engine:
 
     def _evaluate(self, p: dict[str, Any], name: str, heads: list[Head], edit: Callable | None) -> tuple[dict, list]:
         """Summary and per-length table of the point's samples of set `name`; AttnScores on the point's own set."""
-        from ..evaluation import evaluate, summarize
+        from ..evaluation import StreamTotals, evaluate_stream, summarize
 
         attn = self.attn and name == p["set"]
-        res = evaluate(self.model, self.tok, self.samples(name, p["seed"]), fwd_hooks=edit or (), mode=p["mode"],
-                       batch_size=self.batch_size, heads=heads if attn else None, attn=attn, any_task=self.any_task)
+        totals = StreamTotals(p["mode"])  # streamed: one chunk of samples and records at a time
+        for chunk in evaluate_stream(self.model, self.tok, self.data.stream(name, p["seed"]), fwd_hooks=edit or (),
+                                     mode=p["mode"], batch_size=self.batch_size, heads=heads if attn else None,
+                                     attn=attn, any_task=self.any_task):
+            totals.add(chunk)
+        res = totals.result()
         by_len = summarize(res, by="length")[["length", "n", "exact", "partial"]].to_dict("records")
         return res.summary(), by_len
 

@@ -19,7 +19,8 @@ import torch
 
 from hooks import check_fits, check_heads
 
-from ..checks import check_device, check_offsets, check_sample_memory
+from ..checks import check_device, check_eval_memory, check_offsets
+from ..evaluation import CHUNK
 from ..io import read_toml, settings_key
 from ..options import CONVENTIONS, EDIT_METHODS, EOS_REFS, MODES, RANK_KEYS
 from .edit import RULES, Edit, parse_gate, setting_of
@@ -117,8 +118,8 @@ class SweepConfig:
         check_offsets(list(axes["deltas"]), longest + 1, f"sweep config: {'deltas' if 'deltas' in raw else 'delta'}")
         _check_strengths_fit(axes["strengths"], longest + 2)
         longest_id = tasks.preset(data["task"], "id", **data["id_params"]).max_text_len()
-        n_held = data["n_samples"] * len(data["seeds"]) * 3  # selection, held-out and ID sets of every seed
-        check_sample_memory(n_held, max(longest, longest_id), "sweep config: n_samples", records=True)
+        # the engine evaluates every set as a stream: one chunk of samples at a time, and a per-sample row each
+        check_eval_memory(data["n_samples"], max(longest, longest_id), CHUNK, "sweep config: n_samples")
         return cls(model=model, **data, **axes, **_head_settings(_table(raw.get("heads", {}), "heads"), raw["task"]))
 
     def data(self) -> Data:
