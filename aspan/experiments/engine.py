@@ -116,8 +116,9 @@ def point(data: Data, model: str, heads: str, strength: float | None = None, **k
     if p["method"] not in POINT_METHODS:
         raise ValueError(f"unknown intervention method {p['method']!r}; choose one of {', '.join(POINT_METHODS)}")
     if p["method"] == ATOMS:
-        if not atoms:
-            raise ValueError("a point of method 'atoms' needs atoms: a list of (head, Edit)")
+        if not atoms or gate is not None or "eos" in p:
+            raise ValueError("a point of method 'atoms' needs atoms, a list of (head, Edit), which carry their own "
+                             "gates and eos")
         p["atoms"] = [edit.to_atom(head) for head, edit in atoms]
     else:
         kind, tau = parse_gate(gate)

@@ -142,3 +142,13 @@ def test_a_selected_patch_setting_is_printed(capsys):
     assert "selected: patch at ref+1 (EOS row extrapolated) on list:1.0 (gate beyond) (teacher)" in out
     assert setting_label({**selected, "method": "reinforce", "strength": 2.0, "gate": "none", "eos": "none",
                           "threshold": 0.1}) == "reinforce C=2 tau=0.1 at ref+1 on list:1.0"
+
+
+def test_atoms_points_carry_their_edits():
+    data = E.Data("reversal", n=4)
+    atoms = [((1, 7), Edit("patch", 2)), ((0, 0), Edit("reinforce", strength=5.0, beyond=21, eos="extrapolate"))]
+    p = E.point(data, "m", "list:1.7,0.0", 0.0, method=E.ATOMS, atoms=atoms)
+    assert decode_atoms(p["atoms"]) == atoms and settings_key(E.point_of(p)) == settings_key(p)
+    for bad in ({}, {"atoms": atoms, "gate": "beyond"}, {"atoms": atoms, "eos": "extrapolate"}):
+        with pytest.raises(ValueError, match="carry their own"):
+            E.point(data, "m", "list:1.7,0.0", 0.0, method=E.ATOMS, **bad)
