@@ -99,3 +99,15 @@ def test_fine_tuning_on_another_task_makes_it_the_models_task(tmp_path):
     one_line(r.stderr, "'reversal'", "trained on task 'addition'")
     r = aspan("eval", str(out), "-n", "2", "--no-attn", cwd=tmp_path)
     assert r.returncode == 0 and "addition ood" in r.stdout, r.stderr
+
+
+def test_rank_and_abc_refuse_another_task_before_loading(tmp_path):
+    for args, words in ((["rank", "reversal", "--task", "addition", "-n", "4"], ["--any-task"]),
+                        (["abc", "reversal", "--task", "addition", "--id-samples", "4", "--ood-samples", "4"],
+                         ["ABC calibrates"])):
+        r = aspan(*args, "--out", str(tmp_path / "out"), "--no-progress", cwd=tmp_path)
+        assert r.returncode == 2 and not (tmp_path / "out").exists(), r.stderr
+        one_line(r.stderr, "--task", "'addition'", "trained on task 'reversal'", *words)
+    r = aspan("rank", "reversal", "--task", "addition", "-n", "4", "--any-task", "--out", str(tmp_path / "out"),
+              "--no-progress", cwd=tmp_path)
+    assert r.returncode == 0 and (tmp_path / "out" / "ranking.csv").is_file(), r.stderr

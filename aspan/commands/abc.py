@@ -174,8 +174,12 @@ def _write(args: argparse.Namespace, plan: _Plan, res, model, tokenizer, ood_sam
 def run(args: argparse.Namespace) -> int:
     from aspan import models
     from aspan.experiments.abc import ABCSettings, run_abc
+    from aspan.models.checkpoint import saved_task
+    from aspan.models.trained import check_task
 
     plan = _plan(args)  # validate everything before loading the model
+    check_task(saved_task(args.model), [(t.name, t.params()) for t in (plan.id_task, plan.ood_task)],
+               f"--task {args.task}", "ABC calibrates a model on the task it was trained on")
     model, tokenizer, _ = models.load(args.model, device=args.device)
     models.check_context(model, plan.ood_task, tokenizer.offset)
     if plan.heads:

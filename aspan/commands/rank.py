@@ -21,6 +21,8 @@ HELP = "rank attention heads by their attention on reference tokens (default) or
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
     p.add_argument("--task", required=True, help="task name (see `aspan data --list`)")
+    p.add_argument("--any-task", action="store_true",
+                   help="rank a model's heads on another task than the one it was trained on (refused otherwise)")
     p.add_argument("--split", default="id", choices=("id", "ood"), help="preset the samples come from (default: id)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a task parameter")
     p.add_argument("-n", "--samples", type=positive_int, default=64, help="number of samples (default 64)")
@@ -92,6 +94,12 @@ def run(args: argparse.Namespace) -> int:
     from aspan.checks import check_offsets
 
     check_offsets(deltas, task.max_text_len() + 1, "--deltas")
+    if not args.any_task:  # from the checkpoint's metadata, before loading it
+        from aspan.models.checkpoint import saved_task
+        from aspan.models.trained import check_task
+
+        check_task(saved_task(args.model), [(t.name, t.params()) for t in (task, *(causal[1:2] if causal else ()))],
+                   f"--task {args.task}", "pass --any-task to rank it anyway")
     model, tokenizer, _ = models.load(args.model, device=args.device)
     models.check_context(model, task, tokenizer.offset)
     if causal:
