@@ -9,6 +9,7 @@ import pytest
 
 from aspan import models, tasks
 from aspan.buckets import bucket_sets
+from aspan.checks import RESULT_BYTES
 from aspan.evaluation import StreamTotals, correct_vs_error_table, evaluate, evaluate_stream, write_records
 from aspan.experiments.engine import Data, Engine, point
 from tests.cli import aspan, aspan_peak
@@ -37,6 +38,8 @@ def test_streamed_chunks_equal_one_evaluate_exactly(loaded):
                                                              batch_size=8, heads=[(1, 0)])], ignore_index=True)
     pd.testing.assert_frame_equal(streamed, whole.records, check_exact=True)
     pd.testing.assert_frame_equal(totals.result().samples, whole.samples, check_exact=True)
+    kept = totals.result().samples.memory_usage(deep=True, index=True).sum()
+    assert kept < 40 * RESULT_BYTES / 2, kept  # what the memory check counts per sample (twice while joined)
     assert totals.result().summary() == pytest.approx(whole.summary(), rel=0, abs=0, nan_ok=True)
     table, want = totals.correct_vs_error_table(), correct_vs_error_table(whole)
     assert list(table.score) == list(want.score) == ["attn_rollout_sample", "attn_rollout_raw", "attn_heads_sample",
