@@ -187,8 +187,12 @@ def abc_paper(summary: dict, settings: dict) -> Finding:
         said += [f"{c.upper()} {by[task, c][longest]}" for c in ("abc", "abs") if (task, c) in by]
         parts.append(f"{task}: {', '.join(said)}")
         claims.append(Claim(task.capitalize(), f"At {longest}: " + "; ".join(
-            f"{c} {r[longest]}" for (t, c), r in by.items() if t == task) + ".",
-            [f"abc_paper_{task}", f"abc_bias_{task}"]))
+            f"{c} {r[longest]}" for (t, c), r in by.items() if t == task) + ".", [f"abc_paper_{task}"]))
+        if (task, "abc") in by:
+            claims.append(Claim(f"{task.capitalize()}: the calibrated bias", "The last layer's attention averaged "
+                                "over the correctly answered calibration samples (cross block: target rows x operand "
+                                "columns) beside the bias Algorithm 1 builds from it (blank: -inf), first seed.",
+                                [f"abc_bias_{task}"]))
     abc_rows = [by[k] for k in by if k[1] == "abc"]
     held = bool(abc_rows) and all(float(str(r[longest]).split()[0]) >= 0.99 for r in abc_rows)  # "0.991 [..]"
     verdict = "No ABC row: no base interpolated" if not abc_rows else "Yes" if held else "No"

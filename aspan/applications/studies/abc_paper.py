@@ -70,13 +70,14 @@ class PaperConfig:
     max_steps: int = 3000  # cap of every training until fit (vanilla and ABS)
     check_every: int = 100  # ID check interval (steps)
     fit_exact: float = 0.99  # ID exact on the check set that counts as "interpolates"
-    retrain_fraction: float = 0.1  # ABC retraining steps = floor(fraction x the base's steps)
+    retrain_fraction: float = 0.1  # ABC retrains until it fits, at most floor(fraction x the base's steps)
     batch_size: int = 64
     warmup: int = 100
     n_layers: int = 2
     n_heads: int = 4
     d_model: int = 64
     positional: str = "learned"  # vanilla and ABC models (absolute positions, as the paper's sinusoidal ones)
+    abc_positional: str = "learned"  # ABC's retrained models ("none": the bias alone says where to read)
     abs_positional: str = "none"  # ABS models (the paper's NoPE + w = 1)
     abs_width: int = 1  # ABS window half-width w
     number_bits: int = 20  # numbers of [0, 2^number_bits]
@@ -117,15 +118,15 @@ class PaperConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.seeds or not self.lr > 0 or self.warmup < 0:
             raise ValueError("seeds must be non-empty, lr > 0 and warmup >= 0")
-        if not 0 <= self.fit_exact <= 1 or not 0 < self.retrain_fraction <= 1:
-            raise ValueError("fit_exact must be in [0, 1] and retrain_fraction in (0, 1]")
+        if not 0 <= self.fit_exact <= 1 or not 0 < self.retrain_fraction <= 10:
+            raise ValueError("fit_exact must be in [0, 1] and retrain_fraction in (0, 10]")
         longest = len(str(2**self.number_bits))
         if not self.buckets or min(self.buckets) < 1 or max(self.buckets) < longest:
             raise ValueError(f"buckets must be lengths >= 1 whose longest fits the training numbers ({longest} "
                              f"digits for 2^{self.number_bits}), got {list(self.buckets)}")
         if self.id_digits > longest:
             raise ValueError(f"id_digits must be at most {longest} (the digits of 2^{self.number_bits})")
-        for name in ("positional", "abs_positional"):
+        for name in ("positional", "abc_positional", "abs_positional"):
             if getattr(self, name) not in ("rotary", "learned", "alibi", "none"):
                 raise ValueError(f"{name} must be rotary, learned, alibi or none, got {getattr(self, name)!r}")
 
@@ -288,9 +289,19 @@ def mean_last_layer_attention(model, tokenizer, samples: Sequence[Sample], batch
     return total / len(samples)
 
 
-def calibrate_padded(attn, batch) -> Calibration:
+def training_rows(name: str, number_bits: int) -> int:
+    """How many target rows the training numbers reach: the digits (parity: bits) of the largest training answer
+    (successor 2^bits + 1, addition 2 x 2^bits, parity's running parity of bits + 1 bits). The rows below are the
+    zero padding of a longer width, which no training answer reaches."""
+    largest = {"successor": 2**number_bits + 1, "addition": 2 * 2**number_bits, "parity": 2**number_bits}[name]
+    return len(format(largest, "b")) if name == "parity" else len(str(largest))
+
+
+def calibrate_padded(attn, batch, calib_rows: int | None = None) -> Calibration:
     """Algorithm 1 on the two blocks of an averaged attention map: the cross block with kappa 4.5 and the self block
-    with 0.87, each at its own shape (fixed by the padded layout); -inf becomes NEG; prompt rows, the BOS column and
+    with 0.87. The lines are measured on the first `calib_rows` target rows (the rows the training numbers reach:
+    the paper's m x n block, as its authors' code masks the target rows past the number's digits; all rows when
+    None) and extended to every target row (the paper's M x N); -inf becomes NEG; prompt rows, the BOS column and
     every cell outside the blocks stay 0."""
     import torch
 
@@ -298,23 +309,26 @@ def calibrate_padded(attn, batch) -> Calibration:
     from ...experiments.calibration import CROSS_KAPPA, SELF_KAPPA, calibrate, padded_blocks
 
     rows, prompt_cols, target_cols = padded_blocks(batch)
+    m = len(rows) if calib_rows is None else min(calib_rows, len(rows))
     bias = torch.zeros_like(attn)
     for cols, kappa in ((prompt_cols, CROSS_KAPPA), (target_cols, SELF_KAPPA)):
         block = attn[:, rows][:, :, cols]
-        bias[:, rows[:, None], cols[None, :]] = calibrate(block, tuple(block.shape[1:]), kappa=kappa)
+        bias[:, rows[:, None], cols[None, :]] = calibrate(block[:, :m], tuple(block.shape[1:]), kappa=kappa)
     return Calibration(attn, bias.clamp(min=NEG), rows, prompt_cols, target_cols, len(batch.samples))
 
 
-def abc_calibration(base, tokenizer, samples: Sequence[Sample], correct_only: bool = True) -> Calibration:
+def abc_calibration(base, tokenizer, samples: Sequence[Sample], correct_only: bool = True,
+                    calib_rows: int | None = None) -> Calibration:
     """ABC from a trained base model: its last layer's attention averaged over the `samples` it answers correctly
-    (all of them with `correct_only=False`), calibrated (`calibrate_padded`). ValueError when it answers none."""
+    (all of them with `correct_only=False`), calibrated on its first `calib_rows` target rows (`calibrate_padded`).
+    ValueError when it answers none."""
     from ...experiments.abc import correct_samples
 
     used = correct_samples(base, tokenizer, list(samples)) if correct_only else list(samples)
     if not used:
         raise ValueError("the base model answers none of the calibration samples: ABC needs a model that interpolates")
     attn = mean_last_layer_attention(base, tokenizer, used)
-    return calibrate_padded(attn, layout_batch(used, tokenizer))
+    return calibrate_padded(attn, layout_batch(used, tokenizer), calib_rows)
 
 
 def abs_bias(sample: Sample, tokenizer, width: int = 1):
@@ -381,20 +395,22 @@ def train_config(cfg: PaperConfig, seed: int, steps: int):
 
 
 def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch: Path, bias_hooks=(),
-                    log: tuple[Path, dict] | None = None) -> dict:
+                    log: tuple[Path, dict] | None = None, cap: int | None = None) -> dict:
     """Train on the training numbers until ID exact on the check set reaches `fit_exact`, checked every
-    `check_every` steps: one schedule over `max_steps` (the cap), each stretch resumed exactly from the last one's
-    checkpoint in `scratch` (removed at the end). `log`: (JSONL file, fields) to append every check to as it happens
-    (a long run shows how far it got). Returns steps, fitted, the last ID exact and every check."""
+    `check_every` steps (and at the cap): one schedule over `cap` steps (`max_steps` when None), each stretch resumed
+    exactly from the last one's checkpoint in `scratch` (removed at the end). `log`: (JSONL file, fields) to append
+    every check to as it happens (a long run shows how far it got). Returns steps, fitted, the last ID exact and
+    every check."""
     from ...io import append_line
     from ...training import train
 
     shutil.rmtree(scratch, ignore_errors=True)  # a cut earlier run's checkpoints must not be resumed
-    tc = train_config(cfg, seed, cfg.max_steps)
+    cap = cfg.max_steps if cap is None else cap
+    tc = train_config(cfg, seed, cap)
     checks: list[list[float]] = []
     step = 0
-    while step < cfg.max_steps:
-        step = min(step + cfg.check_every, cfg.max_steps)
+    while step < cap:
+        step = min(step + cfg.check_every, cap)
         train(model, data.tokenizer, data.train, tc, out_dir=scratch, resume=step > cfg.check_every,
               fwd_hooks=bias_hooks, progress=False, stop_after=step)
         exact = exact_count(model, data.tokenizer, data.check, bias_hooks, cfg.eval_batch_size) / len(data.check)
@@ -485,11 +501,12 @@ def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
 
 def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
     """The ABC row of a fitted base: calibrate on its last layer, retrain a fresh model under the bias in every layer
-    for floor(retrain_fraction x its steps), test. None (and a stderr line) when the base did not fit."""
+    until it fits, at most floor(retrain_fraction x its steps), test. None (and a stderr line) when the base did not
+    fit."""
     import torch
 
     from ... import models
-    from ...training import train
+    from ...experiments.abc import NEG
 
     cfg, data = ctx.cfg, ctx.data[name]
     settings, key = ctx.key(name, "abc", seed)
@@ -502,22 +519,26 @@ def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
     t0 = time.perf_counter()
     base = models.load(base_dir(ctx.out, name, seed), device=cfg.device).model
     try:
-        cal = abc_calibration(base, data.tokenizer, data.calib, cfg.correct_only)
+        cal = abc_calibration(base, data.tokenizer, data.calib, cfg.correct_only, training_rows(name, cfg.number_bits))
     except ValueError as e:  # a fitted base that answers no calibration sample (training numbers): stated, not fatal
         ctx.skipped.append(f"{name} seed {seed}: no ABC row, {e}")
         return ctx.write({**settings, "key": key, "status": f"skipped: {e}"})  # no "steps": not in the table
     calib_dir = ctx.out / "calibration"
     calib_dir.mkdir(parents=True, exist_ok=True)
     torch.save(asdict(cal), calib_dir / f"{name}-seed{seed}.pt")
-    model = _model(ctx, name, cfg.positional, seed + FRESH_INIT)
+    model = _model(ctx, name, cfg.abc_positional, seed + FRESH_INIT)
     bias = hooks_for_bias(cal.bias, model)
-    steps = max(1, math.floor(base_row["steps"] * cfg.retrain_fraction))
-    train(model, data.tokenizer, data.train, train_config(cfg, seed, steps), fwd_hooks=bias, progress=False)
-    id_exact = exact_count(model, data.tokenizer, data.check, bias, cfg.eval_batch_size) / len(data.check)
-    kept = (cal.bias[:, cal.rows[:, None], cal.prompt_cols[None, :]] > -1).flatten(1).any(1)
-    row = {**settings, "key": key, "status": "ok", "steps": steps, "base_steps": base_row["steps"],
-           "id_exact": id_exact, "calibration_samples": cal.n_samples, "positional": models.positional_of(model),
-           "cross_heads_biased": int(kept.sum()), **test_results(model, data, bias, cfg.eval_batch_size),
+    cap = max(1, math.floor(base_row["steps"] * cfg.retrain_fraction))
+    fit = train_until_fit(model, data, cfg, seed, ctx.out / "scratch" / f"{name}-abc-seed{seed}", bias,
+                          (ctx.out / "checks.jsonl", {"task": name, "condition": "abc", "seed": seed}), cap=cap)
+    models.save(model, ctx.out / "models" / f"{name}-abc-seed{seed}", data.tokenizer, task=name, seed=seed,
+                steps=fit["steps"])  # run it under calibration/{name}-seed{seed}.pt's bias
+    cross = cal.bias[:, cal.rows[:, None], cal.prompt_cols[None, :]]
+    with_lines = (cross <= NEG).flatten(1).any(1)  # a head with no kept line is transparent: no NEG cell
+    row = {**settings, "key": key, "status": "ok" if fit["fitted"] else "did not fit", **fit, "retrain_cap": cap,
+           "base_steps": base_row["steps"], "calibration_samples": cal.n_samples,
+           "positional": models.positional_of(model),
+           "cross_heads_with_lines": int(with_lines.sum()), **test_results(model, data, bias, cfg.eval_batch_size),
            "wall_s": time.perf_counter() - t0}
     return ctx.write(row)
 
@@ -552,7 +573,54 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True) ->
                 bar.update(1)
             table = write_paper_outputs(ctx, time.perf_counter() - t0)  # a cut run still reports
     shutil.rmtree(out / "scratch", ignore_errors=True)
+    write_position_table(ctx)
     return table
+
+
+def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) -> list[dict]:
+    """Per target row of the `digits`-digit test set: how often the saved model (under its ABC bias) gets the row
+    right, and how often it writes 0 where the answer is not 0 (the padding every training answer has there)."""
+    import torch
+
+    from ... import models
+    from ...evaluation import evaluate
+
+    data = ctx.data[name]
+    folder = ctx.out / "models" / f"{name}-{condition}-seed{seed}"
+    model = models.load(folder, device=ctx.cfg.device).model
+    bias = ()
+    if condition == "abc":
+        cal = torch.load(ctx.out / "calibration" / f"{name}-seed{seed}.pt", weights_only=True)
+        bias = hooks_for_bias(cal["bias"], model)
+    rec = evaluate(model, data.tokenizer, data.test[digits], fwd_hooks=bias, batch_size=ctx.cfg.eval_batch_size,
+                   attn=False).records
+    rec = rec[rec.scored]
+    out = []
+    for row, g in rec.groupby("target_index"):
+        wrong_zero = (g.pred_char == "0") & (g.target_char != "0")
+        out.append({"task": name, "condition": condition, "seed": seed, "digits": digits, "row": int(row),
+                    "accuracy": float(g.correct.mean()),
+                    "zero_for_nonzero": float(wrong_zero.sum() / max(1, (g.target_char != "0").sum()))})
+    return out
+
+
+def write_position_table(ctx: _Ctx) -> None:
+    """positions.csv: `position_rows` at the first test length past the ID one, for every saved vanilla and ABC
+    model of the plan (where extrapolation breaks: which rows fail, and whether they fail by writing 0)."""
+    import pandas as pd
+
+    from ...io import RunDir
+
+    past = [n for n in ctx.cfg.buckets if n > ctx.cfg.id_digits]
+    if not past:
+        return
+    rows = []
+    for name, condition in ctx.cfg.runs():
+        for seed in ctx.cfg.seeds:
+            if condition != "abs" and (ctx.out / "models" / f"{name}-{condition}-seed{seed}").exists():
+                rows += position_rows(ctx, name, condition, seed, past[0])
+    if rows:
+        RunDir(ctx.out).write_csv("positions.csv", pd.DataFrame(rows))
 
 
 # ----------------------------------------------------------------------------------------------- outputs
