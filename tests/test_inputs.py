@@ -319,3 +319,27 @@ def test_sweep_seeds_below_zero_are_refused_by_the_config():
                       (SWEEP.replace("n_samples = 2", "n_samples = 2\nseeds = [0, -1]"), "seeds")):
         with pytest.raises(ValueError, match=f"sweep config: {key}: must be an integer >= 0, got -"):
             SweepConfig.from_dict(tomllib.loads(text), check_model=False)
+
+
+def test_id_budget_points_become_one_fraction_for_sweep_and_demo(tmp_path):
+    """`--id-budget PP` is read by one argument type in both commands: points to a fraction, and a value that is not
+    a number >= 0 is refused while the command line is parsed (one line naming the flag), before the config is read
+    or the run directory is touched."""
+    from aspan.cli import Parser
+    from aspan.commands.argtypes import points_fraction
+    from aspan.commands.demo import add_arguments as demo_arguments
+    from aspan.commands.sweep import add_arguments as sweep_arguments
+
+    assert points_fraction("1.5") == pytest.approx(0.015) and points_fraction("0") == 0.0
+    for add in (sweep_arguments, demo_arguments):
+        parser = Parser(prog="aspan")
+        add(parser)
+        argv = ["c.toml"] if add is sweep_arguments else []
+        assert parser.parse_args([*argv, "--id-budget", "2"]).id_budget == pytest.approx(0.02)
+        assert parser.parse_args(argv).id_budget == (0.01 if add is sweep_arguments else None)  # the defaults
+    for command, bads in ((["sweep", str(tmp_path / "missing.toml")], ("-1", "nan", "x")), (["demo"], ("-1",))):
+        for bad in bads:
+            r = aspan(*command, "--id-budget", bad, "--out", str(tmp_path / "run"), cwd=tmp_path)
+            assert r.returncode == 2, r.stderr
+            one_line(r.stderr, "--id-budget", bad)
+            assert not (tmp_path / "run").exists()

@@ -63,6 +63,11 @@ def positive_float(text: str) -> float:
     return x
 
 
+def points_fraction(text: str) -> float:
+    """Percentage points (a finite float >= 0, as `--id-budget PP` takes them) as a fraction: `1.5` -> 0.015."""
+    return nonneg_float(text) / 100
+
+
 def _wrap(check: Callable[[str], object]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         try:

@@ -8,7 +8,7 @@ import argparse
 import shlex
 
 from ..options import CONVENTIONS, EOS_REFS
-from .argtypes import device, nonneg_int, output_dir, positive_int
+from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
 
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=positive_int, default=None,
                         help="torch CPU threads (default 1: fastest for this tiny model)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for tests): a few samples, a small search")
-    parser.add_argument("--id-budget", type=float, default=None, metavar="PP",
+    parser.add_argument("--id-budget", type=points_fraction, default=None, metavar="PP",
                         help="selection rule: the largest OOD exact gain whose drop of ID exact accuracy is at most "
                              "PP percentage points (default 1)")
     parser.add_argument("--rank-convention", default=None, choices=CONVENTIONS,
@@ -58,16 +58,15 @@ def run(args: argparse.Namespace) -> int:
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
                                  threads=args.threads, rank_convention=args.rank_convention).items()
           if v is not None}
-    if args.id_budget is not None:
-        if not args.id_budget >= 0:
-            raise ValueError(f"--id-budget must be >= 0 (percentage points), got {args.id_budget}")
-        kw["id_budget"] = args.id_budget / 100
+    if args.id_budget is not None:  # a fraction (argtypes.points_fraction)
+        kw["id_budget"] = args.id_budget
     if args.shard:
         kw["shard"] = parse_shard(args.shard)
     if args.eos != "both":
         kw["eos"] = (args.eos,)
     cfg = DemoConfig.quick_config(**kw) if args.quick else DemoConfig(**kw)
-    given = {**kw, "id_budget": args.id_budget, "shard": args.shard, "eos": None if args.eos == "both" else args.eos}
+    points = None if args.id_budget is None else f"{args.id_budget * 100:.12g}"
+    given = {**kw, "id_budget": points, "shard": args.shard, "eos": None if args.eos == "both" else args.eos}
     flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in given.items()
              if v is not None and k != "train"]
     switches = ["--train"] * bool(args.train) + ["--quick"] * bool(args.quick)

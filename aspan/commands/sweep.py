@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .argtypes import device, nonneg_int, output_dir
+from .argtypes import device, nonneg_int, output_dir, points_fraction
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
 
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=nonneg_int, default=None,
                    help="stop after this many new rows (0: only rebuild tables and figures)")
     p.add_argument("--device", type=device, default=None, help="override the config's device")
-    p.add_argument("--id-budget", type=float, default=1.0, metavar="PP",
+    p.add_argument("--id-budget", type=points_fraction, default="1", metavar="PP",
                    help="selection rule: largest OOD exact gain whose ID exact drop is at most PP percentage points "
                         "(default 1)")
     p.add_argument("--no-progress", action="store_true")
@@ -106,9 +106,7 @@ def run(args: argparse.Namespace) -> int:
     shard = parse_shard(args.shard) if args.shard else None
     if args.limit is not None and args.limit < 0:
         raise ValueError(f"--limit must be >= 0, got {args.limit}")
-    if args.id_budget is not None and not args.id_budget >= 0:
-        raise ValueError(f"--id-budget must be >= 0 (percentage points), got {args.id_budget}")
-    budget = None if args.id_budget is None else args.id_budget / 100
+    budget = args.id_budget  # a fraction (argtypes.points_fraction)
     out = check_output_dir(args.out or f"runs/sweep-{Path(args.config).stem}")
     path = rows_file(out, shard)
     n_grid = len(grid(config))
