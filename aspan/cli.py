@@ -1,7 +1,7 @@
 """`aspan` command line: a thin dispatcher; each subcommand lives in `aspan.commands.<name>`.
 
 A command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`; `RUN_DIR = "out"`
-names the option holding its run directory when the dispatcher should hold it for the job (`aspan.io.claim`: a
+names the option holding its run directory when the dispatcher should hold it for the job (`aspan.io.claim_run`: a
 second job on the same directory fails at once). Commands that also pin a configuration claim it themselves.
 
 Every mistake in what the user asked for ends in one line on stderr and exit code 2, with no traceback:
@@ -118,13 +118,13 @@ def _check_common(args: argparse.Namespace) -> None:
 
 
 def _held(args: argparse.Namespace):
-    """`aspan.io.claim` of the command's run directory (the option its `RUN_DIR` names), when it has one."""
+    """`aspan.io.claim_run` of the command's run directory (the option its `RUN_DIR` names), when it has one."""
     out = getattr(args, args._run_dir, None) if args._run_dir else None
     if not out:
         return contextlib.nullcontext()
-    from .io import claim
+    from .io import claim_run
 
-    return claim(out, command=" ".join(["aspan", *sys.argv[1:]]))
+    return claim_run(out)
 
 
 def _stdout_closed() -> None:

@@ -636,6 +636,26 @@ def check_settings(directory: PathLike, settings: dict[str, Any]) -> bool:
     return True
 
 
+def run_lock(shard: tuple[int, int] | None = None) -> str:
+    """The lock file of a job in a run directory: `LOCK`, or one per shard I of N (parallel shards write their own
+    rows files, so each holds its own lock)."""
+    return LOCK if shard is None else f".aspan.shard-{shard[0]}-of-{shard[1]}.lock"
+
+
+def command_line() -> str:
+    """This process's command line as `aspan ARGS`, shell-quoted (what a second job's refusal names)."""
+    import shlex
+
+    return " ".join(["aspan", *map(shlex.quote, sys.argv[1:])])
+
+
+def claim_run(out: PathLike, settings: dict[str, Any] | None = None, *, shard: tuple[int, int] | None = None,
+              command: str | None = None) -> contextlib.AbstractContextManager[RunDir]:
+    """How every command holds the run directory it writes: `claim` of `out` with the lock of `shard` (`run_lock`)
+    and the command line (default: this process's, `command_line`); with `settings`, for one configuration."""
+    return claim(out, settings, command=command or command_line(), lock=run_lock(shard))
+
+
 @contextlib.contextmanager
 def claim(directory: PathLike, settings: dict[str, Any] | None = None, command: str | None = None,
           lock: str = LOCK) -> Iterator[RunDir]:

@@ -398,3 +398,65 @@ def test_training_with_hooks_for_a_layer_the_model_lacks_is_a_value_error(tmp_pa
     with pytest.raises(ValueError, match=r"hook point 'blocks.3.attn.hook_pattern' is not in this model"):
         train(model, tok, task, TrainConfig.scratch(steps=1, batch_size=2, warmup=0, device="cpu"), fwd_hooks=fwd,
               progress=False)
+
+
+HOLD_RUN = """
+import sys, time
+from aspan.io import claim_run
+with claim_run(sys.argv[1], command="holder job"):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+SWEEP_TOML = ('model = "reversal"\ntask = "reversal"\ntask_params = { length = [11, 12] }\nn_samples = 2\n'
+              'strengths = [1.0]\ndeltas = [0]\n\n[heads]\nlist = [[1, 0]]\n')
+
+
+def _writers_of_run_directories() -> set[str]:
+    """The commands that hold a run directory: a `RUN_DIR` the dispatcher claims, or their own `claim_run`."""
+    found = set()
+    for path in sorted((ROOT / "aspan" / "commands").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if "\nRUN_DIR = " in text or "claim_run(" in text:
+            found.add(path.stem)
+    return found
+
+
+def test_every_command_that_writes_a_run_directory_holds_it_through_claim_run(tmp_path, capsys):
+    """One way to lock a run directory: no module but `aspan.io` calls `claim` itself, every command that writes a
+    run directory refuses one another live process holds (one line, nothing written), and a holder killed with
+    SIGKILL leaves a stale lock that the next job takes over."""
+    import ast
+
+    from aspan.io import LOCK, claim_run, run_lock
+
+    for path in sorted((ROOT / "aspan").rglob("*.py")):
+        if path.name != "io.py" or path.parent.name != "aspan":
+            calls = [n.func for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Call)]
+            names = {getattr(f, "id", None) or getattr(f, "attr", None) for f in calls}
+            assert "claim" not in names, f"{path.relative_to(ROOT)} locks a run directory without claim_run"
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_RUN, str(out)], env=ENV, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    (tmp_path / "s.toml").write_text(SWEEP_TOML)
+    cases = {"train": ["train", *SMALL, "--steps", "1"], "rank": ["rank", "reversal", "--task", "reversal"],
+             "abc": ["abc", "reversal", "--task", "reversal"], "sweep": ["sweep", str(tmp_path / "s.toml")],
+             "demo": ["demo", "--quick"], "pretrained": ["pretrained", str(ROOT / "configs/smollm2_smoke.toml")],
+             "study": ["study", "qk", "--quick"]}
+    try:
+        assert _writers_of_run_directories() == {*cases, "eval"}
+        for args in [*cases.values(), ["eval", "reversal", "-n", "2", "--run-dir", str(out)]]:
+            code, err = run_cli(capsys, *args, *(["--out", str(out)] if args[0] != "eval" else []))
+            assert code == 2, (args, err)
+            one_line(err, "in use by 'holder job'", f"pid {holder.pid}", LOCK)
+        for name in ("qk", "abc", "parity"):  # every study
+            code, err = run_cli(capsys, "study", name, "--quick", "--out", str(out))
+            assert code == 2 and "in use by 'holder job'" in err, (name, err)
+        assert sorted(p.name for p in out.iterdir()) == [LOCK]  # nothing written
+    finally:
+        holder.kill()  # no clean-up: the lock file stays behind naming a dead pid
+        holder.wait()
+    assert (out / LOCK).exists()
+    with claim_run(out, command="next job"):  # the stale lock is taken over
+        assert '"next job"' in (out / LOCK).read_text()
+    assert not (out / LOCK).exists()
+    assert run_lock((2, 8)) == ".aspan.shard-2-of-8.lock" and run_lock(None) == LOCK

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..applications.demo import DemoConfig, run_demo
     from ..experiments.sweep import parse_shard
-    from ..io import LOCK, claim
+    from ..io import claim_run
     from ..models.checkpoint import default_backend
 
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
@@ -75,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
     runtime = ("out", "device", "threads", "shard", "id_budget")
     settings = {"command": "demo", **{k: v for k, v in asdict(cfg).items() if k not in runtime},
                 "backend": default_backend()}
-    lock = LOCK if cfg.shard is None else f".aspan.shard-{cfg.shard[0]}-of-{cfg.shard[1]}.lock"
-    with claim(cfg.out, settings, command=command, lock=lock):
+    with claim_run(cfg.out, settings, shard=cfg.shard, command=command):
         run_demo(cfg, command=command)
     return 0

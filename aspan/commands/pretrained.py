@@ -35,14 +35,13 @@ def run(args: argparse.Namespace) -> int:
     flags = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
     from dataclasses import asdict
 
-    from ..io import LOCK, claim
+    from ..io import claim_run
     from ..models.checkpoint import default_backend
 
     command = " ".join(["aspan pretrained", shlex.quote(args.config), *flags])
     runtime = ("out", "device", "threads", "shard")  # how it runs, not what it computes
     settings = {"command": "pretrained", **{k: v for k, v in asdict(cfg).items() if k not in runtime},
                 "backend": default_backend()}
-    lock = LOCK if cfg.shard is None else f".aspan.shard-{cfg.shard[0]}-of-{cfg.shard[1]}.lock"
-    with claim(cfg.out, settings, command=command, lock=lock):
+    with claim_run(cfg.out, settings, shard=cfg.shard, command=command):
         run_pretrained(cfg, command=command)
     return 0

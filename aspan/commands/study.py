@@ -30,10 +30,7 @@ RUNTIME = ("out", "device", "threads", "no_progress", "no_report", "command", "s
 
 def run(args: argparse.Namespace) -> int:
     """Run the study holding its run directory: one job at a time, one configuration (the study's options)."""
-    import shlex
-    import sys
-
-    from ..io import claim
+    from ..io import claim_run
     from ..models.checkpoint import default_backend
 
     out = getattr(args, "out", None)
@@ -44,5 +41,5 @@ def run(args: argparse.Namespace) -> int:
     config = getattr(args, "config", None)
     if config and Path(config).is_file():  # the file's content defines the run, not its name
         settings["config"] = Path(config).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml says so
-    with claim(out, settings, command=" ".join(["aspan", *map(shlex.quote, sys.argv[1:])])):
+    with claim_run(out, settings):
         return int(args._study_run(args) or 0)

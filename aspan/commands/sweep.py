@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from aspan.environment import run_environment
     from aspan.experiments.engine import ANY_TASK_HINT, set_tasks
     from aspan.experiments.sweep import SweepConfig, checkpoint_dims, grid, parse_shard, run_sweep, shard_points
-    from aspan.io import LOCK, claim, write_json
+    from aspan.io import claim_run, write_json
     from aspan.models.checkpoint import content_hash, default_backend, saved_task
     from aspan.models.trained import check_task
 
@@ -112,13 +112,12 @@ def run(args: argparse.Namespace) -> int:
     n_grid = len(grid(config))
     n_mine = len(shard_points(grid(config), shard or (0, 1)))
     # one job per rows file (parallel shards write their own), one configuration per run directory
-    lock = LOCK if shard is None else f".aspan.shard-{shard[0]}-of-{shard[1]}.lock"
     # the backend and the weights (a model directory may be replaced by another of the same shape) are settings too
     # (the device and any_task do not change what a row holds)
     settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k not in RESULT_FREE},
                 "backend": default_backend(), "model_sha256": content_hash(config.model)}
     existing_rows(out)  # a corrupt rows file is refused before any model work
-    with claim(out, settings, command=f"aspan sweep {args.config}", lock=lock):
+    with claim_run(out, settings, shard=shard, command=f"aspan sweep {args.config}"):
         write_json(out / "run.json", {"command": "sweep", "config": asdict(config), "config_file": str(args.config),
                                       "id_budget": budget,
                                       **run_environment(device=config.device)})

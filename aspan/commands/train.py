@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     from aspan import models
     from aspan.buckets import bucket_task, parse_buckets
     from aspan.environment import run_environment
-    from aspan.io import claim, write_json
+    from aspan.io import claim_run, write_json
     from aspan.models.loaded import is_bridge
     from aspan.training import ARCHITECTURE, RESUME_FREE, Replay, read_jsonl, resolve_device, train
 
@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
                 "model": {k: getattr(model.cfg, k, None) for k in ARCHITECTURE},
                 "config": {k: v for k, v in vars(config).items() if k not in RESUME_FREE}}
     main = int(os.environ.get("RANK", "0")) == 0
-    with claim(args.out, settings, command=_command()) if main else contextlib.nullcontext():
+    with claim_run(args.out, settings) if main else contextlib.nullcontext():
         resumes = _resumes(Path(args.out), config) if args.resume else []
         result = train(model, tokenizer, stream, config, out_dir=args.out, eval_data=eval_data, resume=args.resume,
                        progress=not args.quiet, meta=meta)
@@ -300,10 +300,3 @@ def run(args: argparse.Namespace) -> int:
                     "config": dict(vars(config)), "init": args.init, "data": args.data, **hashes,
                     "resumes": resumes, **run_environment(model)})
     return 0
-
-
-def _command() -> str:
-    import shlex
-    import sys
-
-    return " ".join(["aspan", *map(shlex.quote, sys.argv[1:])])
