@@ -412,13 +412,17 @@ SWEEP_TOML = ('model = "reversal"\ntask = "reversal"\ntask_params = { length = [
 
 
 def _writers_of_run_directories() -> set[str]:
-    """The commands that hold a run directory: a `RUN_DIR` the dispatcher claims, or their own `claim_run`."""
-    found = set()
-    for path in sorted((ROOT / "aspan" / "commands").glob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        if "\nRUN_DIR = " in text or "claim_run(" in text:
-            found.add(path.stem)
-    return found
+    """The commands with a run-directory option (`argtypes.output_dir`), a study's own options included."""
+    import argparse
+
+    from aspan.commands.argtypes import output_dir
+
+    def actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return [*parser._actions, *(b for s in subs for p in s.choices.values() for b in actions(p))]
+
+    commands = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return {name for name, p in commands.items() if any(a.type is output_dir for a in actions(p))}
 
 
 def test_every_command_that_writes_a_run_directory_holds_it_through_claim_run(tmp_path, capsys):
