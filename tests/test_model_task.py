@@ -1,6 +1,8 @@
 """A model knows the task it was trained on: `models.load` records it on the model, and `evaluate`, `aspan eval` and
 the experiment engine (`aspan sweep`) refuse samples of another task in one line naming both tasks, unless asked
 (`any_task=True`, `--any-task`, `any_task = true`). Fine-tuning on another task makes that task the model's."""
+import json
+
 import pytest
 
 from aspan import models, tasks
@@ -64,8 +66,11 @@ def test_eval_command_refuses_another_task_unless_asked(tmp_path):
     r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "-o", str(out), "--run-dir", str(run), cwd=tmp_path)
     assert r.returncode == 2 and not out.exists() and not run.exists()
     one_line(r.stderr, "--task addition", "'addition'", "'reversal'", "--any-task")
-    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "--no-attn", "--any-task", cwd=tmp_path)
+    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "--no-attn", "--any-task", "--run-dir", str(run),
+              cwd=tmp_path)
     assert r.returncode == 0 and "addition ood (teacher, n=4)" in r.stdout, r.stderr
+    recorded = json.loads((run / "run.json").read_text())
+    assert (recorded["task"], recorded["any_task"]) == ("addition", True)  # the run says it was another task
 
 
 def test_sweep_refuses_another_task_before_touching_the_run_directory(tmp_path):

@@ -160,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
     if run_dir:
         settings = {"command": "eval", "model": str(args.checkpoint), "task": name, "split": args.split,
                     "params": task.params(), "mode": args.mode, "n": args.samples, "seed": args.seed,
-                    "heads": heads, "delta": args.delta, **({"buckets": [list(b) for b in buckets]} if buckets else {})}
+                    "heads": heads, "delta": args.delta, **({"buckets": [list(b) for b in buckets]} if buckets else {}),
+                    **({"any_task": True} if args.any_task else {})}  # a model scored on another task says so
         _write_run_dir(run_dir, totals.result(), {**settings, **run_environment(model)}, tables)
     return 0
 
