@@ -53,11 +53,10 @@ def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...
 
     import torch
 
-    from .models.checkpoint import default_backend
-    from .models.loaded import is_bridge
+    from .models.backend import backend_of, default_backend
 
     if model is not None:
-        backend, device = ("bridge" if is_bridge(model) else "hooked"), model_device(model)
+        backend, device = backend_of(model).name, model_device(model)
     else:
         backend = default_backend()
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}

@@ -44,11 +44,11 @@ from hooks import check_heads, check_hook_points
 
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .io import write_jsonl
-from .models.loaded import cache_keyword, forward_cache_to_attention, is_bridge  # noqa: F401  (is_bridge: part of this module's surface)
+from .models.backend import backend_of
 from .models.trained import check_task, task_of, trained_task
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
-from .tokenization import Tokenizer
+from .tokenization import Tokenizer, check_tokenizer  # the check `aspan eval` makes on a task's alphabet
 
 HookList = Sequence[tuple[str, Callable]]
 FwdHooks = HookList | Callable[[Batch], HookList]
@@ -143,22 +143,8 @@ def greedy(
 
 def cached_step(model, batch: int, device) -> Callable[[Tensor, int], Tensor]:
     """`step(new_tokens, total_len) -> logits`: a forward over the new tokens only, reusing the KV cache (the first
-    call runs the prompt).
-
-    HookedTransformer: TransformerLens's own cache (its attention mask covers the new tokens); TransformerBridge:
-    the Hugging Face cache, updated in place by the wrapped model (its attention mask covers the whole sequence).
-    """
-    ones = lambda n: torch.ones(batch, n, dtype=torch.long, device=device)  # noqa: E731
-    if is_bridge(model):
-        from transformers import DynamicCache
-
-        forward_cache_to_attention(model)  # bridges built elsewhere than aspan.models too
-        hf_cache = {cache_keyword(model): DynamicCache()}
-        return lambda new, total: model(new, attention_mask=ones(total), use_cache=True, **hf_cache)
-    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-
-    tl_cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, batch)
-    return lambda new, total: model(new, past_kv_cache=tl_cache, attention_mask=ones(new.shape[1]))
+    call runs the prompt): the backend's own cache (`aspan.models.backend`)."""
+    return backend_of(model).cached_step(model, batch, device)
 
 
 # ----------------------------------------------------------------------------------------------- attention
@@ -202,7 +188,6 @@ def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, b
         raise ValueError("evaluate: no samples (accuracies of an empty set are undefined): give at least one")
     if not any_task:
         check_task(trained_task(model), task_of(samples), "evaluate", "pass any_task=True to score them anyway")
-    from .training import check_tokenizer  # the check `aspan eval` makes on a task's alphabet, here on the samples
 
     try:
         check_tokenizer(tokenizer, "".join(sorted({c for s in samples for c in s.text})))

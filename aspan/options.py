@@ -64,3 +64,11 @@ def check_option(name: str, value: object, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
     return value  # type: ignore[return-value]
+
+
+def comma_list(text: str, kind: type) -> tuple:
+    """A comma-separated flag value as a tuple of `kind` (empty items skipped); ValueError naming the text."""
+    try:
+        return tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from None

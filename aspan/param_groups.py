@@ -37,12 +37,11 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from .models.loaded import is_bridge
+from .models.backend import Layout, backend_of
 
 GroupKind = Literal["qk", "qk-column", "qk-pair", "attn", "mlp", "embed", "all"]
 KINDS: tuple[str, ...] = get_args(GroupKind)
 INDEXED: tuple[str, ...] = ("qk-column", "qk-pair")  # groups that take indices after a colon
-QK_NAMES = ("W_Q", "W_K", "_W_K")  # [heads, d_model, d_head]; _W_K under grouped-query attention
 
 
 @dataclass(frozen=True)
@@ -117,13 +116,13 @@ def rotary_of(model_or_cfg) -> Rotary:
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
     if cfg.positional_embedding_type != "rotary":
         return Rotary(0, 10000.0, False)
-    hf = getattr(getattr(model_or_cfg, "original_model", None), "config", None)
+    hf = backend_of(model_or_cfg).hf_config(model_or_cfg) if hasattr(model_or_cfg, "cfg") else None
     if hf is None or cfg.rotary_dim:
         return Rotary(int(cfg.rotary_dim or 0), float(cfg.rotary_base), bool(getattr(cfg, "rotary_adjacent_pairs",
                                                                                     False)))
-    rope = dict(getattr(hf, "rope_parameters", None) or {})
-    factor = rope.get("partial_rotary_factor", getattr(hf, "partial_rotary_factor", getattr(hf, "rotary_pct", 1.0)))
-    base = rope.get("rope_theta", getattr(hf, "rope_theta", 10000.0))
+    rope = dict(hf.get("rope_parameters") or {})
+    factor = rope.get("partial_rotary_factor", hf.get("partial_rotary_factor", hf.get("rotary_pct", 1.0)))
+    base = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
     # Hugging Face's GPT-NeoX and Llama rotate halves (rotate_half), TransformerLens's default layout
     return Rotary(int(cfg.d_head * factor), float(base), bool(getattr(cfg, "rotary_adjacent_pairs", False)))
 
@@ -165,7 +164,7 @@ class QKWeight:
     """One query or key projection weight as it trains: its parameter name and how heads and columns lie in it."""
 
     name: str  # the name in model.named_parameters()
-    layout: Literal["heads", "rows"]  # heads: [head, d_model, d_head] (HookedTransformer); rows: an nn.Linear
+    layout: Layout  # heads: [head, d_model, d_head] (HookedTransformer); rows: an nn.Linear
     # weight [(head d_head), d_model] (the Hugging Face q/k projections a TransformerBridge runs)
     d_head: int
 
@@ -181,95 +180,21 @@ class QKWeight:
         return m
 
 
-def added_unembed_bias(model) -> Tensor | None:
-    """The unembedding bias a TransformerBridge adds to a Hugging Face model that has none (TransformerLens 3.9 gives
-    it one of zeros), else None. The wrapped model's class, built on the meta device, says whether it has one."""
-    bias = getattr(getattr(getattr(model, "unembed", None), "original_component", None), "bias", None)
-    if bias is None or not is_bridge(model):
-        return None
-    orig = model.original_model
-    with torch.device("meta"):
-        fresh = type(orig)(orig.config)
-    return bias if getattr(fresh.get_output_embeddings(), "bias", None) is None else None
-
-
 def live_parameters(model) -> dict[str, Tensor]:
-    """{name: parameter} of the parameters that train. A TransformerBridge also holds tensors it does not compute
-    with (GPT-NeoX's fused `query_key_value` beside the split q, k, v projections it runs), found by one backward
-    pass from a two-token input, and may add an unembedding bias its Hugging Face model has no slot for
-    (`added_unembed_bias`): both are left out, so a trained bridge saves exactly as its Hugging Face model."""
-    named = dict(model.named_parameters())
-    if not is_bridge(model):
-        return named
-    added = added_unembed_bias(model)
-    named = {n: p for n, p in named.items() if p is not added}
-    params = list(named.values())
-    flags = [p.requires_grad for p in params]
-    device = params[0].device
-    try:
-        for p in params:
-            p.requires_grad_(True)
-        with torch.enable_grad():
-            out = model(torch.zeros(1, 2, dtype=torch.long, device=device)).float().sum()
-            grads = torch.autograd.grad(out, params, allow_unused=True)
-    finally:
-        for p, flag in zip(params, flags):
-            p.requires_grad_(flag)
-    return {n: p for (n, p), g in zip(named.items(), grads) if g is not None}
+    """{name: parameter} of the parameters that train (`aspan.models.backend`: on a TransformerBridge, without the
+    tensors it holds but does not compute with and the unembedding bias it adds)."""
+    return backend_of(model).live_parameters(model)
 
 
 def qk_weights(model) -> list[QKWeight]:
     """Every query and key projection weight the model trains (W_Q, W_K or _W_K; on a bridge the q/k projections)."""
-    if not is_bridge(model):
-        return [QKWeight(n, "heads", model.cfg.d_head) for n, _ in model.named_parameters()
-                if n.rsplit(".", 1)[-1] in QK_NAMES]
-    live = live_parameters(model)
-    names = {id(p): n for n, p in live.items()}
-    out = []
-    for layer, block in enumerate(model.blocks):
-        for role in ("q", "k"):
-            inner = getattr(getattr(block.attn, role, None), "original_component", None)
-            weight = getattr(inner, "weight", None)
-            if not isinstance(inner, torch.nn.Linear) or id(weight) not in names:
-                raise ValueError(f"qk groups on a TransformerBridge need separate, live query and key projections; "
-                                 f"layer {layer} of this {type(model.original_model).__name__} has none for {role}")
-            out.append(QKWeight(names[id(weight)], "rows", model.cfg.d_head))
-    return out
-
-
-def _bridge_members(model, kind: GroupKind) -> set[int]:
-    """ids of the parameters a whole-tensor group selects on a TransformerBridge, from its TransformerLens-named
-    components (blocks.L.attn, blocks.L.mlp, embed, pos_embed)."""
-    if kind == "attn":
-        mods = [b.attn for b in model.blocks]
-    elif kind == "mlp":
-        mods = [b.mlp for b in model.blocks]
-    else:
-        mods = [m for m in (getattr(model, "embed", None), getattr(model, "pos_embed", None)) if m is not None]
-    return {id(p) for m in mods for p in m.parameters()}
-
-
-def _selects(name: str, kind: GroupKind) -> bool:
-    """Whether a whole-tensor group `kind` selects HookedTransformer parameter `name`."""
-    parts = name.split(".")
-    if kind == "all":
-        return True
-    if kind == "attn":
-        return "attn" in parts
-    if kind == "mlp":
-        return "mlp" in parts
-    return parts[0] in ("embed", "pos_embed")
+    return [QKWeight(name, layout, model.cfg.d_head) for name, layout in backend_of(model).qk_projections(model)]
 
 
 def _whole(model, kind: GroupKind) -> list[str]:
     """Names of the parameters a whole-tensor group (attn, mlp, embed, all) selects, on either backend."""
     live = live_parameters(model)
-    if kind == "all":
-        return list(live)
-    if not is_bridge(model):
-        return [n for n in live if _selects(n, kind)]
-    members = _bridge_members(model, kind)
-    return [n for n, p in live.items() if id(p) in members]
+    return list(live) if kind == "all" else backend_of(model).group_parameters(model, kind, live)
 
 
 def group_masks(model, spec: TrainOnly | str) -> dict[str, Bool[Tensor, "..."]]:

@@ -105,3 +105,16 @@ def decode_ids(
 
 def as_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [tokenizer.encode(t) for t in texts]
+
+
+def check_tokenizer(tokenizer: Tokenizer, alphabet: str) -> None:
+    """ValueError naming the characters the tokenizer does not map to exactly one token (text is character-level)."""
+    bad = []
+    for c in alphabet:
+        try:
+            if len(tokenizer.encode(c)) != 1:
+                bad.append(c)
+        except ValueError:
+            bad.append(c)
+    if bad:
+        raise ValueError(f"the tokenizer cannot encode these task characters as one token each: {''.join(bad)!r}")

@@ -38,11 +38,12 @@ from hooks import check_hook_points
 from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
 from .io import append_line, atomic_dir, cut_rows, to_json, write_text
+from .models.backend import backend_of
 from .models.tiny import check_context
 from .models.trained import TrainedTask, record_task
-from .param_groups import Freezer, TrainOnly, group_masks, is_bridge, live_parameters, parse_train_only
+from .param_groups import Freezer, TrainOnly, group_masks, live_parameters, parse_train_only
 from .tasks.base import Sample, Task
-from .tokenization import Tokenizer
+from .tokenization import Tokenizer, check_tokenizer
 
 STATE_JSON, STATE_TENSORS = "train_state.json", "train_state.safetensors"  # a checkpoint's training state
 LEGACY_STATE = "train_state.pt"  # earlier versions' pickle: read with torch.load(weights_only=True) only
@@ -216,19 +217,6 @@ class DataStream:
 
     def alphabet(self) -> str:
         return "".join(sorted(set("".join(src.alphabet() for src in self.sources))))
-
-
-def check_tokenizer(tokenizer: Tokenizer, alphabet: str) -> None:
-    """ValueError naming the characters the tokenizer does not map to exactly one token (text is character-level)."""
-    bad = []
-    for c in alphabet:
-        try:
-            if len(tokenizer.encode(c)) != 1:
-                bad.append(c)
-        except ValueError:
-            bad.append(c)
-    if bad:
-        raise ValueError(f"the tokenizer cannot encode these task characters as one token each: {''.join(bad)!r}")
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -565,9 +553,9 @@ def _freezer(model, spec: TrainOnly | None) -> Freezer | None:
     (its unused duplicate tensors frozen: they would get no gradient, which DistributedDataParallel rejects)."""
     if spec is not None:
         return Freezer(model, group_masks(model, spec))
-    if not is_bridge(model):
-        return None
     live = live_parameters(model)
+    if len(live) == len(dict(model.named_parameters())):  # every parameter computes (a HookedTransformer's do)
+        return None
     return Freezer(model, {n: torch.ones_like(p, dtype=torch.bool) for n, p in live.items() if p.requires_grad})
 
 
@@ -731,7 +719,7 @@ def _checkpoint(run: _Run, step: int) -> None:
     if run.opts.out_dir is not None and run.main:
         state = {"step": step, "optimizer": run.opt.state_dict(), "scheduler": run.sched.state_dict(),
                  "rng": _rng_state(), "config": asdict(run.config)}
-        if is_bridge(run.model):
+        if not backend_of(run.model).exact_save:
             # a TransformerBridge: its Hugging Face form is the same function, but on TransformerLens 3.9 not the same
             # parameters (the unembedding bias it adds is folded away), so resuming copies these instead
             state["parameters"] = [p.detach().cpu() for p in run.model.parameters()]

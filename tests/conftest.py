@@ -117,7 +117,7 @@ def _bridge_model(kind: str, n_layers: int):
 
     import transformers
 
-    from aspan.models import neox
+    from aspan.models import hfform
     from aspan.models.checkpoint import bridge
 
     common = dict(vocab_size=20, num_hidden_layers=n_layers, num_attention_heads=4, intermediate_size=64,
@@ -137,7 +137,7 @@ def _bridge_model(kind: str, n_layers: int):
         cls = transformers.GPTNeoXForCausalLM
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory(prefix="aspan-test-") as tmp:
-        neox.save_hf(cls(config).float().eval(), Path(tmp), None, {})
+        hfform.save_hf(cls(config).float().eval(), Path(tmp), None, {})
         return bridge(tmp, "cpu")
 
 

@@ -1,5 +1,6 @@
 """The layers of README's "Layout", read from the source with `ast` (imports inside functions included): `hooks`
-imports nothing from aspan, `aspan.tasks` only itself, nothing in aspan imports a private `hooks._*` module."""
+imports nothing from aspan, `aspan.tasks` only itself, nothing in aspan imports a private `hooks._*` module, and no
+module imports itself through others."""
 from __future__ import annotations
 
 import ast
@@ -45,3 +46,33 @@ def test_tasks_import_only_tasks():
 def test_no_private_hooks_module_is_imported_outside_hooks():
     assert sorted((m, d) for m, deps in GRAPH.items() if not _under(m, "hooks")
                   for d in deps if _under(d, "hooks") and d.split(".")[1:2] and d.split(".")[1].startswith("_")) == []
+
+
+def test_no_import_cycle():
+    """Depth-first search of the module graph (aspan and hooks); a module met again on the current path is a cycle."""
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = "open"
+        for dep in sorted(GRAPH[module] & FILES.keys()):
+            if state.get(dep) == "open":
+                return path[path.index(dep):] + [dep]
+            found = None if dep in state else visit(dep, path + [dep])
+            if found:
+                return found
+        state[module] = "done"
+        return None
+
+    cycle = None
+    for module in sorted(FILES):
+        cycle = cycle or (None if module in state else visit(module, [module]))
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_only_the_backend_seam_tells_the_backends_apart():
+    """`is_bridge` is used in `aspan.models.backend` (and `loaded`, which boots bridges) only: everything else asks
+    `backend_of(model)`."""
+    users = {m for m, path in FILES.items() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, (ast.Name, ast.alias, ast.Attribute))
+             and "is_bridge" in (getattr(node, "id", None), getattr(node, "name", None), getattr(node, "attr", None))}
+    assert users <= {"aspan.models.backend", "aspan.models.loaded"}, sorted(users)

@@ -32,7 +32,8 @@ from ..hf_tokenization import HFCharAdapter
 from ..io import RunDir, read_toml, settings_key
 from ..options import CONVENTIONS, check_option
 from ..tasks.base import Sample
-from ..training import TrainConfig, check_tokenizer, train
+from ..tokenization import check_tokenizer
+from ..training import TrainConfig, train
 from ..viz import story
 
 INSTRUCTIONS = {

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from ..applications.demo import DemoConfig, run_demo
     from ..experiments.sweep import parse_shard
     from ..io import claim_run
-    from ..models.checkpoint import default_backend
+    from ..models.backend import default_backend
 
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,

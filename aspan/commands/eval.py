@@ -172,7 +172,8 @@ def _model_and_task(args: argparse.Namespace):
     from aspan import models, tasks
     from aspan.commands.data import parse_params
     from aspan.models.trained import check_task, trained_task
-    from aspan.training import check_tokenizer, resolve_device
+    from aspan.tokenization import check_tokenizer
+    from aspan.training import resolve_device
 
     if args.task:
         tasks.task_class(args.task)  # unknown task: fail before loading the model

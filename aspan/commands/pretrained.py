@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..io import claim_run
-    from ..models.checkpoint import default_backend
+    from ..models.backend import default_backend
 
     command = " ".join(["aspan pretrained", shlex.quote(args.config), *flags])
     runtime = ("out", "device", "threads", "shard")  # how it runs, not what it computes

@@ -31,7 +31,7 @@ RUNTIME = ("out", "device", "threads", "no_progress", "no_report", "command", "s
 def run(args: argparse.Namespace) -> int:
     """Run the study holding its run directory: one job at a time, one configuration (the study's options)."""
     from ..io import claim_run
-    from ..models.checkpoint import default_backend
+    from ..models.backend import default_backend
 
     out = getattr(args, "out", None)
     if not out:

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     from aspan.experiments.engine import ANY_TASK_HINT, set_tasks
     from aspan.experiments.sweep import SweepConfig, checkpoint_dims, grid, parse_shard, run_sweep, shard_points
     from aspan.io import claim_run, write_json
-    from aspan.models.checkpoint import content_hash, default_backend, saved_task
+    from aspan.models.backend import default_backend
+    from aspan.models.checkpoint import content_hash, saved_task
     from aspan.models.trained import check_task
 
     config = SweepConfig.from_toml(args.config)  # full validation before any model work

@@ -190,8 +190,7 @@ def _config(args: argparse.Namespace):
 def _model(args: argparse.Namespace, alphabet: str, tasks_needed: list, device):
     """The checkpoint given by --init, or a fresh tiny model whose context covers `tasks_needed`; both checked."""
     from aspan import models
-    from aspan.tokenization import CharTokenizer
-    from aspan.training import check_tokenizer
+    from aspan.tokenization import CharTokenizer, check_tokenizer
 
     if args.init:
         model, tokenizer, _ = models.load(args.init, device=str(device))
@@ -245,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     from aspan.buckets import bucket_task, parse_buckets
     from aspan.environment import run_environment
     from aspan.io import claim_run, write_json
-    from aspan.models.loaded import is_bridge
+    from aspan.models.backend import backend_of
     from aspan.training import ARCHITECTURE, RESUME_FREE, Replay, read_jsonl, resolve_device, train
 
     if args.finetune and not args.init:
@@ -282,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         stream = Replay(stream, tasks3[1], args.replay)
     # one job per run directory (rank 0 holds it under torchrun), one configuration: what defines the weights
     settings = {"command": "train", **{k: v for k, v in meta.items() if k != "ood_params"}, "split": args.split,
-                "backend": "bridge" if is_bridge(model) else "hooked",
+                "backend": backend_of(model).name,
                 "model": {k: getattr(model.cfg, k, None) for k in ARCHITECTURE},
                 "config": {k: v for k, v in vars(config).items() if k not in RESUME_FREE}}
     main = int(os.environ.get("RANK", "0")) == 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import Claim, Finding, pct, pp, sig
+from .words import Claim, Finding, pct, pp, sig
 
 ACCURACY = ("ID exact", "ID per-token", "OOD exact", "OOD per-token")
 

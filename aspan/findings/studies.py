@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from . import Claim, Finding, pct, pp, sig
+from .words import Claim, Finding, pct, pp, sig
 
 ABC_TABLE = "exact accuracy (mean ± sd over seeds), held-out test sets"
 VANILLA = ("rotary", "learned", "alibi", "none")

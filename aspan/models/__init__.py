@@ -4,11 +4,13 @@
     models.save(model, "runs/rev", tokenizer, task="reversal", steps=1500)
     model, tokenizer, meta = models.load("runs/rev")  # or "reversal" (shipped), an HF dir, a .gguf file, "smollm2"
 """
+from .backend import default_backend, has_hooked
 from .checkpoint import SHIPPED, default_device, load, resolve, save, shipped
 from .loaded import LoadedModel
-from .tiny import POSITIONAL, Positional, build, check_context, has_hooked, positional_of, tiny
+from .tiny import POSITIONAL, Positional, build, check_context, positional_of, tiny
 
 __all__ = [
-    "POSITIONAL", "SHIPPED", "LoadedModel", "Positional", "build", "check_context", "default_device", "has_hooked",
+    "POSITIONAL", "SHIPPED", "LoadedModel", "Positional", "build", "check_context", "default_backend", "default_device",
+    "has_hooked",
     "load", "positional_of", "resolve", "save", "shipped", "tiny",
 ]

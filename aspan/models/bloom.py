@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..tokenization import CharTokenizer
 from . import neox
-from .hfform import Sizes, common_checks, first_failure, token_ids
+from .hfbase import Sizes, common_checks, first_failure, token_ids
 
 MODEL_TYPE = "bloom"
 ACT_FN = "gelu_new"  # TransformerLens's name of Bloom's tanh GELU

@@ -17,9 +17,10 @@ from ..offline import force_offline
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
-from .loaded import LoadedModel, bridge, is_bridge
+from .backend import backend_of, default_backend, has_hooked
+from .loaded import LoadedModel, bridge
 from .safety import check_aspan_config, check_hf_checkpoint, check_hf_config, check_tl_memory
-from .tiny import build, has_hooked
+from .tiny import build
 from .trained import TrainedTask, from_meta, record_task
 
 WEIGHTS, CONFIG, HF_TOKENIZER_DIR = "model.safetensors", "config.json", "hf_tokenizer"
@@ -29,15 +30,6 @@ MAX_CONFIG_BYTES = 16 * 2**20  # a config.json (sizes, tokenizer, metadata) is k
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def default_backend() -> Backend:
-    """`ASPAN_BACKEND` when set (so every command can use either), else "hooked" where TransformerLens has
-    HookedTransformer (3.x) and "bridge" where it does not (4.x)."""
-    chosen = os.environ.get("ASPAN_BACKEND")
-    if chosen:
-        return check_option("ASPAN_BACKEND", chosen, BACKENDS)
-    return "hooked" if has_hooked() else "bridge"
 
 
 def cfg_to_dict(cfg) -> dict[str, Any]:
@@ -69,24 +61,11 @@ def save(
     `hf=True` requires the former, `hf=False` forces the latter (exact parameters, e.g. for resuming training).
     Files are written to a temporary directory beside the target, then moved in (`aspan.io.atomic_dir`).
     """
-    if is_bridge(model):
-        # a TransformerBridge: its Hugging Face model as it is, which `hf=False` asks for too (the weights it trains;
-        # on TransformerLens 3.9 the bridge's added unembedding bias is folded into the final LayerNorm bias)
-        if not isinstance(tokenizer, CharTokenizer):
-            raise ValueError("a TransformerBridge saves as a Hugging Face checkpoint: it needs a character tokenizer")
+    hf_model = backend_of(model).hf_model(model, tokenizer, hf)  # ValueError when the asked-for form is impossible
+    if hf_model is not None:
         with atomic_dir(Path(directory)) as tmp:
-            hfform.save_hf(model, tmp, tokenizer, clean(meta))
+            hfform.save_hf(hf_model, tmp, tokenizer, clean(meta))
         return Path(directory)
-    if hf is not False and isinstance(tokenizer, CharTokenizer):
-        reason = hfform.why_not(model)
-        if reason is None:
-            with atomic_dir(Path(directory)) as tmp:
-                hfform.save_hf(model, tmp, tokenizer, clean(meta))
-            return Path(directory)
-        if hf:
-            raise ValueError(f"cannot save as a Hugging Face checkpoint: {reason}")
-    elif hf:
-        raise ValueError("a Hugging Face checkpoint needs a character tokenizer")
     from safetensors.torch import save_file
 
     directory = Path(directory)
@@ -148,11 +127,9 @@ def saved_task(path_or_name: str | os.PathLike) -> TrainedTask | None:
 def architecture(model) -> dict[str, Any]:
     """The TransformerLens config fields of a model, as `saved_info` gives them: a TransformerBridge's from its Hugging
     Face config (its own `cfg` leaves out, e.g., the rotary dimension)."""
-    original = getattr(model, "original_model", None)
-    if original is not None:
-        config = original.config.to_dict()
-        if hfform.form_of_config(config) is not None:
-            return hfform.tl_fields(config)
+    config = backend_of(model).hf_config(model)
+    if config is not None and hfform.form_of_config(config) is not None:
+        return hfform.tl_fields(config)
     return cfg_to_dict(model.cfg)
 
 
@@ -204,7 +181,7 @@ def to_bridge(model, tokenizer: Tokenizer, device: str):
     if reason is not None:
         raise ValueError(f"backend 'bridge' needs a model with a Hugging Face form: {reason}")
     with tempfile.TemporaryDirectory(prefix="aspan-bridge-") as tmp:
-        hfform.save_hf(model, Path(tmp), tokenizer, {})
+        hfform.save_hf(hfform.to_hf(model, tokenizer), Path(tmp), tokenizer, {})
         return bridge(tmp, device)
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..tokenization import CharTokenizer
-from .hfform import Sizes, common_checks, first_failure, fold_unembed_bias, token_ids
+from .hfbase import Sizes, common_checks, first_failure, fold_unembed_bias, token_ids
 
 MODEL_TYPE = "gpt2"
 FUSED_QKV = "c_attn"  # the fused projection's name inside `attn.`

@@ -1,7 +1,8 @@
-"""Tiny models as standard Hugging Face checkpoints, converted exactly: what every form shares.
+"""Tiny models as standard Hugging Face checkpoints, converted exactly: saving, reading back, the bridge's weights.
 
-Each positional encoding of `models.tiny` has one form, a module with the same functions (`why_not`, `hf_config`,
-`to_hf_state`, `from_hf_state`, `pos_cfg`, `sizes_of_config`, `fuse_qkv`):
+Each positional encoding of `models.tiny` has one form (`FORMS`), a module with the same functions (`why_not`,
+`hf_config`, `to_hf_state`, `from_hf_state`, `pos_cfg`, `sizes_of_config`, `fuse_qkv`) built on what every form
+shares (`aspan.models.hfbase`: sizes, checks, the bias fold); this module dispatches to them and they never import it:
 
 - rotary, and none (NoPE, rotary over 0 dimensions): GPT-NeoX with a sequential residual (`aspan.models.neox`;
   NoPE is `partial_rotary_factor` 0: no rotation and no positional parameter, so it stays NoPE when trained);
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,45 +39,16 @@ import torch
 from torch import Tensor
 
 from ..tokenization import CharTokenizer
-from .loaded import is_bridge
+from . import bloom, gpt2, neox
+from .hfbase import KEY, VERSION, Sizes, fold_bias, positional_of_cfg
 
-KEY = "aspan"  # the entry of config.json that holds the tokenizer and the metadata
-VERSION = 2
-FOLD_TOL = 1e-5  # max |b' W_U - (b W_U + b_U)| allowed, relative to the largest logit bias
-
-
-@dataclass(frozen=True)
-class Sizes:
-    """The shape of a tiny model: what a Hugging Face config of any form needs."""
-
-    d_vocab: int  # vocabulary size
-    n_layers: int  # transformer blocks
-    n_heads: int  # attention heads per block (d_head = d_model / n_heads)
-    d_model: int  # residual width
-    d_mlp: int  # MLP hidden width
-    n_ctx: int  # context length: the learned position table's size, the rotary tables' length
-    eps: float = 1e-5  # LayerNorm epsilon (TransformerLens's default)
-    rotary_fraction: float = 1.0  # share of each head's dimensions that rotate (GPT-NeoX; 0 = no positions)
-    rotary_base: float = 10000.0  # rotary base theta (GPT-NeoX)
-
-    @classmethod
-    def of(cls, cfg) -> Sizes:
-        """The sizes of a TransformerLens config."""
-        rotary = cfg.positional_embedding_type == "rotary"
-        return cls(cfg.d_vocab, cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_mlp, cfg.n_ctx, cfg.eps,
-                   (cfg.rotary_dim or 0) / cfg.d_head if rotary else 1.0, float(cfg.rotary_base))
-
-
-def _forms() -> dict[str, Any]:
-    """The form of each positional encoding (None: no exact form)."""
-    from . import bloom, gpt2, neox
-
-    return {"rotary": neox, "none": neox, "learned": gpt2, "alibi": bloom}
+# The form of each positional encoding (absent: no exact form). The forms import `hfbase` only, never this module.
+FORMS: dict[str, Any] = {"rotary": neox, "none": neox, "learned": gpt2, "alibi": bloom}
 
 
 def form_for(positional: str):
     """The form module of a positional encoding; ValueError if there is none."""
-    form = _forms().get(positional)
+    form = FORMS.get(positional)
     if form is None:
         raise ValueError(f"no Hugging Face form for {positional!r}")
     return form
@@ -85,7 +56,7 @@ def form_for(positional: str):
 
 def form_of_config(config: dict[str, Any]):
     """The form module of a Hugging Face config (by its `model_type`), or None."""
-    return next((f for f in _forms().values() if f is not None and f.MODEL_TYPE == config.get("model_type")), None)
+    return next((f for f in FORMS.values() if f is not None and f.MODEL_TYPE == config.get("model_type")), None)
 
 
 def positional_of_config(config: dict[str, Any]) -> str | None:
@@ -94,72 +65,13 @@ def positional_of_config(config: dict[str, Any]) -> str | None:
     return None if form is None else form.positional_of_config(config)
 
 
-def common_checks(cfg, act_fn: str = "gelu") -> list[tuple[Any, str]]:
-    """(test, reason) pairs every form needs: LayerNorm, the form's GELU (`act_fn`: erf "gelu" unless the form says
-    otherwise), a sequential residual, a plain MLP, full heads scaled by sqrt(d_head), no local attention or QK
-    norm."""
-    return [
-        (lambda: cfg.normalization_type == "LN", f"normalization {cfg.normalization_type!r} is not LayerNorm"),
-        (lambda: cfg.act_fn == act_fn, f"activation {cfg.act_fn!r} is not {act_fn}"),
-        (lambda: not cfg.parallel_attn_mlp, "the residual is parallel"),
-        (lambda: not cfg.gated_mlp and not cfg.attn_only, "the MLP is gated or absent"),
-        (lambda: cfg.d_head * cfg.n_heads == cfg.d_model, "d_head x n_heads != d_model"),
-        (lambda: cfg.n_key_value_heads in (None, cfg.n_heads), "grouped-query attention"),
-        (
-            lambda: cfg.use_attn_scale and abs(cfg.attn_scale - cfg.d_head**0.5) < 1e-9,
-            "attention is not scaled by sqrt(d_head)",
-        ),
-        (lambda: not cfg.use_local_attn and not getattr(cfg, "use_qk_norm", False), "local attention or QK norm"),
-    ]
-
-
-def first_failure(model, checks: list[tuple[Any, str]]) -> str | None:
-    """The reason of the first failing check (in order: later tests assume the earlier ones passed), then whether
-    the unembedding bias folds; None if all pass."""
-    for ok, reason in checks:
-        if not ok():
-            return reason
-    if fold_unembed_bias(model) is None:
-        cfg = model.cfg
-        return f"the unembedding bias cannot be folded into the final LayerNorm (d_vocab {cfg.d_vocab} > d_model " \
-               f"{cfg.d_model} or W_U rank-deficient)"
-    return None
-
-
 def why_not(model) -> str | None:
     """None if `model` (a HookedTransformer) converts exactly to its Hugging Face form, else the reason."""
-    from .tiny import positional_of
-
-    positional = positional_of(model)
-    form = _forms().get(positional)
+    positional = positional_of_cfg(model.cfg)
+    form = FORMS.get(positional)
     if form is None:
         return f"positions {positional!r} have no Hugging Face form"
     return form.why_not(model)
-
-
-def fold_unembed_bias(model) -> Tensor | None:
-    """The final LayerNorm bias `b'` with `b' W_U = b W_U + b_U` (exact to FOLD_TOL), or None if there is none."""
-    return fold_bias(model.unembed.W_U, model.unembed.b_U, model.ln_final.b)
-
-
-def fold_bias(W_U: Tensor, b_U: Tensor, b: Tensor) -> Tensor | None:
-    """`b'` with `b' W_U = b W_U + b_U` for `W_U` [d_model, d_vocab], solved in float64; None if none is exact."""
-    dtype = b.dtype
-    W_U, b_U, b = (x.detach().double().cpu() for x in (W_U, b_U, b))
-    if not b_U.abs().max() > 0:
-        return b.to(dtype)
-    delta = torch.linalg.lstsq(W_U.T, b_U[:, None]).solution[:, 0]  # W_U^T delta = b_U
-    err = (delta @ W_U - b_U).abs().max()
-    if not err <= FOLD_TOL * max(1.0, float(b_U.abs().max())):
-        return None
-    return (b + delta).to(dtype)
-
-
-def token_ids(tokenizer: CharTokenizer | None) -> dict[str, int]:
-    """The special token ids a Hugging Face config records (none without a tokenizer)."""
-    if tokenizer is None:
-        return {}
-    return {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.pad_id}
 
 
 def to_hf(model, tokenizer: CharTokenizer | None = None):
@@ -167,9 +79,7 @@ def to_hf(model, tokenizer: CharTokenizer | None = None):
     reason = why_not(model)
     if reason is not None:
         raise ValueError(f"this model has no exact Hugging Face form: {reason}")
-    from .tiny import positional_of
-
-    form = form_for(positional_of(model))
+    form = form_for(positional_of_cfg(model.cfg))
     hf = form.hf_class()(form.hf_config(Sizes.of(model.cfg), tokenizer)).float().eval()
     state = form.to_hf_state(model)
     if "lm_head.weight" not in hf.state_dict() and "lm_head.weight" in state:  # older GPT-NeoX names it embed_out
@@ -203,18 +113,12 @@ def hf_tokenizer(tokenizer: CharTokenizer | None, d_vocab: int = 0):
     return PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>")
 
 
-def save_hf(model, directory: Path, tokenizer: CharTokenizer | None, meta: dict[str, Any]) -> None:
-    """Write the Hugging Face checkpoint files of `model` (a HookedTransformer with a Hugging Face form, a
-    TransformerBridge, or a Hugging Face model) into `directory` (which exists and is empty)."""
+def save_hf(hf, directory: Path, tokenizer: CharTokenizer | None, meta: dict[str, Any]) -> None:
+    """Write the checkpoint files of the Hugging Face model `hf` (`to_hf` of a HookedTransformer, the model a
+    TransformerBridge wraps: `aspan.models.backend`) with `tokenizer` and `meta` into `directory` (which exists and
+    is empty)."""
     from transformers.utils import logging as hf_logging
 
-    if is_bridge(model):
-        # a TransformerBridge (no weight processing: the Hugging Face weights as they are)
-        hf = unwrap(model.original_model, _split_qkv_is_live(model))
-    elif hasattr(model, "config") and hasattr(model, "save_pretrained"):
-        hf = model  # already a Hugging Face model
-    else:
-        hf = to_hf(model, tokenizer)
     if tokenizer is not None:
         hf.config.update({KEY: {"version": VERSION, "tokenizer": tokenizer.to_dict(), "meta": meta}})
     was = hf_logging.is_progress_bar_enabled()
@@ -237,7 +141,7 @@ def _is_split(name: str) -> bool:
         name.rsplit(".", 2)[-2] in ("q", "k", "v")
 
 
-def _split_qkv_is_live(bridge) -> bool:
+def split_qkv_is_live(bridge) -> bool:
     """Whether the bridge computes attention with its separate q, k, v projections rather than the fused one
     (GPT-NeoX's `query_key_value` on TransformerLens 3.9, GPT-2's `c_attn`): both exist as parameters, only one
     gets a gradient."""

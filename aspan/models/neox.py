@@ -3,8 +3,8 @@
 The tiny model (LayerNorm, rotary in TransformerLens's rotate-half layout, a GELU MLP, biases everywhere) is a
 GPT-NeoX with `use_parallel_residual=False`, except for the unembedding bias, folded into the final LayerNorm bias
 (`aspan.models.hfform`). NoPE is rotary over 0 dimensions in both: `partial_rotary_factor` 0 rotates nothing and
-GPT-NeoX has no positional parameter, so a NoPE model stays NoPE when trained. The machinery shared with the other
-forms (saving, reading back, the bridge's weights) lives in `aspan.models.hfform`; its names are importable here too.
+GPT-NeoX has no positional parameter, so a NoPE model stays NoPE when trained. What every form shares is in
+`aspan.models.hfbase`; saving, reading back and the bridge's weights are in `aspan.models.hfform`.
 """
 from __future__ import annotations
 
@@ -15,25 +15,7 @@ import torch
 from torch import Tensor
 
 from ..tokenization import CharTokenizer
-from .hfform import (  # noqa: F401  (re-exported: the shared machinery, under the names it always had here)
-    FOLD_TOL,
-    KEY,
-    VERSION,
-    Sizes,
-    aspan_entry,
-    common_checks,
-    dumps_config,
-    first_failure,
-    fold_bias,
-    fold_unembed_bias,
-    hf_tokenizer,
-    is_aspan_hf,
-    read_state,
-    save_hf,
-    to_hf,
-    token_ids,
-    unwrap,
-)
+from .hfbase import Sizes, common_checks, first_failure, fold_unembed_bias, token_ids
 
 MODEL_TYPE = "gpt_neox"
 FUSED_QKV = "query_key_value"  # the fused projection's name inside `attention.`

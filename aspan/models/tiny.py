@@ -12,6 +12,8 @@ import torch
 
 from ..tasks.base import Task
 from ..tokenization import Tokenizer
+from .backend import backend_of, default_backend
+from .hfbase import positional_of_cfg
 
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -43,27 +45,14 @@ def _positional_cfg(positional: str, d_head: int) -> dict:
 
 def positional_of(model_or_cfg) -> str:
     """The `Positional` name of a model (or its config): rotary, learned, alibi or none."""
-    original = getattr(model_or_cfg, "original_model", None)  # a TransformerBridge: read its Hugging Face config
-    if original is not None:
+    config = backend_of(model_or_cfg).hf_config(model_or_cfg) if hasattr(model_or_cfg, "cfg") else None
+    if config is not None:  # a model wrapping a Hugging Face one: its form says
         from .hfform import positional_of_config
 
-        found = positional_of_config(original.config.to_dict())
+        found = positional_of_config(config)
         if found is not None:
             return found
-    cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
-    kind = cfg.positional_embedding_type
-    if kind == "rotary":
-        return "none" if not cfg.rotary_dim else "rotary"
-    return {"standard": "learned", "alibi": "alibi"}.get(kind, kind)
-
-
-def has_hooked() -> bool:
-    """Whether this TransformerLens has HookedTransformer (3.x; 4.x has only TransformerBridge)."""
-    try:
-        from transformer_lens import HookedTransformer  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return positional_of_cfg(getattr(model_or_cfg, "cfg", model_or_cfg))
 
 
 def build(cfg: HookedTransformerConfig) -> HookedTransformer:
@@ -186,7 +175,8 @@ def _bridged(sizes: dict[str, int], positional: str, seed: int, device: str | to
     """The tiny model of `sizes` as a fresh Hugging Face model inside a TransformerBridge (TransformerLens 4, or the
     bridge backend on 3.9): GPT-NeoX for rotary or no positions, GPT-2 for learned ones, Bloom for ALiBi (power-of-two
     head counts and d_mlp = 4 d_model only: ValueError otherwise)."""
-    from .hfform import Sizes, form_for, tiny_bridge
+    from .hfbase import Sizes
+    from .hfform import form_for, tiny_bridge
 
     try:
         form_for(positional)  # before any work
@@ -235,7 +225,6 @@ def tiny(
     if task is not None:
         check_context(n_ctx, task, offset)
     d_mlp = 4 * d_model if d_mlp is None else d_mlp
-    from .checkpoint import default_backend
     from .safety import check_tl_memory
 
     hooked = default_backend() != "bridge"

@@ -158,3 +158,26 @@ def test_the_environment_chooses_the_default_backend(monkeypatch, tok):
     monkeypatch.setenv("ASPAN_BACKEND", "nope")
     with pytest.raises(ValueError, match="ASPAN_BACKEND must be one of 'hooked', 'bridge', got 'nope'"):
         models.load("reversal", device="cpu")
+
+
+def test_each_backend_implements_the_whole_seam_consistently(shipped):
+    """`aspan.models.backend`: both implementations have every member of `ModelBackend`, carry the names
+    `options.BACKENDS` lists, and agree with themselves: the q/k projections are live, inside the `attn` group."""
+    from aspan import options
+    from aspan.models.backend import BRIDGE, HOOKED, ModelBackend, backend_of
+
+    members = {n for n in vars(ModelBackend) if not n.startswith("_")} | set(ModelBackend.__annotations__)
+    assert {"cached_step", "live_parameters", "qk_projections", "hf_model", "hf_config"} <= members
+    assert all(hasattr(impl, m) for impl in (HOOKED, BRIDGE) for m in members)
+    assert (HOOKED.name, BRIDGE.name) == options.BACKENDS
+    loaded = [shipped.model] + ([models.load("reversal", device="cpu", backend="hooked").model]
+                                if models.has_hooked() else [])
+    for model in loaded:
+        backend = backend_of(model)
+        live = backend.live_parameters(model)
+        qk = dict(backend.qk_projections(model))
+        assert len(qk) == 2 * model.cfg.n_layers and set(qk) <= set(live)
+        assert set(qk) <= set(backend.group_parameters(model, "attn", live))
+        assert not set(qk) & set(backend.group_parameters(model, "mlp", live))
+        assert (backend.hf_config(model) is None) == (backend is HOOKED)
+    assert backend_of(shipped.model) is BRIDGE and BRIDGE.hf_config(shipped.model)["model_type"] == "gpt_neox"

@@ -11,7 +11,7 @@ import hooks
 from aspan import models, tasks
 from aspan.batching import make_batch
 from aspan.evaluation import evaluate
-from aspan.models import bloom, gpt2, hfform, neox
+from aspan.models import bloom, gpt2, hfbase, hfform, neox
 from aspan.tokenization import CharTokenizer
 from tests.conftest import check_cached_generation
 
@@ -90,7 +90,7 @@ def test_saved_as_a_standard_hf_checkpoint_that_transformers_loads_alone(checkpo
 
 
 def test_unembedding_bias_is_folded_exactly(trained_like):
-    b_new = hfform.fold_unembed_bias(trained_like).double()
+    b_new = hfbase.fold_unembed_bias(trained_like).double()
     W_U, b_U, b = (t.detach().double() for t in (trained_like.unembed.W_U, trained_like.unembed.b_U,
                                                   trained_like.ln_final.b))
     torch.testing.assert_close(b_new @ W_U, b @ W_U + b_U, atol=1e-5, rtol=0)

@@ -8,8 +8,9 @@ import torch
 import hooks
 from aspan import tasks
 from aspan.batching import make_batch
-from aspan.evaluation import evaluate, is_bridge
+from aspan.evaluation import evaluate
 from aspan.hf_tokenization import HFCharAdapter
+from aspan.models.backend import backend_of
 from tests.conftest import check_cached_generation
 
 HEADS = [(layer, h) for layer in range(0, 30, 6) for h in range(3)]
@@ -25,7 +26,7 @@ def sample_batch(smollm2_bridge):
 def test_loads_as_a_quiet_bridge_with_the_adapter(smollm2_bridge):
     loaded, stderr, caught = smollm2_bridge
     cfg = loaded.model.cfg
-    assert is_bridge(loaded.model) and (cfg.n_layers, cfg.n_heads, cfg.d_model) == (30, 9, 576)
+    assert backend_of(loaded.model).name == "bridge" and (cfg.n_layers, cfg.n_heads, cfg.d_model) == (30, 9, 576)
     assert isinstance(loaded.tokenizer, HFCharAdapter)
     assert loaded.meta["source"] == "smollm2" and loaded.meta["path"].endswith(".gguf")
     assert loaded.meta["architecture"] == "LlamaForCausalLM"

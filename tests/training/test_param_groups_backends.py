@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from aspan import models, tasks
-from aspan.models import neox
+from aspan.models import hfform, neox
+from aspan.models.backend import added_unembed_bias
 from aspan.param_groups import (
-    added_unembed_bias,
     group_masks,
     live_parameters,
     pair_columns,
@@ -51,7 +51,7 @@ def make_checkpoint(path: Path, rotary_factor: float) -> Path:
         for p in hf.parameters():
             p.add_(0.05 * torch.randn_like(p))  # non-trivial biases and LayerNorms
     path.mkdir(parents=True)
-    neox.save_hf(hf, path, TOK, {"task": "reversal"})
+    hfform.save_hf(hf, path, TOK, {"task": "reversal"})
     return path
 
 

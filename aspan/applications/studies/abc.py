@@ -27,11 +27,13 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
 
 from ...commands.argtypes import output_dir
+from ...io import settings_from_toml
+from ...options import comma_list
 from ...tasks.base import Sample, Task
 
 HELP = "ABC/ABS study (Duan & Shi 2023): successor, addition, parity; vanilla (rotary/learned/alibi/none), ABS, ABC"
@@ -432,26 +434,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-def _csv(text: str, kind: type) -> tuple:
-    try:
-        return tuple(kind(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from None
-
-
-def settings_from_toml(cfg: Any, path: str) -> Any:
-    """`cfg` (a settings dataclass) with the keys of the TOML file `path` (lists become tuples); ValueError naming
-    the file and any key that is not one of its fields."""
-    from ...io import read_toml
-
-    known = {f.name for f in fields(cfg)}
-    data = read_toml(path, "study config")
-    bad = sorted(set(data) - known)
-    if bad:
-        raise ValueError(f"{path}: unknown settings {bad}; known: {sorted(known)}")
-    return replace(cfg, **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-
-
 def config_from_args(args: argparse.Namespace) -> AbcStudyConfig:
     """The study settings: --quick or defaults, then --config, then explicit flags; checked."""
     cfg = AbcStudyConfig.quick() if args.quick else AbcStudyConfig()
@@ -460,7 +442,7 @@ def config_from_args(args: argparse.Namespace) -> AbcStudyConfig:
     kw: dict[str, Any] = {}
     for name, kind in (("tasks", str), ("conditions", str), ("seeds", int), ("lrs", float)):
         if getattr(args, name):
-            kw[name] = _csv(getattr(args, name), kind)
+            kw[name] = comma_list(getattr(args, name), kind)
     for name in ("steps", "retrain_steps", "batch_size", "n_layers", "n_heads", "d_model", "n_test", "device"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)

@@ -40,6 +40,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from ...io import settings_from_toml
+from ...options import comma_list
 from ...tasks.base import SEPARATORS, Sample, Task
 
 PAPER_TASKS = ("successor", "addition", "parity")
@@ -730,8 +732,6 @@ def paper_config_from_args(args: argparse.Namespace) -> PaperConfig:
     """--quick or the defaults, then --config (PaperConfig keys), then flags: --tasks and --conditions filter the
     plan, --lrs is the one learning rate, --steps the cap; --retrain-steps does not apply (ABC retrains for
     retrain_fraction of its base's steps). Checked."""
-    from .abc import _csv, settings_from_toml
-
     cfg = PaperConfig.quick() if args.quick else PaperConfig()
     if args.config:
         cfg = settings_from_toml(cfg, args.config)
@@ -740,20 +740,20 @@ def paper_config_from_args(args: argparse.Namespace) -> PaperConfig:
                          "retrain_fraction of its base's steps (set it in --config)")
     kw: dict[str, Any] = {}
     if args.lrs:
-        lrs = _csv(args.lrs, float)
+        lrs = comma_list(args.lrs, float)
         if len(lrs) != 1:
             raise ValueError(f"the paper protocol trains at one learning rate: --lrs takes one value, got {args.lrs!r}")
         kw["lr"] = lrs[0]
     if args.seeds:
-        kw["seeds"] = _csv(args.seeds, int)
+        kw["seeds"] = comma_list(args.seeds, int)
     for flag, name in (("steps", "max_steps"), ("batch_size", "batch_size"), ("n_layers", "n_layers"),
                        ("n_heads", "n_heads"), ("d_model", "d_model"), ("n_test", "n_test"), ("device", "device")):
         if getattr(args, flag) is not None:
             kw[name] = getattr(args, flag)
     cfg = replace(cfg, **kw)
     cfg.check()  # the plan's entries are checked before the filters below can hide a bad one
-    tasks = _csv(args.tasks, str) if args.tasks else PAPER_TASKS
-    conditions = _csv(args.conditions, str) if args.conditions else PAPER_CONDITIONS
+    tasks = comma_list(args.tasks, str) if args.tasks else PAPER_TASKS
+    conditions = comma_list(args.conditions, str) if args.conditions else PAPER_CONDITIONS
     for what, values, allowed in (("tasks", tasks, PAPER_TASKS), ("conditions", conditions, PAPER_CONDITIONS)):
         if not values or any(v not in allowed for v in values):
             raise ValueError(f"--{what} must be a subset of {', '.join(allowed)} here, got {list(values)}")

@@ -131,7 +131,7 @@ class Setup:
 def setup(cfg: QKStudyConfig, device: str = "cpu") -> Setup:
     """Load the checkpoint, build the fine-tuning task and the selection and report sets (disjoint seeds)."""
     from ... import models, tasks
-    from ...training import check_tokenizer
+    from ...tokenization import check_tokenizer
 
     cfg.check()
     model, tokenizer, _ = models.load(cfg.init, device=device)
