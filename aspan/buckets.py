@@ -4,19 +4,17 @@
     sets = bucket_sets(tasks.preset("reversal", "ood"), buckets, n=200, seed=0)
     # {"length 1-10": [...], "length 11-20": [...], "length 21-30": [...]}
 
-Each bucket is its own task (the task's `length` parameter set to the bucket's range), so every bucket gets `n`
-samples of its own instead of whatever share of one mixed set happens to fall in it. Training draws its batches
-from seeds with bit 62 set (`training.batch_seed`), so these sets never repeat a training batch.
+Each bucket is its own task (the task's length parameter, `Task.length_param`, set to the bucket's range), so every
+bucket gets `n` samples of its own instead of whatever share of one mixed set happens to fall in it. Training draws
+its batches from seeds with bit 62 set (`training.batch_seed`), so these sets never repeat a training batch.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Sequence
 
 from .tasks.base import Sample, Task
 
 Bucket = tuple[int, int]  # inclusive (lo, hi) range of lengths
-LENGTH_PARAM = "length"
 
 
 def parse_buckets(text: str | Sequence[Bucket] | None) -> list[Bucket]:
@@ -58,11 +56,10 @@ def bucket_of(length: int, buckets: Sequence[Bucket]) -> Bucket | None:
 
 def bucket_task(task: Task, bucket: Bucket) -> Task:
     """`task` with its length parameter set to `bucket` (every other parameter kept)."""
-    params = task.params()
-    if LENGTH_PARAM not in inspect.signature(type(task)).parameters:
-        raise ValueError(f"length buckets need a task with a '{LENGTH_PARAM}' parameter; {task.name} has "
-                         f"{', '.join(params) or 'none'}")
-    return type(task)(**{**params, LENGTH_PARAM: bucket})
+    if not task.length_is_target:
+        raise ValueError(f"length buckets need a task whose length parameter is its target's length; {task.name} "
+                         f"has {', '.join(task.params()) or 'none'}")
+    return type(task)(**{**task.params(), task.length_param: bucket})
 
 
 def bucket_sets(task: Task, buckets: Sequence[Bucket], n: int, seed: int) -> dict[str, list[Sample]]:

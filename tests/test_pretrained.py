@@ -11,7 +11,6 @@ import torch
 from aspan import evaluation, models, tasks
 from aspan.applications.pretrained import (
     FEW_SHOT_SEED,
-    INSTRUCTIONS,
     PretrainedConfig,
     few_shot_examples,
     prompt_adapter,
@@ -47,17 +46,18 @@ def run(hf_dir, tmp_path_factory):
 
 # ----------------------------------------------------------------------------------------------- prompts
 def test_every_task_has_an_instruction():
-    assert set(INSTRUCTIONS) == set(tasks.NAMES) and all(INSTRUCTIONS.values())
+    assert all(tasks.task_class(name).instruction.strip() for name in tasks.NAMES)
 
 
 @pytest.mark.parametrize("name", tasks.NAMES)
 def test_prefix_is_bos_instruction_then_examples_closed_by_eos(name):
     chars = {c for t in tasks.NAMES for split in ("id", "ood") for c in tasks.preset(t, split).alphabet}
-    hf = char_tokenizer("".join(sorted(chars | set("".join(INSTRUCTIONS.values())) | {"\n"})))
+    instruction = tasks.task_class(name).instruction  # the default: the task's own
+    hf = char_tokenizer("".join(sorted(chars | set(instruction) | {"\n"})))
     shots = few_shot_examples(name, 2)
-    tok = prompt_adapter(hf, name, 2, instruction=INSTRUCTIONS[name])
+    tok = prompt_adapter(hf, name, 2)
     nl = hf.convert_tokens_to_ids("\n")
-    expected = [hf.bos_token_id, *tok.encode(INSTRUCTIONS[name]), nl]
+    expected = [hf.bos_token_id, *tok.encode(instruction), nl]
     for s in shots:
         expected += [*tok.encode(s.text), hf.eos_token_id, nl]
     assert tok.prefix_ids() == expected and tok.offset == len(expected)
@@ -219,7 +219,7 @@ def test_smollm2_few_shot_prompt_through_the_adapter(smol):
     tok = prompt_adapter(hf, "reversal", 3)
     text = hf.decode(tok.prefix_ids())
     shots = "".join(s.text + hf.eos_token + "\n" for s in tok.few_shot)
-    expected = hf.bos_token + INSTRUCTIONS["reversal"] + "\n" + shots
+    expected = hf.bos_token + tasks.task_class("reversal").instruction + "\n" + shots
     assert text == expected
     samples = tasks.preset("reversal", "id").generate(2, seed=1)
     batch = make_batch(samples, tok, n_ctx=smol.model.cfg.n_ctx)

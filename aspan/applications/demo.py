@@ -123,14 +123,11 @@ class DemoConfig:
         check_output_dir(self.out, "--out")
 
 
-DEMO_OOD = {"reversal": {"length": (11, 20)}}  # near OOD, where the failure and its repair are measurable
-QUICK_OOD = {"reversal": {"length": (11, 14)}}
-
-
 def ood_task(cfg: DemoConfig):
-    """The OOD task of the demo: the preset, narrowed for reversal (lengths 11-20) unless `cfg.ood` says otherwise."""
-    default = (QUICK_OOD if cfg.quick else DEMO_OOD).get(cfg.task, {})
-    return tasks.preset(cfg.task, "ood", **{**default, **cfg.ood})
+    """The OOD task of the demo: the preset with the task's own demo overrides (`Task.demo_ood`, `quick_ood` under
+    --quick: reversal lengths 11-20, 11-14) unless `cfg.ood` says otherwise."""
+    cls = tasks.task_class(cfg.task)
+    return tasks.preset(cfg.task, "ood", **{**(cls.quick_ood if cfg.quick else cls.demo_ood), **cfg.ood})
 
 
 # ----------------------------------------------------------------------------------------------- model

@@ -36,17 +36,6 @@ from ..tokenization import check_tokenizer
 from ..training import TrainConfig, train
 from ..viz import story
 
-INSTRUCTIONS = {
-    "reversal": "Reverse the string before '='.",
-    "addition": "Add the numbers; digits are written least-significant first.",
-    "multiplication": "Multiply the numbers; digits are written least-significant first. "
-                      "Write every partial product, then their sum.",
-    "flipflop": "Instructions are an operation (w write, r read, i ignore, f flip), a register and a bit. "
-                "Give the bit the last read returns.",
-    "assign": "Each letter before ':' is followed by its value. Replace every letter after ':' by its value.",
-    "successor": "Continue the series of consecutive numbers; digits are written least-significant first.",
-    "parity": "Write the running parity of the bits.",
-}
 FEW_SHOT_SEED = 90_001  # few-shot examples: never one of the evaluation seeds (seed + 1, seed + 2)
 
 
@@ -59,9 +48,9 @@ def prompt_adapter(hf_tokenizer: Any, task: str, shots: int = 0, instruction: st
                    seed: int = FEW_SHOT_SEED, **id_params: Any) -> HFCharAdapter:
     """An `HFCharAdapter` whose prefix is BOS + instruction + `shots` ID examples, each closed by EOS and a newline.
 
-    `instruction=None` uses `INSTRUCTIONS[task]`; "" means none. The task's OOD alphabet is checked up front.
+    `instruction=None` uses the task's own `instruction`; "" means none. The task's OOD alphabet is checked up front.
     """
-    text = INSTRUCTIONS[task] if instruction is None else instruction
+    text = tasks.task_class(task).instruction if instruction is None else instruction
     eos = getattr(hf_tokenizer, "eos_token", None) or ""
     chars = set(tasks.preset(task, "id", **id_params).alphabet) | set(tasks.preset(task, "ood").alphabet)
     alphabet = "".join(sorted(chars))
@@ -146,7 +135,7 @@ class PretrainedConfig:
         tasks.task_class(self.task)
         tasks.preset(self.task, "id", **self.id_params)
         tasks.preset(self.task, "ood", **self.ood_params)
-        if self.instruction is None and self.task not in INSTRUCTIONS:
+        if self.instruction is None and not tasks.task_class(self.task).instruction:
             raise ValueError(f"no default instruction for task {self.task!r}; set prompt.instruction")
         for name in ("eval_samples", "gen_samples", "batch_size", "rank_samples"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
@@ -459,7 +448,7 @@ def _figures(run: RunDir, cfg: PretrainedConfig, p: Prepared, f: Finetuned, a: A
            for _, r in a.table3.iterrows()}
     curves = {"fine-tuned (teacher-forced)": pd.concat([evaluation.summarize(a.results["id"]),
                                                         evaluation.summarize(a.results["ood"])])}
-    id_max = int(p.id_task.params()["length"][1]) if "length" in p.id_task.params() else None
+    id_max = int(p.id_task.params()[p.id_task.length_param][1]) if p.id_task.length_is_target else None
     story.write_accuracy_figures(run, story.AccuracyFigures(
         curves, s.rows, "head_names" if s.rows.top.nunique() == 1 else "top", float(s.rows.baseline_partial.iloc[0]),
         id_max, "Fine-tuned model: ", cve), ("02_correct_vs_error", "03_accuracy_vs_length", "04_accuracy_vs_strength"))

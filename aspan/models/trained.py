@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 ATTRIBUTE = "aspan_trained_task"
-LENGTH_PARAMS = ("length", "digits", "instructions", "numbers")  # the parameter that sets each task's lengths
 
 
 @dataclass(frozen=True)
@@ -26,11 +25,13 @@ class TrainedTask:
 
     @property
     def lengths(self) -> tuple[int, int] | None:
-        """The training range of the task's length parameter (`length`, `digits`, ...), when recorded."""
-        for key in LENGTH_PARAMS:
-            value = self.params.get(key)
-            if isinstance(value, (list, tuple)) and len(value) == 2:
-                return int(value[0]), int(value[1])
+        """The training range of the task's length parameter (`Task.length_param`), when recorded."""
+        from .. import tasks
+
+        key = tasks.task_class(self.name).length_param if self.name in tasks.NAMES else None
+        value = self.params.get(key) if key else None
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            return int(value[0]), int(value[1])
         return None
 
 

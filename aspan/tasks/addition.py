@@ -24,6 +24,8 @@ class Addition(Task):
     """
 
     name = "addition"
+    instruction = "Add the numbers; digits are written least-significant first."
+    length_param = "digits"
 
     def __init__(self, operands: int = 2, digits: tuple[int, int] | int = (1, 4), padding: bool = False,
                  layout: Layout = "lsd", width: int | None = None):

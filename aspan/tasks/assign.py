@@ -39,6 +39,9 @@ def _split(prompt: str) -> tuple[str, str]:
 
 class Assign(Task):
     name = "assign"
+    instruction = "Each letter before ':' is followed by its value. Replace every letter after ':' by its value."
+    length_param = "length"
+    length_is_target = True
 
     def __init__(
         self,

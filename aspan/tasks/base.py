@@ -199,6 +199,16 @@ class Task:
     # True when the prompt does not fix the target length (successor): EOS is then not scored and generated
     # output is compared on the target's length (`Task.solve_like`).
     open_ended: ClassVar[bool] = False
+    # What a pretrained model is told before the few-shot examples (`aspan pretrained`): what to do, in words.
+    instruction: ClassVar[str] = ""
+    # The parameter whose range sets the lengths of the samples (the ID and OOD presets differ in it), or None;
+    # `length_is_target` when that range is the target's length itself (what length buckets set).
+    length_param: ClassVar[str | None] = None
+    length_is_target: ClassVar[bool] = False
+    # Overrides of the OOD preset for `aspan demo` (near OOD, where the failure and its repair are measurable) and
+    # for `aspan demo --quick`.
+    demo_ood: ClassVar[dict[str, Any]] = {}
+    quick_ood: ClassVar[dict[str, Any]] = {}
 
     def params(self) -> dict[str, Any]:
         """The parameters that reproduce this task (JSON-serialisable)."""

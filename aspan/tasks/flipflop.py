@@ -22,6 +22,9 @@ BITS = "01"
 
 class FlipFlop(Task):
     name = "flipflop"
+    instruction = ("Instructions are an operation (w write, r read, i ignore, f flip), a register and a bit. "
+                   "Give the bit the last read returns.")
+    length_param = "instructions"
 
     def __init__(self, instructions: tuple[int, int] | int = (9, 9), registers: int = 2, flips: bool = True):
         self.instructions = check_range("instructions", instructions, minimum=1)

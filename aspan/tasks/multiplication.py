@@ -19,6 +19,9 @@ class Multiplication(Task):
     """Long multiplication of a factor with `digits` (min, max) digits by one with `digits_b` (default: `digits`)."""
 
     name = "multiplication"
+    instruction = ("Multiply the numbers; digits are written least-significant first. "
+                   "Write every partial product, then their sum.")
+    length_param = "digits"
 
     def __init__(self, digits: tuple[int, int] | int = (1, 3), digits_b: tuple[int, int] | int | None = None):
         self.digits = check_range("digits", digits, minimum=1)

@@ -51,6 +51,9 @@ def running(bits: str) -> str:
 
 class Parity(Task):
     name = "parity"
+    instruction = "Write the running parity of the bits."
+    length_param = "length"
+    length_is_target = True
 
     def __init__(
         self,

@@ -15,6 +15,11 @@ class Reversal(Task):
     separators)."""
 
     name = "reversal"
+    instruction = "Reverse the string before '='."
+    length_param = "length"
+    length_is_target = True
+    demo_ood = {"length": (11, 20)}
+    quick_ood = {"length": (11, 14)}
 
     def __init__(self, length: tuple[int, int] | int = (1, 10), charset: str = DEFAULT_CHARSET):
         self.length = check_range("length", length, minimum=1)

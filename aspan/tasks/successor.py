@@ -33,6 +33,8 @@ class Successor(Task):
 
     name = "successor"
     open_ended = True
+    instruction = "Continue the series of consecutive numbers; digits are written least-significant first."
+    length_param = "numbers"
 
     def __init__(self, start: tuple[int, int] | int = (1, 90), numbers: tuple[int, int] | int = (2, 4),
                  layout: Layout = "lsd", width: int | None = None):

@@ -85,3 +85,30 @@ def test_same_seed_same_jsonl_across_processes_and_hash_seeds(tmp_path):
     for name, split in CASES:  # and equal to this process's samples
         lines = outs[0][f"{name}-{split}.jsonl"].splitlines()
         assert lines == [s.to_json() for s in tasks.preset(name, split).generate(40, seed=9)]
+
+
+@pytest.mark.parametrize("name", tasks.NAMES)
+def test_task_facts_live_on_the_task(name):
+    """The instruction a pretrained model gets, the length parameter buckets set and the demo's OOD overrides are
+    attributes of the task class, each usable as it is."""
+    cls = tasks.task_class(name)
+    assert isinstance(cls.instruction, str) and cls.instruction.strip()
+    ood = tasks.preset(name, "ood")
+    assert cls.length_param in ood.params() and ood.params() != tasks.preset(name, "id").params()
+    narrowed = cls(**{**ood.params(), cls.length_param: (3, 3)})
+    assert narrowed.params()[cls.length_param] == [3, 3] and narrowed.generate(2, seed=0)
+    if cls.length_is_target:
+        assert {len(s.target) for s in narrowed.generate(20, seed=0)} == {3}
+    for overrides in (cls.demo_ood, cls.quick_ood):
+        assert set(overrides) <= set(ood.params())
+        assert tasks.preset(name, "ood", **overrides).params() == {**ood.params(), **{
+            k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()}}
+
+
+def test_task_facts_of_reversal():
+    cls = tasks.task_class("reversal")
+    assert (cls.length_param, cls.demo_ood, cls.quick_ood) == ("length", {"length": (11, 20)}, {"length": (11, 14)})
+    lengths = {n: (tasks.task_class(n).length_param, tasks.task_class(n).length_is_target) for n in tasks.NAMES}
+    assert lengths == {"reversal": ("length", True), "addition": ("digits", False), "multiplication": ("digits", False),
+                       "flipflop": ("instructions", False), "assign": ("length", True), "successor": ("numbers", False),
+                       "parity": ("length", True)}
