@@ -1,0 +1,59 @@
+"""README's "How to add a task / a model form / a backend / a study" lists keep naming every file that changes: each
+listed file exists for every existing task, form, backend and study and names it (files with `<name>` exist per
+instance), and no module of the package enumerates all of them without being listed."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from aspan import options, tasks
+from aspan.applications.studies import STUDIES
+from aspan.models.hfform import FORMS
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+BULLET = re.compile(r"^- `([^`]+)`( \(only)?", re.M)
+INSTANCES = {
+    "task": tuple(tasks.NAMES),
+    "model form": tuple(sorted({form.__name__.rsplit(".", 1)[1] for form in FORMS.values()})),
+    "backend": options.BACKENDS,
+    "study": STUDIES,
+}
+
+
+def listed(kind: str) -> list[tuple[str, bool]]:
+    """(path, required) of each bullet of the section "How to add a {kind}"."""
+    start = README.index(f"## How to add a {kind}\n")
+    section = README[start:README.find("\n## ", start + 1)]
+    return [(m[1], not m[2]) for m in BULLET.finditer(section)]
+
+
+def enumerates_all(path: Path, names: tuple[str, ...]) -> bool:
+    """Whether a module names every instance, as a string or as an imported module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    named = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    named |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    return set(names) <= named
+
+
+@pytest.mark.parametrize("kind", INSTANCES)
+def test_every_listed_file_exists_and_names_each_instance(kind):
+    files = listed(kind)
+    assert files and len(INSTANCES[kind]) >= 2, kind
+    for path, required in files:
+        for name in INSTANCES[kind]:
+            file = ROOT / path.replace("<name>", name)
+            assert file.is_file(), f"README, how to add a {kind}: {file.relative_to(ROOT)} does not exist for {name}"
+            if required and "<name>" not in path:
+                assert name in file.read_text(encoding="utf-8"), f"{path} does not name the {kind} {name!r}"
+
+
+@pytest.mark.parametrize("kind", INSTANCES)
+def test_every_module_that_enumerates_them_is_listed(kind):
+    paths = {path for path, _ in listed(kind)}
+    enumerating = {str(p.relative_to(ROOT)) for p in sorted((ROOT / "aspan").rglob("*.py"))
+                   if enumerates_all(p, INSTANCES[kind])}
+    assert enumerating <= paths, f"README, how to add a {kind}: also changes {sorted(enumerating - paths)}"
