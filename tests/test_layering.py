@@ -1,6 +1,6 @@
 """The layers of README's "Layout", read from the source with `ast` (imports inside functions included): `hooks`
-imports nothing from aspan, `aspan.tasks` only itself, nothing in aspan imports a private `hooks._*` module, and no
-module imports itself through others."""
+imports nothing from aspan, `aspan.tasks` only itself, `aspan.viz` nothing from experiments or applications, nothing
+in aspan imports a private `hooks._*` module, and no module imports itself through others."""
 from __future__ import annotations
 
 import ast
@@ -41,6 +41,11 @@ def test_hooks_imports_nothing_from_aspan():
 def test_tasks_import_only_tasks():
     assert sorted((m, d) for m, deps in GRAPH.items() if _under(m, "aspan.tasks")
                   for d in deps if _under(d, "aspan", "hooks") and not _under(d, "aspan.tasks")) == []
+
+
+def test_viz_imports_nothing_from_experiments_or_applications():
+    assert sorted((m, d) for m, deps in GRAPH.items() if _under(m, "aspan.viz")
+                  for d in deps if _under(d, "aspan.experiments", "aspan.applications")) == []
 
 
 def test_no_private_hooks_module_is_imported_outside_hooks():

@@ -45,7 +45,7 @@ def write_outputs(config, out: Path, id_budget: float | None) -> dict:
     """Rebuild the table, figures and summary from every rows file in `out` (all shards so far); the summary."""
     import pandas as pd
 
-    from aspan.experiments.sweep import grid, summary_table
+    from aspan.experiments.sweep import grid, selected_curves, summary_table
     from aspan.io import RunDir, settings_key
     from aspan.viz import length_figure, strength_figure
 
@@ -57,8 +57,8 @@ def write_outputs(config, out: Path, id_budget: float | None) -> dict:
     run = RunDir(out)
     run.write_csv("sweep.csv", table)
     for mode in sorted(rows["mode"].unique()):
-        run.figure(length_figure(rows, mode, id_budget), f"sweep_length_{mode}")
-        run.figure(strength_figure(rows, mode), f"sweep_strength_{mode}")
+        run.figure(length_figure(selected_curves(rows, mode, id_budget)), f"sweep_length_{mode}")
+        run.figure(strength_figure(summary_table(rows[rows["mode"] == mode]), mode), f"sweep_strength_{mode}")
     summary = {"rows": int(len(rows)), "grid_points": len(keys), "complete": len(rows) == len(keys),
                "tables": {"all settings (mean over seeds, selection set)": table.to_dict("records")}}
     run.write_json("summary.json", summary)

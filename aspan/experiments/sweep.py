@@ -12,7 +12,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import pandas as pd
 import torch
@@ -23,7 +23,7 @@ from ..checks import check_device, check_eval_memory, check_offsets
 from ..evaluation import CHUNK
 from ..io import read_toml, settings_key
 from ..options import CONVENTIONS, EDIT_METHODS, EOS_REFS, MODES, RANK_KEYS
-from .edit import RULES, Edit, parse_gate, setting_of
+from .edit import RULES, Edit, parse_gate, setting_label, setting_of
 from .engine import (
     ID_BUDGET,
     Data,
@@ -480,3 +480,35 @@ def summary_table(rows: pd.DataFrame, set_name: str = "selection") -> pd.DataFra
     out["set"] = set_name
     return out.sort_values(["mode", "gain_exact", "gain_partial"], ascending=[True, False, False],
                            kind="stable").reset_index(drop=True)
+
+
+class SelectedCurves(NamedTuple):
+    """What the length figure draws (`aspan.viz.length_figure`): accuracy by target length of the baseline and of
+    the picked setting's intervention (exact and partial, weighted by samples over seeds), and its label."""
+
+    mode: str
+    baseline: pd.DataFrame
+    intervention: pd.DataFrame
+    label: str
+
+
+def by_length(rows: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per-length accuracy (mean over the rows' seeds, weighted by samples) from the nested `column`."""
+    df = pd.DataFrame([dict(d) for lst in rows[column] for d in lst])
+    df["exact_n"], df["partial_n"] = df.exact * df.n, df.partial * df.n
+    g = df.groupby("length").sum(numeric_only=True)
+    return pd.DataFrame({"exact": g.exact_n / g.n, "partial": g.partial_n / g.n, "n": g.n}).reset_index()
+
+
+def selected_curves(rows: pd.DataFrame, mode: str | None = None, id_budget: float | None = ID_BUDGET) -> SelectedCurves:
+    """The curves of the setting the selection rule picks among `rows` of `mode` on the selection set (without a
+    pick within the ID budget: the pick at any ID cost, so the figure always shows an intervention); every seed's row
+    of that setting (`edit.setting_of`) and no row of a neighbouring gate or eos."""
+    mode = mode or rows["mode"].iloc[0]
+    rows = rows[(rows["set"] == "selection") & (rows["mode"] == mode)]
+    table = summary_table(rows)
+    best = select(table, id_budget).row or select(table, None).row or table.iloc[0].to_dict()
+    chosen = setting_of(best)
+    picked = rows[[setting_of(r) == chosen for r in rows.to_dict("records")]]
+    return SelectedCurves(mode, by_length(picked, "baseline_by_length"), by_length(picked, "by_length"),
+                          f"{setting_label(best)}, ID cost {best['id_cost']:+.3f}")

@@ -1,12 +1,14 @@
-"""The sweep figures live in aspan.viz; their ID budget default is the engine's selection budget."""
+"""The sweep figures live in aspan.viz and draw what aspan.experiments.sweep computes; the pick's ID budget default is
+the engine's selection budget."""
 import inspect
 
 from aspan.experiments.engine import ID_BUDGET
+from aspan.experiments.sweep import selected_curves
 from aspan.viz import length_figure
 
 
-def test_length_figure_defaults_to_the_engines_id_budget():
-    assert inspect.signature(length_figure).parameters["id_budget"].default == ID_BUDGET
+def test_the_picked_curves_default_to_the_engines_id_budget():
+    assert inspect.signature(selected_curves).parameters["id_budget"].default == ID_BUDGET
 
 
 def _row(gate, eos, exact, by_length_exact):
@@ -27,6 +29,6 @@ def test_length_figure_shows_only_the_selected_gate_and_eos():
 
     rows = pd.DataFrame([_row(None, "none", 0.25, 0.25), _row("beyond", "none", 0.75, 0.75),
                          _row("beyond", "extrapolate", 0.5, 0.5), _row(None, "extrapolate", 0.0, 0.0)])
-    fig = length_figure(rows)
+    fig = length_figure(selected_curves(rows))
     chosen = next(t for t in fig.data if t.name.startswith("intervention") and t.name.endswith("exact"))
     assert list(chosen.y) == [0.75] and "(gate beyond)" in chosen.name and "EOS" not in chosen.name
