@@ -1,0 +1,182 @@
+"""`aspan rank` as a function a notebook can call: rank a model's heads by their attention on reference tokens
+(Spiegel et al. 2025, Appendix F), or causally by the effect of an attention edit on each head alone (PASTA's model
+profiling, Zhang et al. 2023) with the attribution-patching estimate (Nanda 2023; Syed et al. 2023) beside it,
+into a run directory.
+
+    from aspan.applications.rank import RankConfig, rank_heads
+    summary = rank_heads(RankConfig("reversal", "reversal", top=4, out="runs/rank"))
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .. import models, tasks
+from ..checks import check_offsets
+from ..environment import run_environment
+from ..experiments import profiling
+from ..experiments.profiling import Edit, ProfileConfig
+from ..experiments.ranking import heatmap, n_selected, offset_heatmap, offset_table, ranking_from_offsets, select_heads
+from ..io import RunDir, write_json
+from ..models.checkpoint import saved_task
+from ..models.trained import check_task
+
+SHARE_COLS = ["rank", "layer", "head", "score_sum", "score_row", "best_delta", "best_delta_score", "convention"]
+CAUSAL = ("effect", "estimate")  # the `by` values that profile the heads with an edit
+
+
+@dataclass
+class RankConfig:
+    """What `aspan rank` is asked (its flags, by the same names). `deltas` always includes 0; a causal ranking
+    (`by` in CAUSAL) adds the edit's offset and profiles on `profile_split` with `profile_params`."""
+
+    model: str  # aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'
+    task: str
+    split: str = "id"
+    params: dict[str, Any] = field(default_factory=dict)  # task parameter overrides
+    samples: int = 64
+    seed: int = 0
+    deltas: list[int] = field(default_factory=lambda: [0])
+    top: int | None = None
+    fraction: float | None = None
+    by: str = "score_sum"
+    convention: str = "sample"
+    batch_size: int = 32
+    device: str | None = None
+    out: str = "runs/rank"
+    progress: bool = True
+    any_task: bool = False
+    edit: Edit = field(default_factory=lambda: Edit("reinforce"))  # the causal ranking's edit
+    metric: str = "logprob"
+    candidates: int | None = None
+    greedy: int | None = None
+    profile_split: str = "ood"
+    profile_params: dict[str, Any] = field(default_factory=dict)
+
+
+def check_rank(cfg: RankConfig):
+    """Everything that can be checked before the model loads; (task, deltas, profiling task or None, profile
+    config or None). ValueError naming the flag otherwise."""
+    task = tasks.preset(cfg.task, cfg.split, **cfg.params)
+    deltas = list(dict.fromkeys([0, *cfg.deltas]))
+    if cfg.samples < 1 or cfg.batch_size < 1:
+        raise ValueError("--samples and --batch-size must be >= 1")
+    if cfg.fraction is not None and not 0 < cfg.fraction <= 1:
+        raise ValueError(f"--fraction must be in (0, 1], got {cfg.fraction}")
+    if cfg.top is not None and cfg.top < 1:
+        raise ValueError(f"--top must be >= 1, got {cfg.top}")
+    prof_task = prof_cfg = None
+    if cfg.by in CAUSAL:
+        prof_task = tasks.preset(cfg.task, cfg.profile_split, **cfg.profile_params)
+        if cfg.candidates is not None and cfg.candidates < 1:
+            raise ValueError(f"--candidates must be >= 1, got {cfg.candidates}")
+        if cfg.greedy is not None and cfg.greedy < 1:
+            raise ValueError(f"--greedy must be >= 1, got {cfg.greedy}")
+        if cfg.edit.delta not in deltas:
+            deltas.append(cfg.edit.delta)  # the attention share at the edit's offset goes beside the causal ranking
+        prof_cfg = ProfileConfig(metric=cfg.metric, candidates=cfg.candidates, batch_size=cfg.batch_size,
+                                 progress=cfg.progress)
+    check_offsets(deltas, task.max_text_len() + 1, "--deltas")
+    if not cfg.any_task:  # from the checkpoint's metadata, before loading it
+        check_task(saved_task(cfg.model), [(t.name, t.params()) for t in (task, prof_task) if t is not None],
+                   f"--task {cfg.task}", "pass --any-task to rank it anyway")
+    return task, deltas, prof_task, prof_cfg
+
+
+def rank_heads(cfg: RankConfig) -> dict:
+    """Rank the heads into run directory `cfg.out` (ranking.csv/jsonl, heatmaps, with a causal ranking profile.csv
+    and rankings_compared.csv, run.json, summary.json), print the top of the ranking; the summary."""
+    task, deltas, prof_task, prof_cfg = check_rank(cfg)
+    model, tokenizer, _ = models.load(cfg.model, device=cfg.device)
+    models.check_context(model, task, tokenizer.offset)
+    if prof_task is not None:
+        models.check_context(model, prof_task, tokenizer.offset)
+        prof_cfg.check(model.cfg.n_layers * model.cfg.n_heads)
+    if cfg.top is not None:
+        n_selected(model.cfg.n_layers * model.cfg.n_heads, top=cfg.top)
+    samples = task.generate(cfg.samples, seed=cfg.seed)
+    long = offset_table(model, tokenizer, samples, deltas, cfg.batch_size, progress=cfg.progress,
+                        convention=cfg.convention)
+    ranking = ranking_from_offsets(long)
+    out = Path(cfg.out)
+    _write_share(cfg, out, ranking, long, len(deltas) > 1)
+    extra: dict = {}
+    by_table = ranking
+    if prof_task is not None:
+        by_table, extra = _causal(cfg, model, tokenizer, ranking, (prof_task, prof_cfg), out)
+    selected = None
+    if cfg.top is not None or cfg.fraction is not None:
+        selected = select_heads(by_table, top=cfg.top, fraction=cfg.fraction, by=cfg.by)
+    write_json(out / "run.json", {
+        "command": "rank", "model": str(cfg.model), "task": cfg.task, "split": cfg.split, "params": task.params(),
+        "samples": cfg.samples, "seed": cfg.seed, "deltas": deltas, "convention": cfg.convention,
+        **run_environment(model),
+    })
+    tables = {"head ranking (top 10)": ranking[SHARE_COLS].head(10).to_dict("records"), **extra.pop("tables", {})}
+    summary = {"selected_heads": [list(h) for h in selected] if selected else None, "by": cfg.by,
+               "convention": cfg.convention, **extra, "tables": tables}
+    write_json(out / "summary.json", summary)
+    if prof_task is not None:
+        _print_causal(tables["rankings compared"], extra)
+    else:
+        print(ranking[SHARE_COLS].head(10).to_string(index=False))
+    if selected:
+        print("selected heads:", " ".join(f"{l}.{h}" for l, h in selected))
+    print(f"wrote {out / 'ranking.csv'}", file=sys.stderr)
+    return summary
+
+
+def _write_share(cfg: RankConfig, out: Path, ranking, long, offsets: bool) -> None:
+    """The attention-share ranking: CSV, JSONL, the offset scan and heatmaps."""
+    run = RunDir(out)
+    run.write_csv("ranking.csv", ranking)
+    run.records("ranking.jsonl", ranking, double_precision=15)
+    if offsets:
+        run.write_csv("offsets.csv", long)
+        run.figure(offset_heatmap(long), "ranking_offsets")
+    where = f"{cfg.task} ({cfg.split}), AttnScore convention {cfg.convention}"
+    run.figure(heatmap(ranking, "score_sum", f"Head ranking on {where}: attention on references, summed"),
+               "ranking_sum")
+    run.figure(heatmap(ranking, "score_row", f"Head ranking on {where}: mean per target row"), "ranking_row")
+
+
+def _causal(cfg: RankConfig, model, tokenizer, ranking, setup, out: Path):
+    """Profile the heads, write profile.csv, rankings_compared.csv and figures; (table to select by, summary extra)."""
+    run = RunDir(out)
+    edit, (prof_task, prof_cfg) = cfg.edit, setup
+    samples = prof_task.generate(cfg.samples, seed=cfg.seed + 1)  # not the samples the attention share saw
+    prof = profiling.profile(model, tokenizer, samples, edit, prof_cfg)
+    compared = profiling.compare_rankings(ranking, prof, delta=edit.delta)
+    run.write_csv("profile.csv", prof)
+    run.write_csv("rankings_compared.csv", compared)
+    for col in CAUSAL:
+        if prof[col].notna().any():
+            metric = prof_cfg.metric if col == "effect" else "logprob"
+            run.figure(heatmap(prof, col, f"Causal head ranking: {col} of '{edit.label}' on each head alone "
+                                           f"({cfg.profile_split}, {metric})"), f"ranking_{col}")
+    extra = {"edit": edit.label, "metric": prof_cfg.metric, "profile_split": cfg.profile_split,
+             "profile_params": prof_task.params(), "baseline": prof.attrs["baseline"],
+             "spearman_estimate_vs_effect": prof.attrs["spearman"], **compared.attrs,
+             "tables": {"rankings compared": compared.head(10).to_dict("records")}}
+    if cfg.greedy:
+        batches = profiling.selection_batches(model, tokenizer, samples, prof_cfg.batch_size)
+        pool = profiling.top_heads(prof, len(prof), by="effect" if prof.effect.notna().any() else "estimate")
+        chosen = profiling.greedy_select(model, batches, edit, pool, cfg.greedy, prof_cfg.metric)
+        run.write_csv("greedy.csv", chosen)
+        extra["greedy_heads"] = [[int(l), int(h)] for l, h in zip(chosen.layer, chosen["head"])]
+    return prof, extra
+
+
+def _print_causal(rows: list[dict], extra: dict) -> None:
+    print(f"edit: {extra['edit']} | metric: {extra['metric']} | baseline {extra['baseline']:.4f}")
+    cols = ["layer", "head", "effect_rank", "effect", "estimate_rank", "estimate", "paper_rank", "share_rank", "share"]
+    print(pd.DataFrame(rows)[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"Spearman: estimate vs effect {extra['spearman_estimate_vs_effect']:.3f}; paper's attention share vs "
+          f"effect {extra['spearman_paper_vs_effect']:.3f}; share at the edit's offset vs effect "
+          f"{extra['spearman_share_vs_effect']:.3f}")
+    if "greedy_heads" in extra:
+        print("greedy selection:", " ".join(f"{l}.{h}" for l, h in extra["greedy_heads"]))
