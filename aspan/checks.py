@@ -156,3 +156,14 @@ def check_batch_memory(cfg, batch: int, n_tokens: int, what: str, training: bool
     check_memory(forward_bytes(cfg, batch, n_tokens, training), what,
                  f"activations of {batch:,} sequences of {n_tokens} tokens through {cfg.n_layers} layers x "
                  f"{cfg.n_heads} heads, d_model {cfg.d_model}{', forward and backward' if training else ''}", device)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """`"I/N"` (0 <= I < N: shard I of a grid split into N) -> (I, N); UsageError otherwise."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UsageError(f"must look like I/N with integers, got {text!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise UsageError(f"{text!r} is not a shard: need 0 <= I < N")
+    return i, n

@@ -343,3 +343,23 @@ def test_id_budget_points_become_one_fraction_for_sweep_and_demo(tmp_path):
             assert r.returncode == 2, r.stderr
             one_line(r.stderr, "--id-budget", bad)
             assert not (tmp_path / "run").exists()
+
+
+def test_shard_is_one_argument_type_for_sweep_demo_and_pretrained(tmp_path):
+    """`--shard I/N` is parsed by one argument type (`argtypes.shard`) into (I, N); a malformed or out-of-range shard
+    is refused while the command line is parsed, one line naming the flag, before a config is read."""
+    from aspan.cli import Parser
+    from aspan.commands import demo, pretrained, sweep
+    from aspan.commands.argtypes import shard
+
+    assert shard("2/5") == (2, 5)
+    for module, argv in ((sweep, ["c.toml"]), (demo, []), (pretrained, ["c.toml"])):
+        parser = Parser(prog="aspan")
+        module.add_arguments(parser)
+        assert parser.parse_args([*argv, "--shard", "1/3"]).shard == (1, 3)
+    missing = str(tmp_path / "missing.toml")
+    for command, bad in ((["sweep", missing], "2/2"), (["pretrained", missing], "x"), (["demo"], "1")):
+        r = aspan(*command, "--shard", bad, "--out", str(tmp_path / "run"), cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        one_line(r.stderr, "--shard", repr(bad))
+        assert not (tmp_path / "run").exists()

@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Callable
 
-from ..checks import check_device, check_output_dir, check_output_file
+from ..checks import check_device, check_output_dir, check_output_file, parse_shard
 
 
 def _int(text: str) -> int:
@@ -83,6 +83,14 @@ def _wrap(check: Callable[[str], object]) -> Callable[[str], str]:
 device = _wrap(check_device)  # a device this machine has (cpu, cuda[:N], mps) or auto
 output_file = _wrap(check_output_file)  # a writable file path (not a directory)
 output_dir = _wrap(check_output_dir)  # a writable directory path (not a file)
+
+
+def shard(text: str) -> tuple[int, int]:
+    """`I/N`: shard I of N of a grid (0 <= I < N), as the tuple (I, N)."""
+    try:
+        return parse_shard(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def output_file_or_stdout(text: str) -> str:

@@ -8,7 +8,7 @@ import argparse
 import shlex
 
 from ..options import CONVENTIONS, EOS_REFS
-from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int
+from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int, shard
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
 
@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how the search may treat the end-of-sequence row (no references): leave it alone "
                              "(none), edit it on the reference map continued one row (extrapolate), or try both and "
                              "let the selection rule decide (default both)")
-    parser.add_argument("--shard", default=None, metavar="I/N",
+    parser.add_argument("--shard", type=shard, default=None, metavar="I/N",
                         help="evaluate only shard I of N of the intervention grid (resumable rows), then stop; a run "
                              "without --shard reuses every shard's rows")
 
@@ -50,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..applications.demo import DemoConfig, run_demo
-    from ..experiments.sweep import parse_shard
     from ..io import claim_run
     from ..models.backend import default_backend
 
@@ -61,12 +60,13 @@ def run(args: argparse.Namespace) -> int:
     if args.id_budget is not None:  # a fraction (argtypes.points_fraction)
         kw["id_budget"] = args.id_budget
     if args.shard:
-        kw["shard"] = parse_shard(args.shard)
+        kw["shard"] = args.shard
     if args.eos != "both":
         kw["eos"] = (args.eos,)
     cfg = DemoConfig.quick_config(**kw) if args.quick else DemoConfig(**kw)
-    points = None if args.id_budget is None else f"{args.id_budget * 100:.12g}"
-    given = {**kw, "id_budget": points, "shard": args.shard, "eos": None if args.eos == "both" else args.eos}
+    points = None if args.id_budget is None else f"{args.id_budget * 100:.12g}"  # as given, for the command line
+    shard_text = "/".join(map(str, args.shard)) if args.shard else None
+    given = {**kw, "id_budget": points, "shard": shard_text, "eos": None if args.eos == "both" else args.eos}
     flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in given.items()
              if v is not None and k != "train"]
     switches = ["--train"] * bool(args.train) + ["--quick"] * bool(args.quick)

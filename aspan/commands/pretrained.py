@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from .argtypes import device, output_dir, positive_int
+from .argtypes import device, output_dir, positive_int, shard
 
 HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
 
@@ -17,21 +17,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=device, help="cpu, cuda, cuda:N (default: CUDA when present)")
     p.add_argument("--threads", type=positive_int, help="CPU threads for torch (1 is fastest on a busy machine)")
     p.add_argument("--steps", type=positive_int, help="override finetune.steps")
-    p.add_argument("--shard", metavar="I/N", help="fine-tune, then evaluate only shard I of N of the reinforcement "
-                                                  "grid (a job array on identical machines); a run without --shard "
-                                                  "reuses every shard's rows")
+    p.add_argument("--shard", type=shard, metavar="I/N",
+                   help="fine-tune, then evaluate only shard I of N of the reinforcement grid (a job array on "
+                        "identical machines); a run without --shard reuses every shard's rows")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..applications.pretrained import PretrainedConfig, run_pretrained
-    from ..experiments.sweep import parse_shard
 
     cfg = PretrainedConfig.from_toml(args.config, model=args.model, out=args.out, device=args.device,
-                                     threads=args.threads, shard=parse_shard(args.shard) if args.shard else None)
+                                     threads=args.threads, shard=args.shard)
     if args.steps is not None:
         cfg.finetune = {**cfg.finetune, "steps": args.steps}
         cfg.check()
-    given = {k: getattr(args, k) for k in ("model", "out", "device", "threads", "steps", "shard")}
+    given = {k: getattr(args, k) for k in ("model", "out", "device", "threads", "steps")}
+    given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
     flags = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
     from dataclasses import asdict
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .argtypes import device, nonneg_int, output_dir, points_fraction
+from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
 
@@ -13,7 +13,7 @@ HELP = "run a resumable grid of attention reinforcement settings from a TOML con
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", help="TOML sweep config (see configs/*.toml)")
     p.add_argument("--out", type=output_dir, default=None, help="run directory (default runs/sweep-<config name>)")
-    p.add_argument("--shard", default=None, metavar="I/N",
+    p.add_argument("--shard", type=shard, default=None, metavar="I/N",
                    help="run only shard I of N (0 <= I < N), e.g. $SLURM_ARRAY_TASK_ID/8")
     p.add_argument("--limit", type=nonneg_int, default=None,
                    help="stop after this many new rows (0: only rebuild tables and figures)")
@@ -28,12 +28,11 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from aspan.applications.sweep import run_sweep_dir
-    from aspan.experiments.sweep import SweepConfig, parse_shard
+    from aspan.experiments.sweep import SweepConfig
 
     config = SweepConfig.from_toml(args.config)  # full validation before any model work
     if args.device:
         config = replace(config, device=args.device)
-    shard = parse_shard(args.shard) if args.shard else None
     run_sweep_dir(config, args.out or f"runs/sweep-{Path(args.config).stem}", config_file=str(args.config),
-                  shard=shard, limit=args.limit, id_budget=args.id_budget, progress=not args.no_progress)
+                  shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.no_progress)
     return 0

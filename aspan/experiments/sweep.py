@@ -19,7 +19,7 @@ import torch
 
 from hooks import check_fits, check_heads
 
-from ..checks import check_device, check_eval_memory, check_offsets
+from ..checks import check_device, check_eval_memory, check_offsets, parse_shard
 from ..evaluation import CHUNK
 from ..io import read_toml, settings_key
 from ..options import CONVENTIONS, EDIT_METHODS, EOS_REFS, MODES, RANK_KEYS
@@ -297,17 +297,6 @@ def grid(config: SweepConfig) -> list[dict[str, Any]]:
                              delta=delta, mode=mode, seed=seed, rank=rank, rank_delta=config.rank_delta, gate=gate,
                              eos=eos))
     return out
-
-
-def parse_shard(text: str) -> tuple[int, int]:
-    """`"i/n"` (0 <= i < n) -> (i, n); ValueError otherwise."""
-    try:
-        i, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard must look like i/n with integers, got {text!r}") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise ValueError(f"--shard {text}: need 0 <= i < n")
-    return i, n
 
 
 # --- small validators: every error names its key -------------------------------------------------------
