@@ -469,8 +469,14 @@ def _model(ctx: _Ctx, name: str, positional: str, seed: int):
                        n_ctx=data.n_ctx, seed=seed, device=cfg.device, positional=positional)
 
 
-def base_dir(out: Path, name: str, seed: int) -> Path:
-    return out / "models" / f"{name}-vanilla-seed{seed}"
+def model_dir(out: Path, name: str, condition: str, seed: int) -> Path:
+    """Where a run saves the model of one task, condition and seed (vanilla and ABC)."""
+    return out / "models" / f"{name}-{condition}-seed{seed}"
+
+
+def calibration_file(out: Path, name: str, seed: int) -> Path:
+    """Where a run saves the ABC calibration (averaged attention, bias, blocks) of one task and seed."""
+    return out / "calibration" / f"{name}-seed{seed}.pt"
 
 
 def hooks_for_bias(bias, model) -> list:
@@ -494,7 +500,8 @@ def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
     fit = train_until_fit(model, data, cfg, seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias,
                           (ctx.out / "checks.jsonl", {"task": name, "condition": condition, "seed": seed}))
     if condition == "vanilla":
-        models.save(model, base_dir(ctx.out, name, seed), data.tokenizer, task=name, seed=seed, steps=fit["steps"])
+        models.save(model, model_dir(ctx.out, name, "vanilla", seed), data.tokenizer, task=name, seed=seed,
+                    steps=fit["steps"])
     status = "fitted" if fit["fitted"] else "did not fit"
     row = {**settings, "key": key, "status": status, **fit, "positional": models.positional_of(model),
            **test_results(model, data, bias, cfg.eval_batch_size), "wall_s": time.perf_counter() - t0}
@@ -519,22 +526,22 @@ def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
         print(f"abc study (paper): {why}", file=sys.stderr)
         return None
     t0 = time.perf_counter()
-    base = models.load(base_dir(ctx.out, name, seed), device=cfg.device).model
+    base = models.load(model_dir(ctx.out, name, "vanilla", seed), device=cfg.device).model
     try:
         cal = abc_calibration(base, data.tokenizer, data.calib, cfg.correct_only, training_rows(name, cfg.number_bits))
     except ValueError as e:  # a fitted base that answers no calibration sample (training numbers): stated, not fatal
         ctx.skipped.append(f"{name} seed {seed}: no ABC row, {e}")
         return ctx.write({**settings, "key": key, "status": f"skipped: {e}"})  # no "steps": not in the table
-    calib_dir = ctx.out / "calibration"
-    calib_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(asdict(cal), calib_dir / f"{name}-seed{seed}.pt")
+    saved = calibration_file(ctx.out, name, seed)
+    saved.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(asdict(cal), saved)
     model = _model(ctx, name, cfg.abc_positional, seed + FRESH_INIT)
     bias = hooks_for_bias(cal.bias, model)
     cap = max(1, math.floor(base_row["steps"] * cfg.retrain_fraction))
     fit = train_until_fit(model, data, cfg, seed, ctx.out / "scratch" / f"{name}-abc-seed{seed}", bias,
                           (ctx.out / "checks.jsonl", {"task": name, "condition": "abc", "seed": seed}), cap=cap)
-    models.save(model, ctx.out / "models" / f"{name}-abc-seed{seed}", data.tokenizer, task=name, seed=seed,
-                steps=fit["steps"])  # run it under calibration/{name}-seed{seed}.pt's bias
+    models.save(model, model_dir(ctx.out, name, "abc", seed), data.tokenizer, task=name, seed=seed,
+                steps=fit["steps"])  # run it under calibration_file's bias
     cross = cal.bias[:, cal.rows[:, None], cal.prompt_cols[None, :]]
     with_lines = (cross <= NEG).flatten(1).any(1)  # a head with no kept line is transparent: no NEG cell
     row = {**settings, "key": key, "status": "ok" if fit["fitted"] else "did not fit", **fit, "retrain_cap": cap,
@@ -588,11 +595,10 @@ def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) 
     from ...evaluation import evaluate
 
     data = ctx.data[name]
-    folder = ctx.out / "models" / f"{name}-{condition}-seed{seed}"
-    model = models.load(folder, device=ctx.cfg.device).model
+    model = models.load(model_dir(ctx.out, name, condition, seed), device=ctx.cfg.device).model
     bias = ()
     if condition == "abc":
-        cal = torch.load(ctx.out / "calibration" / f"{name}-seed{seed}.pt", weights_only=True)
+        cal = torch.load(calibration_file(ctx.out, name, seed), weights_only=True)
         bias = hooks_for_bias(cal["bias"], model)
     rec = evaluate(model, data.tokenizer, data.test[digits], fwd_hooks=bias, batch_size=ctx.cfg.eval_batch_size,
                    attn=False).records
@@ -619,7 +625,7 @@ def write_position_table(ctx: _Ctx) -> None:
     rows = []
     for name, condition in ctx.cfg.runs():
         for seed in ctx.cfg.seeds:
-            if condition != "abs" and (ctx.out / "models" / f"{name}-{condition}-seed{seed}").exists():
+            if condition != "abs" and model_dir(ctx.out, name, condition, seed).exists():
                 rows += position_rows(ctx, name, condition, seed, past[0])
     if rows:
         RunDir(ctx.out).write_csv("positions.csv", pd.DataFrame(rows))
@@ -712,7 +718,7 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     for name in dict.fromkeys(t for t, _ in ctx.cfg.runs()):
         if len(table) and (table.task == name).any():
             run.figure(accuracy_figure(table, name), f"abc_paper_{name}")
-        first = ctx.out / "calibration" / f"{name}-seed{ctx.cfg.seeds[0]}.pt"
+        first = calibration_file(ctx.out, name, ctx.cfg.seeds[0])
         if first.exists():
             cal = torch.load(first, weights_only=True)  # tensors and an int: no pickled objects
             run.figure(bias_figure(cal, f"{name}, seed {ctx.cfg.seeds[0]}: last-layer attention and ABC bias (cross "
