@@ -58,6 +58,15 @@ RANK_BY: tuple[RankBy, ...] = get_args(RankBy)
 Backend = Literal["hooked", "bridge"]
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
 
+# When training stops before its step cap (`aspan.curves`): never, when a named curve set reaches a target, or when
+# it has stopped improving (no new best by at least the plateau gain over the last few evaluations).
+StopRule = Literal["none", "target", "plateau"]
+STOP_RULES: tuple[StopRule, ...] = get_args(StopRule)
+
+# The accuracy a stop rule watches on its curve set: exact (every token and EOS right) or per-token accuracy.
+CurveMetric = Literal["exact", "partial"]
+CURVE_METRICS: tuple[CurveMetric, ...] = get_args(CurveMetric)
+
 
 def check_option(name: str, value: object, choices: tuple[str, ...]) -> str:
     """`value` if it is one of `choices`, else a one-line ValueError naming the option and the choices."""

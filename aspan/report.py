@@ -22,6 +22,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from .checks import check_output_dir, check_output_file
+from .curves import CURVES_FILE
 from .findings import Claim, Finding, finding
 from .io import write_text
 from .viz.views import _LOCAL
@@ -141,6 +142,7 @@ def _inputs(run: Path) -> dict[str, Any]:
         "run_json": [run / "run.json"], "summary_json": [run / "summary.json"],
         "figures": sorted((run / "figures").glob("*.json")), "views": sorted((run / "views").glob("*.html")),
         "csvs": sorted(run.glob("*.csv")), "jsonls": sorted(run.glob("*.jsonl")),
+        "curves": [run / CURVES_FILE, *sorted(run.glob(f"*/{CURVES_FILE}"))],
     }
     present = {k: [p for p in v if p.exists() or p.is_symlink()] for k, v in candidates.items()}
     found: dict[str, Any] = {k: [p for p in v if _inside(run, p)] for k, v in present.items()}
@@ -152,6 +154,24 @@ def _inputs(run: Path) -> dict[str, Any]:
         )
     one = {k: found[k][0] if found[k] else None for k in ("run_json", "summary_json")}  # the file, or None
     return {**found, **one, "left_out": left_out}
+
+
+CURVE_FIGURE = "learning_curves"  # the stem of the figure a run's curves.jsonl makes
+
+
+def curve_figures(run: Path, files: list[Path]) -> dict[str, Any]:
+    """{"learning_curves": figure} from the run's `curves.jsonl` files (`files`: the run's own, then those of its
+    sub-directories, each a condition named after its directory); {} when there are none. ValueError naming the
+    file and line of a row that is not a curve row."""
+    from .io import read_rows
+    from .viz.curves import learning_curves
+
+    runs = {("" if path.parent == run else path.parent.name): pd.DataFrame(
+        read_rows(path, ("step", "bucket", "exact"), "learning-curve")) for path in files}
+    runs = {name: rows for name, rows in runs.items() if not rows.empty}
+    if not runs:
+        return {}
+    return {CURVE_FIGURE: learning_curves(runs[""] if list(runs) == [""] else runs)}
 
 
 def _figures_section(divs: dict[str, str], heading: str) -> list[str]:
@@ -251,6 +271,9 @@ def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 
         names = ", ".join(str(p.relative_to(run)) for p in f["left_out"])
         body.append(f'<p class="note">Left out (symbolic links or not regular files): {html.escape(names)}</p>')
     divs = {path.stem: _figure(path) for path in f["figures"]}
+    for stem, fig in curve_figures(run, f["curves"]).items():
+        divs[stem] = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{stem}")
+    plotly = bool(divs)
     if found is not None:
         body += _finding_section(found, divs)
     elif summary is not None:
@@ -264,7 +287,7 @@ def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 
         body += views
     body += _folded_sections(f, settings, summary if found is not None else None, max_rows)
     scripts = []
-    if f["figures"]:
+    if plotly:
         scripts.append(f'<script type="text/javascript">{get_plotlyjs()}</script>')
     if bundle:
         scripts.append(f'<script type="text/javascript">{bundle}</script>')
@@ -312,11 +335,13 @@ def key_figures(run_dir: str | Path) -> list[Path]:
 
 
 def write_images(run_dir: str | Path, fmt: str = "png") -> list[Path]:
-    """The key figures of `run_dir` as static images in RUN_DIR/images/, named after the figures."""
+    """The key figures of `run_dir` and its learning curves (`curves.jsonl`) as static images in RUN_DIR/images/,
+    named after the figures."""
     from .viz.export import export_images
 
-    figures = key_figures(run_dir)
+    figures = {path.stem: _load_figure(path) for path in key_figures(run_dir)}
+    figures.update(curve_figures(Path(run_dir), _inputs(Path(run_dir))["curves"]))
     if not figures:
-        raise ValueError(f"{run_dir} has no figures/*.json to export")
+        raise ValueError(f"{run_dir} has no figures/*.json or curves.jsonl to export")
     out = check_output_dir(Path(run_dir) / "images", "images directory")
-    return export_images({path.stem: _load_figure(path) for path in figures}, out, fmt)
+    return export_images(figures, out, fmt)

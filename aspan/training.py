@@ -7,10 +7,12 @@
 Data is a Task (batches generated on the fly: batch `s` comes from seed `(seed, s)` alone, so a resumed run sees
 the same data), a list of Samples, or an `aspan data` JSONL file (shuffled per epoch from `(seed, epoch)`).
 AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast on CUDA, DDP under `torchrun`.
-`out_dir` gets `log.jsonl` (train rows), `eval.jsonl` (periodic ID/OOD evaluation), `checkpoints/` (weights +
-optimizer/scheduler/step/RNG state, each checkpoint written whole into a temporary directory and renamed, pointed to
-by `checkpoints/latest`) and, at the end, the final model itself (`aspan.models.load(out_dir)` works). Nothing read
-back runs code: tensors are safetensors, everything else JSON (`read_state`).
+`out_dir` gets `log.jsonl` (train rows; the last says why and at which step the run ended), `eval.jsonl` (periodic
+ID/OOD evaluation), `curves.jsonl` (learning curves on held-out sets, which a stop rule may end the run on:
+`aspan.curves`), `checkpoints/` (weights + optimizer/scheduler/step/RNG state, each checkpoint written whole into a
+temporary directory and renamed, pointed to by `checkpoints/latest`) and, at the end, the final model itself
+(`aspan.models.load(out_dir)` works). Nothing read back runs code: tensors are safetensors, everything else JSON
+(`read_state`).
 """
 from __future__ import annotations
 
@@ -37,10 +39,12 @@ from hooks import check_hook_points
 
 from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
+from .curves import CURVES_FILE, Stop, auto_every, curve_cost, steps_to_target, stop_point
 from .io import append_line, atomic_dir, cut_rows, to_json, write_text
 from .models.backend import backend_of
 from .models.tiny import check_context
 from .models.trained import TrainedTask, record_task
+from .options import CurveMetric, StopRule
 from .param_groups import Freezer, TrainOnly, group_masks, live_parameters, parse_train_only
 from .tasks.base import Sample, Task
 from .tokenization import Tokenizer, check_tokenizer
@@ -73,6 +77,13 @@ class TrainConfig:
     log_every: int = 10
     ckpt_every: int = 0  # 0: checkpoint only at the end (and whenever stop_after stops the run)
     amp: bool = True  # bf16 autocast on CUDA
+    # learning curves on `curve_data` (aspan.curves): every N steps, None: the N that keeps them <= 10 % of training
+    # time (`curves.auto_every`), 0: none; and the stop rule they drive (`curves.Stop`)
+    curve_every: int | None = None
+    stop: StopRule = "none"
+    stop_bucket: str = "id"
+    target: float | None = None
+    stop_metric: CurveMetric = "exact"
 
     def __post_init__(self):
         if isinstance(self.train_only, TrainOnly):
@@ -91,6 +102,10 @@ class TrainConfig:
                     warmup=0, min_lr_ratio=1.0, grad_clip=1.0)
         return cls(**{**base, **kw})
 
+    def stop_rule(self) -> Stop:
+        """The stop rule these settings describe (checked)."""
+        return Stop(self.stop, self.stop_bucket, self.target, self.stop_metric).check()
+
     def check(self) -> None:
         """ValueError on impossible settings, before any work."""
         if self.steps is not None and self.steps < 1:
@@ -98,6 +113,8 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "log_every", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.curve_every is not None and self.curve_every < 0:
+            raise ValueError(f"curve_every must be >= 0 (or None), got {self.curve_every}")
         for name in ("warmup", "eval_every", "ckpt_every", "eval_samples", "seed"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -110,12 +127,14 @@ class TrainConfig:
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
         parse_train_only(self.train_only)
+        self.stop_rule()
 
 
 class TrainResult(NamedTuple):
     model: Any
     history: list[dict]
     out_dir: Path | None
+    stop: dict | None = None  # why and at which step the run ended (None: paused by stop_after before its end)
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -252,10 +271,11 @@ def _dist_setup(device: torch.device) -> tuple[int, int]:
 
 
 def _cut_logs(out_dir: Path, step: int) -> list[dict]:
-    """Cut `log.jsonl` and `eval.jsonl` back to the rows of steps up to `step` (in place: works on a full disk too);
-    their remaining rows, train rows before the evaluations of the same step."""
-    kept = lambda row: row.get("step", 0) <= step  # noqa: E731
-    rows = [r for name in ("log.jsonl", "eval.jsonl") for r in cut_rows(out_dir / name, kept)]
+    """Cut `log.jsonl`, `eval.jsonl` and `curves.jsonl` back to the rows of steps up to `step` (in place: works on a
+    full disk too), the row saying why the run stopped dropped (the run goes on, or says it again); their remaining
+    rows, train rows before the evaluations of the same step."""
+    kept = lambda row: row.get("step", 0) <= step and row.get("kind") != "stop"  # noqa: E731
+    rows = [r for name in ("log.jsonl", "eval.jsonl", CURVES_FILE) for r in cut_rows(out_dir / name, kept)]
     return sorted(rows, key=lambda r: (r.get("step", 0), r.get("kind") != "train"))
 
 
@@ -472,6 +492,7 @@ class RunOptions:
     progress: bool = True  # progress bar and printed evaluations
     stop_after: int | None = None  # end (checkpointed) after this step; a later resume continues exactly
     meta: dict = field(default_factory=dict)  # extra metadata for the saved checkpoints
+    curve_data: dict[str, Sequence[Sample]] | None = None  # held-out curve sets (aspan.curves), e.g. id, length 11-20
 
 
 @dataclass
@@ -494,6 +515,15 @@ class _Run:
     history: list = field(default_factory=list)
     start: int = 0
     saved: int = 0  # step of the last checkpoint written (or resumed from)
+    every: int = 0  # curve interval (0: no curves)
+    stopped_at: int | None = None  # the step at which the stop rule fired
+    trained_s: float = 0.0  # training seconds since the last curve evaluation
+    wall_offset: float = 0.0  # wall seconds of the run before this call (a resumed run's last curve row)
+    began: float = field(default_factory=time.perf_counter)
+
+    @property
+    def curves(self) -> list[dict]:
+        return [r for r in self.history if r.get("kind") == "curve"]
 
     @property
     def main(self) -> bool:
@@ -502,7 +532,8 @@ class _Run:
     @property
     def end(self) -> int:
         stop = self.opts.stop_after
-        return self.total if stop is None else min(self.total, stop)
+        end = self.total if stop is None else min(self.total, stop)
+        return end if self.stopped_at is None else min(end, self.stopped_at)
 
     def write(self, name: str, row: dict) -> None:
         """Append `row` to history and, on the main process, to `out_dir/name`."""
@@ -523,6 +554,7 @@ def train(
     progress: bool = True,
     stop_after: int | None = None,
     meta: dict | None = None,
+    curve_data: dict[str, Sequence[Sample]] | None = None,
 ) -> TrainResult:
     """Train `model` in place on `data` (a task, samples, a JSONL file, or a `Replay` mixture).
 
@@ -532,20 +564,22 @@ def train(
     ABC pre-softmax bias while fine-tuning. `stop_after` ends the run after that step (checkpointed) so a later
     `resume=True` run continues it exactly. `meta` goes into the saved checkpoints. With `config.train_only` only
     that parameter group trains (`aspan.param_groups`); the first row of `log.jsonl` records its size.
+    `curve_data` (named held-out sets) adds learning curves to `curves.jsonl` and lets `config.stop` end the run
+    early (`aspan.curves`); the last row of `log.jsonl` and the result's `stop` say why and at which step it ended.
     """
     opts = RunOptions(None if out_dir is None else Path(out_dir), eval_data, resume, fwd_hooks, progress,
-                      stop_after, dict(meta or {}))
+                      stop_after, dict(meta or {}), curve_data)
     run = _prepare(model, tokenizer, data, config or TrainConfig.scratch(), opts)
     run.freezer = _freezer(model, parse_train_only(run.config.train_only))
     try:
         _setup_optimizer(run)
         _start(run)
         _loop(run)
-        _finish(run)
+        stop = _finish(run)
     finally:
         if run.freezer:
             run.freezer.close()
-    return TrainResult(model, run.history, opts.out_dir)
+    return TrainResult(model, run.history, opts.out_dir, stop)
 
 
 def _freezer(model, spec: TrainOnly | None) -> Freezer | None:
@@ -585,7 +619,26 @@ def _prepare(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConf
     if torch.device(model.cfg.device) != device:
         model.to(device)
     opts.meta = {**opts.meta, "train_config": asdict(config)}
-    return _Run(model, tokenizer, config, opts, stream, device, rank, world, total)
+    run = _Run(model, tokenizer, config, opts, stream, device, rank, world, total)
+    run.every = _curve_interval(run)
+    return run
+
+
+def _curve_interval(run: _Run) -> int:
+    """The curve interval (0: no curves); ValueError for a stop rule without curves or on a set they lack."""
+    config, sets = run.config, run.opts.curve_data or {}
+    stop = config.stop_rule()
+    if config.curve_every == 0 or not sets:
+        if stop.rule != "none":
+            raise ValueError(f"the {stop.rule} stop rule needs learning curves (curve sets and curve_every != 0)")
+        return 0
+    if (stop.rule != "none" or stop.target is not None) and stop.bucket not in sets:
+        raise ValueError(f"stop bucket {stop.bucket!r} is not a curve set (curve sets: {', '.join(sets)})")
+    if config.curve_every is not None:
+        return config.curve_every
+    offset = run.tokenizer.offset + 1
+    eval_tokens = sum(len(s.text) + offset for samples in sets.values() for s in samples)
+    return auto_every(eval_tokens, sum(len(s.text) + offset for s in run.stream.batch(0)), run.total)
 
 
 def _stream_task(stream: DataStream) -> TrainedTask | None:
@@ -633,11 +686,34 @@ def _start(run: _Run) -> None:
         run.start = run.saved = _load_state(ckpt, state, run)
         if run.main:
             run.history = _cut_logs(out, run.start)
+            _resume_curves(run)
+        if _agree(run, int(run.stopped_at is not None)):
+            run.stopped_at = run.start
         return
     if out is not None and run.main:
-        for name in ("log.jsonl", "eval.jsonl"):
+        for name in ("log.jsonl", "eval.jsonl", CURVES_FILE):
             (out / name).unlink(missing_ok=True)
     run.write("log.jsonl", {"kind": "params", "step": 0, **run.opts.meta["trainable_parameters"]})
+
+
+def _resume_curves(run: _Run) -> None:
+    """A resumed run's curves go on from its last row: its wall clock continues, and a run whose stop rule fired at
+    the step it resumes from is over."""
+    rows = run.curves
+    if rows:
+        run.wall_offset = float(rows[-1].get("wall_s", 0.0))
+    fired = stop_point(rows, run.config.stop_rule()) if run.every else None
+    if fired is not None and fired[0] <= run.start:
+        run.stopped_at = run.start
+
+
+def _agree(run: _Run, value: int) -> int:
+    """Rank 0's `value` on every process (itself without DDP): all ranks stop at the same step."""
+    if run.world == 1:
+        return value
+    t = torch.tensor([value], device=run.device)
+    dist.broadcast(t, 0)
+    return int(t[0])
 
 
 def _train_step(run: _Run, step: int, amp) -> tuple[float, int, float | None]:
@@ -680,11 +756,14 @@ def _loop(run: _Run) -> None:
     bar = tqdm(total=run.total, initial=run.start, desc="train", disable=not (run.main and run.opts.progress),
                dynamic_ncols=True)
     tokens_seen, busy = 0, 0.0  # tokens/s counts training time only (evaluation and checkpoints excluded)
+    if run.every and run.start == 0 and run.stopped_at is None and _curve(run, 0):
+        _checkpoint(run, 0)
     for step in range(run.start, run.end):
         t0 = time.perf_counter()
         loss_value, n_tok, grad_norm = _train_step(run, step, amp)
         tokens_seen += n_tok
         busy += time.perf_counter() - t0
+        run.trained_s += time.perf_counter() - t0
         done, rate = step + 1, tokens_seen / max(busy, 1e-9)
         bar.update(1)
         bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{rate:,.0f}")
@@ -693,9 +772,62 @@ def _loop(run: _Run) -> None:
                                     "tokens_per_s": rate, "grad_norm": grad_norm})
         if config.eval_every and done % config.eval_every == 0 and done != run.total:
             _evaluate(run, done)
-        if done == run.end or (config.ckpt_every and done % config.ckpt_every == 0):
+        stopped = bool(run.every) and (done % run.every == 0 or done == run.total) and _curve(run, done)
+        if stopped or done == run.end or (config.ckpt_every and done % config.ckpt_every == 0):
             _checkpoint(run, done)
+        if stopped:
+            break
     bar.close()
+
+
+def _curve(run: _Run, step: int) -> bool:
+    """Score every curve set at `step` (rows to `curves.jsonl`, on the main process); whether the stop rule fires
+    here (the same answer on every process), in which case `run.stopped_at` is `step`."""
+    fired = None
+    if run.main:
+        train_s, run.trained_s = run.trained_s, 0.0
+        for name, samples in run.opts.curve_data.items():
+            t0 = time.perf_counter()
+            res = _curve_scores(run, samples)
+            loss = heldout_loss(run.model, run.tokenizer, samples, run.opts.fwd_hooks, run.config.eval_batch_size)
+            run.write(CURVES_FILE, {"kind": "curve", "step": step, "bucket": name, "n": len(samples),
+                                    "exact": res["exact"], "partial": res["partial"], "loss": loss,
+                                    "eval_s": time.perf_counter() - t0, "train_s": train_s,
+                                    "wall_s": run.wall_offset + time.perf_counter() - run.began})
+        fired = stop_point(run.curves, run.config.stop_rule())
+        if run.opts.progress and fired is not None:
+            tqdm.write(f"step {step}: the {fired[1]} stop rule fired on {run.config.stop_bucket}")
+    if _agree(run, int(fired is not None and fired[0] == step)):
+        run.stopped_at = step
+        return True
+    return False
+
+
+def _curve_scores(run: _Run, samples: Sequence[Sample]) -> dict:
+    """`evaluate`'s summary of `samples` under the run's hooks (teacher-forced, no attention scores)."""
+    from .evaluation import evaluate
+
+    return evaluate(run.model, run.tokenizer, samples, fwd_hooks=run.opts.fwd_hooks,
+                    batch_size=run.config.eval_batch_size, attn=False).summary()
+
+
+@torch.no_grad()
+def heldout_loss(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hooks=(), batch_size: int = 64) -> float:
+    """The training loss (mean cross-entropy per target + EOS token, `target_loss`) on `samples`, in eval mode."""
+    from .evaluation import hooks_for
+
+    was_training, total, count = model.training, 0.0, 0
+    model.eval()
+    try:
+        for i in range(0, len(samples), batch_size):
+            batch = train_batch(samples[i : i + batch_size], tokenizer, model.cfg.n_ctx).to(model.cfg.device)
+            with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
+                logits = model(batch.tokens)  # as in training: padding sits after every scored row
+            total += float(target_loss(logits, batch.labels))
+            count += int((batch.labels != IGNORE).sum())
+    finally:
+        model.train(was_training)
+    return total / max(count, 1)
 
 
 def _evaluate(run: _Run, step: int) -> None:
@@ -731,21 +863,44 @@ def _checkpoint(run: _Run, step: int) -> None:
         run.saved = step
 
 
-def _finish(run: _Run) -> None:
-    """At the end of the whole run: the final evaluation and the final model in out_dir."""
-    if run.end == run.total and run.start < run.total:
-        _evaluate(run, run.total)
-        if run.opts.out_dir is not None and run.main:
-            from . import models
+def _finish(run: _Run) -> dict | None:
+    """At the end of the whole run (its cap, or where the stop rule fired): the final evaluation, the final model in
+    out_dir and the row saying why and where it stopped, returned (None for a run paused by stop_after)."""
+    final = run.stopped_at if run.stopped_at is not None else run.total if run.end == run.total else None
+    stop = None
+    if final is not None:
+        if run.start < final or not run.opts.resume:  # (a fresh run may stop at step 0)
+            _evaluate(run, final)
+            if run.opts.out_dir is not None and run.main:
+                from . import models
 
-            models.save(run.model, run.opts.out_dir, run.tokenizer, **{**run.opts.meta, "step": run.total})
+                models.save(run.model, run.opts.out_dir, run.tokenizer, **{**run.opts.meta, "step": final})
+        stop = _stop_row(run, final)
+        if run.main:
+            run.write("log.jsonl", stop)
     if run.world > 1:
         dist.barrier()
+    return stop
+
+
+def _stop_row(run: _Run, final: int) -> dict:
+    """Why the run ended at step `final` (cap, target or plateau), its steps-to-target when a target is set, the
+    curve interval and what the curves cost as a fraction of training time."""
+    rule, rows = run.config.stop_rule(), run.curves
+    reason = rule.rule if run.stopped_at is not None else "cap"
+    row = {"kind": "stop", "step": final, "reason": reason, "rule": rule.rule, "curve_every": run.every}
+    if run.every:
+        row.update(bucket=rule.bucket, metric=rule.metric, curve_cost=curve_cost(rows))
+    if run.every and rule.target is not None:
+        row.update(target=rule.target, steps_to_target=steps_to_target(rows, rule.bucket, rule.target, rule.metric))
+    return row
 
 
 # Settings a resumed run may change: those that change neither the weights nor the data order, and the length of
-# the run (`steps`, `epochs`: a finished run can be extended; the CLI records each resume in run.json).
-RESUME_FREE = ("device", "eval_every", "eval_samples", "eval_batch_size", "ckpt_every", "log_every", "steps", "epochs")
+# the run (`steps`, `epochs`, the curves and their stop rule: a finished or stopped run can be extended; the CLI
+# records each resume in run.json).
+RESUME_FREE = ("device", "eval_every", "eval_samples", "eval_batch_size", "ckpt_every", "log_every", "steps", "epochs",
+               "curve_every", "stop", "stop_bucket", "target", "stop_metric")
 ARCHITECTURE = ("n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn",
                 "normalization_type", "positional_embedding_type", "rotary_dim", "n_key_value_heads")
 

@@ -363,3 +363,21 @@ def test_shard_is_one_argument_type_for_sweep_demo_and_pretrained(tmp_path):
         assert r.returncode == 2, r.stderr
         one_line(r.stderr, "--shard", repr(bad))
         assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------------------------ learning curves and stop rules
+def test_bad_curve_and_stop_flags_are_refused_in_one_line_before_training(tmp_path):
+    train = ["train", *SMALL, "--steps", "2", "--eval-samples", "4"]
+    for flags, words in ((["--stop", "target"], ["target stop rule needs a target"]),
+                         (["--stop", "soon"], ["--stop", "invalid choice"]),
+                         (["--stop", "target", "--target", "1.5"], ["--target", "[0, 1]"]),
+                         (["--stop", "plateau", "--stop-bucket", "21-30"], ["--stop-bucket", "length 21-30",
+                                                                             "not a curve set"]),
+                         (["--stop", "plateau", "--curve-every", "0"], ["--stop plateau needs learning curves"]),
+                         (["--curve-buckets", "1-10,5-12"], ["--curve-buckets", "overlaps"]),
+                         (["--curve-buckets", "id,oops"], ["--curve-buckets", "'oops'"]),
+                         (["--curve-every", "-1"], ["--curve-every", ">= 0"])):
+        out = tmp_path / "run"
+        r = aspan(*train, *flags, "--out", str(out), cwd=tmp_path)
+        assert r.returncode == 2 and not out.exists(), (flags, r.stderr)
+        one_line(r.stderr, *words)

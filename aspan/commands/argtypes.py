@@ -63,6 +63,14 @@ def positive_float(text: str) -> float:
     return x
 
 
+def unit_float(text: str) -> float:
+    """A finite float in [0, 1] (an accuracy)."""
+    x = _float(text)
+    if not 0 <= x <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return x
+
+
 def points_fraction(text: str) -> float:
     """Percentage points (a finite float >= 0, as `--id-budget PP` takes them) as a fraction: `1.5` -> 0.015."""
     return nonneg_float(text) / 100

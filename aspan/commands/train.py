@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int
+from ..options import CURVE_METRICS, STOP_RULES
+from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int, unit_float
 
 HELP = "train a model from scratch or fine-tune a checkpoint (--init) on a task; resumable (--resume)"
 
@@ -45,6 +46,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="mix this share of ID-preset samples into every batch (fine-tuning that keeps old lengths)")
     p.add_argument("--eval-samples", type=nonneg_int, help="samples per split for those evaluations (default 200)")
     p.add_argument("--ckpt-every", type=nonneg_int, help="checkpoint every N steps (0: at the end only)")
+    g = p.add_argument_group("learning curves and stop rules (curves.jsonl; see README)")
+    g.add_argument("--curve-every", type=nonneg_int, metavar="K",
+                   help="score the curve sets every K steps (and at step 0 and the end); default: the K that keeps "
+                        "them at <= 10%% of training time; 0: no curves")
+    g.add_argument("--curve-buckets", metavar="SETS",
+                   help="curve sets, comma-separated: train, id, ood and length ranges like 11-20, each with "
+                        "--eval-samples held-out samples (default: the evaluation sets: train, id, ood, --buckets)")
+    g.add_argument("--stop", choices=STOP_RULES, default="none",
+                   help="end before --steps: none; target (--stop-bucket reaches --target); plateau (no gain of 1 "
+                        "point over the last 3 curve evaluations)")
+    g.add_argument("--stop-bucket", metavar="SET",
+                   help="the curve set the stop rule watches: id, ood, train or a range like 11-20 (default: id, "
+                        "else the first curve set)")
+    g.add_argument("--target", type=unit_float,
+                   help="accuracy in [0, 1] for --stop target; with any rule, the run records its steps-to-target")
+    g.add_argument("--stop-metric", choices=CURVE_METRICS, default="exact",
+                   help="what the stop rule watches: exact or partial (per-token) accuracy (default exact)")
     p.add_argument("--seed", type=nonneg_int, default=0, help="data order and model initialisation")
     p.add_argument("--device", type=device, default="auto", help="cpu, cuda, cuda:N (default: CUDA when present)")
     p.add_argument("--threads", type=positive_int,
@@ -176,15 +194,37 @@ def _check_inputs(out: str, hashes: dict[str, str], args: argparse.Namespace) ->
 
 
 def _config(args: argparse.Namespace):
+    from aspan.curves import stop_set
     from aspan.training import TrainConfig
 
     keys = ("steps", "epochs", "batch_size", "lr", "weight_decay", "warmup", "grad_clip", "eval_every",
             "eval_samples", "ckpt_every")
     kw: dict[str, Any] = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    kw.update(seed=args.seed, device=args.device, train_only=args.train_only)
+    kw.update(seed=args.seed, device=args.device, train_only=args.train_only, curve_every=args.curve_every,
+              stop=args.stop, stop_bucket=stop_set(args.stop_bucket), target=args.target, stop_metric=args.stop_metric)
     config = (TrainConfig.finetune if args.finetune else TrainConfig.scratch)(**kw)
     config.check()
     return config
+
+
+def curve_items(args: argparse.Namespace, config, tasks3, buckets) -> list:
+    """The curve sets (`aspan.curves.parse_curve_sets` items; [] for none): --curve-buckets, or the evaluation sets;
+    UsageError for a stop rule without curves or watching a set they lack."""
+    from aspan.curves import parse_curve_sets, set_name
+
+    if not config.eval_samples or config.curve_every == 0:
+        if config.stop != "none":
+            raise UsageError(f"--stop {config.stop} needs learning curves: --eval-samples and --curve-every above 0")
+        return []
+    train_task, id_task, ood_task = tasks3
+    named = ["id", "ood"] if train_task.params() in (id_task.params(), ood_task.params()) else ["train", "id", "ood"]
+    items = parse_curve_sets(args.curve_buckets) if args.curve_buckets else [*named, *buckets]
+    names = [set_name(i) for i in items]
+    if args.stop_bucket is None and "id" not in names:
+        config.stop_bucket = names[0]
+    if (config.stop != "none" or config.target is not None) and config.stop_bucket not in names:
+        raise UsageError(f"--stop-bucket {config.stop_bucket!r} is not a curve set (curve sets: {', '.join(names)})")
+    return items
 
 
 def _model(args: argparse.Namespace, alphabet: str, tasks_needed: list, device):
@@ -242,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
 
     from aspan import models
     from aspan.buckets import bucket_task, parse_buckets
+    from aspan.curves import curve_sets
     from aspan.environment import run_environment
     from aspan.io import claim_run, write_json
     from aspan.models.backend import backend_of
@@ -265,14 +306,16 @@ def run(args: argparse.Namespace) -> int:
     if not name:
         raise ValueError("--task is required (the --data samples do not name their task)")
     tasks3 = task_pair(name, args.split, args.param)
+    curves = curve_items(args, config, tasks3, buckets)
     texts = "".join(t.alphabet for t in tasks3) + "".join(s.text for s in data or [])
-    needed = [*tasks3, *(bucket_task(tasks3[0], b) for b in buckets)]
+    needed = [*tasks3, *(bucket_task(tasks3[0], b) for b in [*buckets, *curves] if not isinstance(b, str))]
     model, tokenizer = _model(args, "".join(sorted(set(texts))), needed, device)
     if config.steps is None and data is None:
         raise ValueError("fine-tuning on generated data needs --steps (one epoch is only defined for --data)")
     trained = [len(s.text) for s in data] if data else [t.max_text_len() for t in tasks3[: 2 if args.replay else 1]]
     check_workload(model.cfg, config, tokenizer.offset + max(trained) + 1, needed, str(device))
     eval_data = eval_sets(tasks3, buckets, config.eval_samples, config.seed) if config.eval_samples else None
+    curve_data = curve_sets(dict(zip(("train", "id", "ood"), tasks3)), curves, config.eval_samples, config.seed)
     meta = {"task": name, "params": tasks3[0].params(), "id_params": tasks3[1].params(),
             "ood_params": tasks3[2].params(), "init": args.init, "data": args.data, "replay": args.replay,
             "positional": models.positional_of(model), **hashes}
@@ -288,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     with claim_run(args.out, settings) if main else contextlib.nullcontext():
         resumes = _resumes(Path(args.out), config) if args.resume else []
         result = train(model, tokenizer, stream, config, out_dir=args.out, eval_data=eval_data, resume=args.resume,
-                       progress=not args.quiet, meta=meta)
+                       progress=not args.quiet, meta=meta, curve_data=curve_data or None)
         if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return 0
         _print_result(result, args.out, args.quiet)
@@ -297,5 +340,5 @@ def run(args: argparse.Namespace) -> int:
                    {"command": "train", "task": name, "split": args.split, "params": tasks3[0].params(),
                     "seed": args.seed, "buckets": [list(b) for b in buckets], "replay": args.replay,
                     "config": dict(vars(config)), "init": args.init, "data": args.data, **hashes,
-                    "resumes": resumes, **run_environment(model)})
+                    "resumes": resumes, "stop": result.stop, **run_environment(model)})
     return 0

@@ -100,3 +100,22 @@ def test_tokenizer_that_cannot_encode_the_task(tmp_path, capsys):
     models.save(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=128), tmp_path / "m", tok)
     assert cli.main(["train", "--task", "reversal", "--init", str(tmp_path / "m"), "--out", str(tmp_path / "o")]) == 2
     assert "cannot encode" in capsys.readouterr().err
+
+
+def test_curves_by_default_and_a_plateau_stop_recorded_in_run_json(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli.main(["train", *SMALL, "--steps", "3", "--out", str(out)]) == 0
+    curves = pd.read_json(out / "curves.jsonl", lines=True)  # the evaluation sets, at the start and the end
+    assert sorted(zip(curves.step, curves.bucket)) == [(s, b) for s in (0, 3) for b in ("id", "ood", "train")]
+    assert json.loads((out / "run.json").read_text())["stop"]["reason"] == "cap"
+    stopped = tmp_path / "stopped"
+    argv = ["train", *SMALL, "--steps", "40", "--lr", "1e-7", "--curve-every", "2", "--curve-buckets", "1-1,2-3",
+            "--stop", "plateau", "--stop-bucket", "2-3", "--target", "0.9", "--out", str(stopped)]
+    assert cli.main(argv) == 0
+    stop = json.loads((stopped / "run.json").read_text())["stop"]
+    assert {k: stop[k] for k in ("reason", "step", "bucket", "curve_every", "steps_to_target")} == {
+        "reason": "plateau", "step": 6, "bucket": "length 2-3", "curve_every": 2, "steps_to_target": None}
+    assert pd.read_json(stopped / "curves.jsonl", lines=True).step.max() == 6
+    assert models.load(stopped, device="cpu").meta["step"] == 6
+    assert cli.main(["report", str(stopped)]) == 0
+    assert 'id="figure-learning_curves"' in (stopped / "report.html").read_text()
