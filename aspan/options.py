@@ -31,11 +31,6 @@ DIRECTIONS: tuple[Direction, ...] = get_args(Direction)
 Rows = Literal["target", "all"]
 ROWS: tuple[Rows, ...] = get_args(Rows)
 
-# Attention edits (Spiegel et al. 2025, Appendix F; Zhang et al. 2023, PASTA): additive reinforcement of the
-# references on the post-softmax pattern, patching the pattern to uniform over the references, PASTA steering.
-EditMethod = Literal["reinforce", "patch", "steer"]
-EDIT_METHODS: tuple[EditMethod, ...] = get_args(EditMethod)
-
 # The end-of-sequence row of an attention edit. Its reference set is empty (nothing in the input fixes it position by
 # position), so an edit on the references leaves it alone ("none"). "extrapolate" gives it, as an edit target only,
 # the reference map continued one row: the last target row's references moved by the step between the last target

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from aspan.options import CONVENTIONS, EDIT_METHODS, PROFILE_METRICS, RANK_BY
+from aspan.methods import RULES
+from aspan.options import CONVENTIONS, PROFILE_METRICS, RANK_BY
 
 from .argtypes import device, finite_float, nonneg_int, output_dir, positive_float, positive_int
 
@@ -36,10 +37,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=output_dir, default="runs/rank", help="run directory (default runs/rank)")
     p.add_argument("--no-progress", action="store_true")
     c = p.add_argument_group("causal ranking (--by effect / estimate)")
-    c.add_argument("--method", default="reinforce", choices=EDIT_METHODS, help="the edit")
+    c.add_argument("--method", default="reinforce", choices=RULES, help="the edit")
     c.add_argument("--delta", type=int, default=0, help="key offset of the edit's references (default 0)")
     c.add_argument("--strength", type=finite_float, default=None,
-                   help="reinforce: C (default 1); steer: alpha (default 0.01)")
+                   help="the edit's strength (default: " + ", ".join(
+                       f"{name} {rule.strength:g}" for name, rule in RULES.items() if rule.takes_strength) + ")")
     c.add_argument("--renormalize", action="store_true", help="reinforce: renormalise edited rows")
     c.add_argument("--metric", default="logprob", choices=PROFILE_METRICS,
                    help="what the exact effect measures (default: mean target log-probability)")

@@ -1,14 +1,8 @@
 """One attention edit: the method, its strength, key offset, failure gates and end-of-sequence treatment, validated
-with the method's own rules, as forward hooks through the `hooks` package, and as the settings of a grid point.
+with the method's own rule, as forward hooks through the method's kernel, and as the settings of a grid point.
 
-Methods (the kernels live in `hooks`; nothing here edits a pattern of its own):
-
-- "reinforce": additive reinforcement (Spiegel et al. 2025, Appendix F), A' = A + C*M where A > tau, rows
-  optionally renormalised (`hooks.reinforce`). `strength` is C >= 0; `threshold` tau and `renormalize` are its own.
-- "patch": each edited row replaced by the uniform distribution over its references (`hooks.patch_pattern`, the
-  causal upper bound of an attention edit). It takes no strength, threshold or renormalisation.
-- "steer": PASTA (Zhang et al. 2023), log alpha added to the scores outside the references (`hooks.steer`).
-  `strength` is alpha in (0, 1].
+The methods and what each takes are the rules of `aspan.methods.RULES` (a new method is a kernel and a rule there);
+nothing here edits a pattern of its own or names a method.
 
 Every method takes `delta` (the references of row q are the columns k + delta), the failure gates `beyond` (edit
 only query rows > beyond; see `beyond_row` for the one definition of "past the longest training sample") and
@@ -33,45 +27,11 @@ from torch import Tensor
 
 import hooks
 
-from ..options import EDIT_METHODS, EOS_REFS, EditMethod, EosRefs
+from ..methods import OPTION_UNSET, OPTIONS, RULES, check_method
+from ..options import EOS_REFS, EosRefs
 
 Head = tuple[int, int]
 HookList = list[tuple[str, Callable]]
-OPTIONS = ("threshold", "renormalize")  # settings a method may take besides strength (reinforce's)
-OPTION_UNSET: dict[str, Any] = {"threshold": None, "renormalize": False}
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What one method takes and which kernel in `hooks` applies it: the only place that knows a method by name."""
-
-    kernel: Callable[..., HookList]  # (edit, heads, refs, model, rows=, gate_below=) -> forward hooks, via `hooks`
-    strength: float | None  # the default strength; None: the method takes no strength
-    check_strength: Callable[[float], Any] | None  # the kernel's own check of a strength (ValueError)
-    options: tuple[str, ...]  # which of OPTIONS it takes
-    describe: Callable[["Edit"], str]  # the edit in words, without offset and gates
-
-
-def _tau(e: "Edit") -> str:
-    return "" if e.threshold is None else f" tau={e.threshold:g}"
-
-
-RULES: dict[str, Rule] = {
-    "reinforce": Rule(
-        lambda e, heads, refs, model, **gates: hooks.reinforce(heads, refs, e.strength, e.threshold, e.renormalize,
-                                                               e.delta, model, **gates),
-        1.0, hooks.check_strength, OPTIONS,
-        lambda e: f"reinforce C={e.strength:g}{_tau(e)}{' renormalised' if e.renormalize else ''}"),
-    "patch": Rule(
-        lambda e, heads, refs, model, **gates: hooks.patch_pattern(heads, refs, delta=e.delta, model=model, **gates),
-        None, None, (), lambda e: "patch"),
-    "steer": Rule(  # PASTA's default alpha
-        lambda e, heads, refs, model, **gates: hooks.steer(heads, refs, alpha=e.strength, delta=e.delta, model=model,
-                                                           **gates),
-        0.01, hooks.check_alpha, (), lambda e: f"steer alpha={e.strength:g}"),
-}
-if set(RULES) != set(EDIT_METHODS):  # the names a command line offers are the methods there are
-    raise ImportError(f"edit rules {sorted(RULES)} differ from aspan.options.EditMethod {sorted(EDIT_METHODS)}")
 
 
 def beyond_row(offset: int, longest: int, has_eos: bool = True) -> int:
@@ -114,7 +74,7 @@ def _number(value: Any, name: str) -> None:
 class Edit:
     """One attention edit, validated at construction by its method's rules (see the module docstring)."""
 
-    method: EditMethod = "reinforce"
+    method: str = "reinforce"  # a method of `aspan.methods.RULES`
     delta: int = 0  # key offset: the references of row q are the columns k + delta (clipped to the causal part)
     strength: float | None = None  # reinforce: C >= 0 (default 1); steer: alpha in (0, 1] (default 0.01); patch: none
     renormalize: bool = False  # reinforce only: edited rows renormalised to sum 1
@@ -124,8 +84,7 @@ class Edit:
     threshold: float | None = None  # reinforce only: add C only where A > threshold
 
     def __post_init__(self) -> None:
-        if self.method not in EDIT_METHODS:
-            raise ValueError(f"unknown edit method {self.method!r}; choose one of {', '.join(EDIT_METHODS)}")
+        check_method(self.method)
         if self.strength is None:
             object.__setattr__(self, "strength", RULES[self.method].strength)
         self._check_method()
@@ -142,18 +101,18 @@ class Edit:
             raise ValueError(f"eos must be one of {', '.join(map(repr, EOS_REFS))}, got {self.eos!r}")
 
     def _check_method(self) -> None:
-        """The method's own rules (`RULES`): a strength only where it takes one, checked by its kernel's check
+        """The method's own rule (`RULES`): a strength only where it takes one, checked by its kernel's check
         (reinforce C >= 0, steer alpha in (0, 1]); threshold and renormalisation only where it takes them."""
         rule = RULES[self.method]
         for name in OPTIONS:
             if name not in rule.options and getattr(self, name) not in (None, False):
                 raise ValueError(f"{self.method} takes no {name}, got {getattr(self, name)!r}")
-        if rule.check_strength is None:
+        if not rule.takes_strength:
             if self.strength is not None:
                 raise ValueError(f"{self.method} takes no strength, got {self.strength!r}")
             return
         _number(self.strength, "strength")
-        rule.check_strength(self.strength)
+        rule.check(self.strength)
         if "threshold" in rule.options:
             hooks.check_threshold(self.threshold)
 
@@ -188,7 +147,7 @@ class Edit:
         fields = {"method": method, "delta": settings.get("delta", 0), "eos": settings.get("eos", "none"),
                   "beyond": beyond if kind == "beyond" else None, "below": tau}
         rule = RULES.get(method)
-        if rule is not None and rule.check_strength is not None:
+        if rule is not None and rule.takes_strength:
             fields["strength"] = settings.get("strength")
         for name in () if rule is None else rule.options:
             fields[name] = settings.get(name, OPTION_UNSET[name])
@@ -214,7 +173,7 @@ class Edit:
         fields: dict[str, Any] = {"method": method, "delta": int(atom["delta"]), "beyond": atom["beyond"],
                                   "below": atom["below"], "eos": atom.get("eos", "none")}
         rule = RULES.get(method)
-        if rule is not None and rule.check_strength is not None:
+        if rule is not None and rule.takes_strength:
             fields["strength"] = float(atom["strength"])
         for name in () if rule is None else rule.options:
             fields[name] = atom.get(name, OPTION_UNSET[name])
@@ -241,8 +200,8 @@ class Edit:
         full[:, k - q:] = mask.to(pattern.device)
         rows = None if self.beyond is None else hooks.rows_beyond(full[..., 0], self.beyond + 1)
         shifted = dataclasses.replace(self, delta=0, eos="none")  # `mask` is the edited references already
-        (name, hook), = RULES[self.method].kernel(shifted, [(0, h) for h in range(n)], full, None, rows=rows,
-                                                   gate_below=self.below)
+        (name, hook), = RULES[self.method].hooks(shifted, [(0, h) for h in range(n)], full, None, rows=rows,
+                                                 gate_below=self.below)
         if name == hooks.pattern_name(0):
             return hook(pattern.clone(), None)
         scores = pattern.log()
@@ -273,7 +232,7 @@ class Edit:
         kernel in `hooks` on `refs(ref_mask)` shifted by delta, with the gates."""
         rows = None if self.beyond is None else hooks.rows_beyond(ref_mask[..., 0], self.beyond + 1)
         gates = {"rows": rows, "gate_below": self.below}
-        return RULES[self.method].kernel(self, heads, self.refs(ref_mask, attention_mask), model, **gates)
+        return RULES[self.method].hooks(self, heads, self.refs(ref_mask, attention_mask), model, **gates)
 
     def batch_hooks(self, heads: Sequence[Head], batch, model=None) -> HookList:
         """`hooks` for a `Batch` (its reference mask and attention mask)."""

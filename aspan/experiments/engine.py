@@ -25,7 +25,7 @@ puts each head under its own edit (the causal search's proposals). A point's edi
 past the longest ID sample ("beyond", after `edit.beyond_row`: ID samples are untouched by construction) or to
 heads' rows whose attention on the references is below TAU ("below:TAU"). A point's `eos` "extrapolate" also edits
 the end-of-sequence row (empty reference set) on the reference map continued one row (`hooks.extrapolate_mask`):
-an edit target only, never a score. A new method is a kernel in `hooks` plus its rule in `Edit` (README).
+an edit target only, never a score. A new method is a kernel in `hooks` plus its rule in `aspan.methods` (README).
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ import pandas as pd
 
 from ..evaluation import SCORE_COLUMNS
 from ..io import RowWriter, read_rows, settings_key
-from ..options import CONVENTIONS, EDIT_METHODS, EOS_REFS, Convention, check_option
+from ..methods import check_method
+from ..options import CONVENTIONS, EOS_REFS, Convention, check_option
 from .edit import Atom, Edit, beyond_row, parse_gate
 
 Head = tuple[int, int]
@@ -48,7 +49,6 @@ SEED_OFFSET: dict[str, int] = {"id": 1, "selection": 2, "held_out": 3}
 ID_BUDGET = 0.01  # default ID cost budget: 1 percentage point of ID exact accuracy
 ANY_TASK_HINT = "set any_task = true in the sweep config to run it anyway"
 ATOMS = "atoms"  # a point's method when its edit is a list of atoms (a head and an `Edit` each: the causal search)
-POINT_METHODS = (*EDIT_METHODS, ATOMS)
 
 
 # ----------------------------------------------------------------------------------------------- what is run
@@ -113,8 +113,7 @@ def point(data: Data, model: str, heads: str, strength: float | None = None, **k
     if unknown:
         raise ValueError(f"unknown grid point setting {sorted(unknown)[0]!r}")
     p.update(kw)
-    if p["method"] not in POINT_METHODS:
-        raise ValueError(f"unknown intervention method {p['method']!r}; choose one of {', '.join(POINT_METHODS)}")
+    check_method(p["method"], extra=(ATOMS,), kind="intervention method")
     if p["method"] == ATOMS:
         if not atoms or gate is not None or "eos" in p:
             raise ValueError("a point of method 'atoms' needs atoms, a list of (head, Edit), which carry their own "

@@ -40,7 +40,7 @@ from hooks import check_heads, check_mask, pattern_name
 from hooks.masks import query_rows
 
 from ..batching import IGNORE, Batch, make_batch, scores_eos
-from ..options import EDIT_METHODS, PROFILE_METRICS, ProfileMetric
+from ..options import PROFILE_METRICS, ProfileMetric
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
 from .edit import Atom, Edit, atom_hooks
@@ -373,7 +373,7 @@ def compare_rankings(share: pd.DataFrame, prof: pd.DataFrame, delta: int = 0) ->
 
 
 __all__ = [
-    "EDIT_METHODS", "METRICS", "Atom", "Edit", "GreedyRule", "ProfileConfig", "atom_hooks", "attribution",
+    "METRICS", "Atom", "Edit", "GreedyRule", "ProfileConfig", "atom_hooks", "attribution",
     "batch_metric", "compare_rankings", "exact_effects", "greedy_atoms", "greedy_select", "measure", "pattern_hooks",
     "profile", "selection_batches", "spearman", "top_heads",
 ]

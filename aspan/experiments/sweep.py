@@ -22,8 +22,9 @@ from hooks import check_fits, check_heads
 from ..checks import check_device, check_eval_memory, check_offsets, parse_shard
 from ..evaluation import CHUNK
 from ..io import read_toml, settings_key
-from ..options import CONVENTIONS, EDIT_METHODS, EOS_REFS, MODES, RANK_KEYS
-from .edit import RULES, Edit, parse_gate, setting_label, setting_of
+from ..methods import RULES
+from ..options import CONVENTIONS, EOS_REFS, MODES, RANK_KEYS
+from .edit import Edit, parse_gate, setting_label, setting_of
 from .engine import (
     ID_BUDGET,
     Data,
@@ -193,8 +194,8 @@ def _grid_settings(raw: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"sweep config: mode: must be 'teacher' or 'generate', got {m!r}")
     methods = tuple(_str(m, "method") for m in _list(raw.get("method", ["reinforce"]), "method"))
     for m in methods:
-        if m not in EDIT_METHODS:
-            raise ValueError(f"sweep config: method: must be one of {', '.join(EDIT_METHODS)}, got {m!r}")
+        if m not in RULES:
+            raise ValueError(f"sweep config: method: must be one of {', '.join(RULES)}, got {m!r}")
     renorm = _list(raw.get("renormalize", [False]), "renormalize")
     for r in renorm:
         if not isinstance(r, bool):
@@ -274,10 +275,10 @@ def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
 
 def method_axes(method: str, strengths: tuple, thresholds: tuple = (None,), renormalize: tuple = (False,)
                 ) -> tuple[tuple, tuple, tuple]:
-    """(strengths, thresholds, renormalize) as `method` crosses them: each axis the method takes (`edit.RULES`:
+    """(strengths, thresholds, renormalize) as `method` crosses them: each axis the method takes (`methods.RULES`:
     reinforce all three, steer the strengths, its alpha, patch none), else that axis's one unset value."""
     rule = RULES[method]
-    return (strengths if rule.check_strength is not None else (None,),
+    return (strengths if rule.takes_strength else (None,),
             thresholds if "threshold" in rule.options else (None,),
             renormalize if "renormalize" in rule.options else (False,))
 
