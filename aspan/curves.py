@@ -93,12 +93,16 @@ def steps_to_target(rows: Sequence[Mapping[str, Any]], bucket: str, target: floa
 
 
 def stop_point(rows: Sequence[Mapping[str, Any]], stop: Stop) -> tuple[int, StopRule] | None:
-    """(step, rule) of the first evaluation at which `stop` fires on `rows`, or None (also for rule "none"). Only
-    the rows up to that step decide it, so training that checks after every evaluation stops exactly there."""
+    """(step, rule) of the first evaluation after step 0 at which `stop` fires on `rows`, or None (also for rule
+    "none"): a run trains at least until its first evaluation, so a model that meets the target before training
+    still trains (its steps-to-target is 0). Only the rows up to that step decide it, so training that checks after
+    every evaluation stops exactly there."""
     points = series(rows, stop.bucket, stop.metric)
     values = [v for _, v in points]
     if stop.rule == "target":
-        i = first_reaching(values, stop.target)
+        start = 1 if points and points[0][0] == 0 else 0
+        i = first_reaching(values[start:], stop.target)
+        i = None if i is None else i + start
     elif stop.rule == "plateau":
         i = plateau_index(values, stop.gain, stop.window)
     else:

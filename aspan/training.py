@@ -493,6 +493,7 @@ class RunOptions:
     stop_after: int | None = None  # end (checkpointed) after this step; a later resume continues exactly
     meta: dict = field(default_factory=dict)  # extra metadata for the saved checkpoints
     curve_data: dict[str, Sequence[Sample]] | None = None  # held-out curve sets (aspan.curves), e.g. id, length 11-20
+    on_curve: Callable[[list[dict]], None] | None = None  # called with each evaluation's curve rows (main process)
 
 
 @dataclass
@@ -555,6 +556,7 @@ def train(
     stop_after: int | None = None,
     meta: dict | None = None,
     curve_data: dict[str, Sequence[Sample]] | None = None,
+    on_curve: Callable[[list[dict]], None] | None = None,
 ) -> TrainResult:
     """Train `model` in place on `data` (a task, samples, a JSONL file, or a `Replay` mixture).
 
@@ -565,10 +567,11 @@ def train(
     `resume=True` run continues it exactly. `meta` goes into the saved checkpoints. With `config.train_only` only
     that parameter group trains (`aspan.param_groups`); the first row of `log.jsonl` records its size.
     `curve_data` (named held-out sets) adds learning curves to `curves.jsonl` and lets `config.stop` end the run
-    early (`aspan.curves`); the last row of `log.jsonl` and the result's `stop` say why and at which step it ended.
+    early (`aspan.curves`); the last row of `log.jsonl` and the result's `stop` say why and at which step it ended;
+    `on_curve` gets each evaluation's rows as they are written (e.g. to log them elsewhere).
     """
     opts = RunOptions(None if out_dir is None else Path(out_dir), eval_data, resume, fwd_hooks, progress,
-                      stop_after, dict(meta or {}), curve_data)
+                      stop_after, dict(meta or {}), curve_data, on_curve)
     run = _prepare(model, tokenizer, data, config or TrainConfig.scratch(), opts)
     run.freezer = _freezer(model, parse_train_only(run.config.train_only))
     try:
@@ -786,6 +789,7 @@ def _curve(run: _Run, step: int) -> bool:
     fired = None
     if run.main:
         train_s, run.trained_s = run.trained_s, 0.0
+        first = len(run.history)
         for name, samples in run.opts.curve_data.items():
             t0 = time.perf_counter()
             res = _curve_scores(run, samples)
@@ -794,6 +798,8 @@ def _curve(run: _Run, step: int) -> bool:
                                     "exact": res["exact"], "partial": res["partial"], "loss": loss,
                                     "eval_s": time.perf_counter() - t0, "train_s": train_s,
                                     "wall_s": run.wall_offset + time.perf_counter() - run.began})
+        if run.opts.on_curve is not None:
+            run.opts.on_curve(run.history[first:])
         fired = stop_point(run.curves, run.config.stop_rule())
         if run.opts.progress and fired is not None:
             tqdm.write(f"step {step}: the {fired[1]} stop rule fired on {run.config.stop_bucket}")

@@ -83,9 +83,9 @@ def test_target_fires_at_the_first_value_reaching_it(values, target):
     else:
         assert values[i] >= target and all(v < target for v in values[:i])
     rows = points(values)
-    fired = stop_point(rows, Stop("target", "id", target))
-    assert fired == (None if i is None else (10 * i, "target"))
     assert steps_to_target(rows, "id", target) == (None if i is None else 10 * i)
+    after = first_reaching(values[1:], target)  # the rule fires after step 0 only: a run trains at least a little
+    assert stop_point(rows, Stop("target", "id", target)) == (None if after is None else (10 * (after + 1), "target"))
 
 
 def test_plateau_and_none_on_rows():

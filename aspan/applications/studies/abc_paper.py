@@ -389,40 +389,43 @@ def exact_count(model, tokenizer, samples: Sequence[Sample], bias_hooks, batch_s
     return int(res.samples.exact.sum())
 
 
+CHECK = "id check"  # the name of the check set among the learning curves
+
+
 def train_config(cfg: PaperConfig, seed: int, steps: int):
+    """One schedule over `steps` that stops at the first check (every `check_every` steps and at the cap) where ID
+    exact on the check set reaches `fit_exact` (the `target` stop rule of `aspan.curves`)."""
     from ...training import TrainConfig
 
     return TrainConfig.scratch(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup=min(cfg.warmup, steps // 4),
-                               seed=seed, device=cfg.device, log_every=max(1, min(cfg.check_every, steps)))
+                               seed=seed, device=cfg.device, log_every=max(1, min(cfg.check_every, steps)),
+                               eval_batch_size=cfg.eval_batch_size, curve_every=cfg.check_every, stop="target",
+                               stop_bucket=CHECK, target=cfg.fit_exact)
 
 
 def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch: Path, bias_hooks=(),
                     log: tuple[Path, dict] | None = None, cap: int | None = None) -> dict:
     """Train on the training numbers until ID exact on the check set reaches `fit_exact`, checked every
-    `check_every` steps (and at the cap): one schedule over `cap` steps (`max_steps` when None), each stretch resumed
-    exactly from the last one's checkpoint in `scratch` (removed at the end). `log`: (JSONL file, fields) to append
-    every check to as it happens (a long run shows how far it got). Returns steps, fitted, the last ID exact and
-    every check."""
+    `check_every` steps (and at the cap): one schedule over `cap` steps (`max_steps` when None) whose learning curve
+    on the check set drives the target stop rule (`train_config`); its run directory `scratch` is removed at the
+    end. `log`: (JSONL file, fields) to append every check to as it happens (a long run shows how far it got).
+    Returns steps, fitted, the last ID exact and every check (the curve before training, step 0, is not a check)."""
     from ...io import append_line
     from ...training import train
 
-    shutil.rmtree(scratch, ignore_errors=True)  # a cut earlier run's checkpoints must not be resumed
+    def logged(rows: list[dict]) -> None:
+        for r in rows:
+            if log is not None and r["step"] > 0:
+                append_line(log[0], {**log[1], "step": r["step"], "id_exact": r["exact"], "time": time.time()})
+
+    shutil.rmtree(scratch, ignore_errors=True)  # a cut earlier run's files must not be continued
     cap = cfg.max_steps if cap is None else cap
-    tc = train_config(cfg, seed, cap)
-    checks: list[list[float]] = []
-    step = 0
-    while step < cap:
-        step = min(step + cfg.check_every, cap)
-        train(model, data.tokenizer, data.train, tc, out_dir=scratch, resume=step > cfg.check_every,
-              fwd_hooks=bias_hooks, progress=False, stop_after=step)
-        exact = exact_count(model, data.tokenizer, data.check, bias_hooks, cfg.eval_batch_size) / len(data.check)
-        checks.append([step, exact])
-        if log is not None:
-            append_line(log[0], {**log[1], "step": step, "id_exact": exact, "time": time.time()})
-        if exact >= cfg.fit_exact:
-            break
+    result = train(model, data.tokenizer, data.train, train_config(cfg, seed, cap), out_dir=scratch,
+                   fwd_hooks=bias_hooks, progress=False, curve_data={CHECK: data.check}, on_curve=logged)
     shutil.rmtree(scratch, ignore_errors=True)
-    return {"steps": step, "fitted": checks[-1][1] >= cfg.fit_exact, "id_exact": checks[-1][1], "checks": checks}
+    checks = [[r["step"], r["exact"]] for r in result.history if r.get("kind") == "curve" and r["step"] > 0]
+    return {"steps": result.stop["step"], "fitted": checks[-1][1] >= cfg.fit_exact, "id_exact": checks[-1][1],
+            "checks": checks}
 
 
 def test_results(model, data: PaperData, bias_hooks, batch_size: int) -> dict[str, Any]:
