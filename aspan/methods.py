@@ -63,11 +63,11 @@ class Rule:
         if self.check_strength is not None:
             resolve(self.check_strength)(strength)
 
-    def hooks(self, edit: Any, heads: Any, refs: Any, model: Any = None, **gates: Any) -> list:
-        """The kernel's hooks for `edit` on `heads` with references `refs` (before the shift by `edit.delta`) and
+    def hooks(self, edit: Any, refs: Any, model: Any = None, **gates: Any) -> list:
+        """The kernel's hooks for `edit` on its heads with references `refs` (before the shift by `edit.delta`) and
         the gates (`rows`, `gate_below`)."""
         params = {keyword: getattr(edit, name) for name, keyword in self.params.items()}
-        return resolve(self.kernel)(heads, refs, delta=edit.delta, model=model, **gates, **params)
+        return resolve(self.kernel)(list(edit.heads), refs, delta=edit.delta, model=model, **gates, **params)
 
 
 def _reinforce(e: Any) -> str:

@@ -75,7 +75,7 @@ def test_toy_method_is_validated_stored_and_described_by_its_rule(toy):
     edit = Edit("scale", 1, 3.0, below=0.5)
     assert edit.to_dict() == {"method": "scale", "strength": 3.0, "threshold": None, "renormalize": False,
                               "delta": 1, "gate": "below:0.5"}
-    assert Edit.from_dict(edit.to_dict()) == edit and Edit.from_atom(edit.to_atom((1, 2))) == ((1, 2), edit)
+    assert Edit.from_dict(edit.to_dict()) == edit and Edit.from_atom(edit.on([(1, 2)]).to_atom()) == edit.on([(1, 2)])
     assert edit.label == "scale x3 at ref+1 (head mass < 0.5)"
     assert Edit("reinforce", threshold=0.1).replace(method="scale") == Edit("scale")
 
@@ -87,7 +87,7 @@ def test_toy_method_hooks_change_the_logits(toy, tiny_model, tok):
     run = lambda fwd: tiny_model.run_with_hooks(batch.tokens, attention_mask=batch.attention_mask,  # noqa: E731
                                                 fwd_hooks=fwd)
     plain = run([])
-    edited = run(Edit("scale", 1, 4.0).batch_hooks(HEADS, batch, tiny_model))
+    edited = run(Edit("scale", 1, 4.0, heads=HEADS).batch_hooks(batch, tiny_model))
     direct = run(scale_refs(HEADS, batch.ref_mask, factor=4.0, delta=1))
     assert not torch.allclose(plain, edited) and torch.equal(edited, direct)
     pattern = torch.rand(2, 4, 5, 5).softmax(-1)
@@ -107,7 +107,7 @@ def test_toy_method_runs_through_the_grid_and_the_engine(toy, tiny_model, tok):
     row = eng.row(E.point(DATA, "m", "list:1.0,1.2", 4.0, method="scale", delta=1))
     assert row["attn_heads_sample"] != row["baseline_attn_heads_sample"]  # the edit was active
     assert settings_key(E.point_of(row)) == row["key"] and setting_label(row) == "scale x4 at ref+1 on list:1.0,1.2"
-    atoms = [((1, 0), Edit("scale", 1, 4.0)), ((1, 2), Edit("patch", 1))]
+    atoms = [Edit("scale", 1, 4.0, heads=[(1, 0)]), Edit("patch", 1, heads=[(1, 2)])]
     mixed = eng.row(E.point(DATA, "m", "list:1.0,1.2", method=E.ATOMS, atoms=atoms))
     assert settings_key(E.point_of(mixed)) == mixed["key"] and "L1H0 scale x4 at ref+1" in setting_label(mixed)
     assert mixed["attn_heads_sample"] != row["attn_heads_sample"]

@@ -79,7 +79,7 @@ def test_a_method_is_its_kernel_module_and_its_rule():
     for method, rule in RULES.items():
         assert (ROOT / f"tests/hooks/test_{method}.py").is_file(), method
         assert rule.kernel.startswith(f"hooks.{method}:") and callable(resolve(rule.kernel)), method
-        made = rule.hooks(Edit(method), [(0, 0)], mask, rows=None, gate_below=None)
+        made = rule.hooks(Edit(method, heads=[(0, 0)]), mask, rows=None, gate_below=None)
         assert made and all(fn.__module__ == f"hooks.{method}" for _, fn in made), method
     named = set()
     for path in [*sorted((ROOT / "aspan").rglob("*.py")), *sorted((ROOT / "hooks").rglob("*.py"))]:

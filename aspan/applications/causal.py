@@ -63,7 +63,7 @@ def search(eng: E.Engine, model_id: str, seed: int, cfg: SearchConfig, variants:
 
 def _eos_versions(combo: list, eos: Sequence[str]) -> list[list]:
     """The combination with every atom's end-of-sequence treatment set to each option."""
-    return [[(h, e.replace(eos=opt)) for h, e in combo] for opt in eos]
+    return [[e.replace(eos=opt) for e in combo] for opt in eos]
 
 
 def is_patch(row: dict) -> bool:
@@ -85,10 +85,10 @@ def _search_points(data: E.Data, model_id: str, prop: Proposal, where: tuple[int
     for name in variants:
         for gate in (None, beyond):
             fields = {**VARIANTS[name], "beyond": gate}
-            sets.append((name, [(h, e.replace(**fields)) for h, e in atoms]))
+            sets.append((name, [e.replace(**fields) for e in atoms]))
     helpful = prop.profiled[prop.profiled.effect > 0]
-    every = [((int(l), int(h)), Edit("patch", delta=int(d))) for l, h, d in zip(helpful.layer, helpful["head"],
-                                                                                helpful.delta)]
+    every = [Edit("patch", delta=int(d), heads=((int(l), int(h)),))
+             for l, h, d in zip(helpful.layer, helpful["head"], helpful.delta)]
     if every and every != atoms:
         sets.append(("patch, every head with a positive effect", every))
     combos = [combo for _, combo in sets if combo]
@@ -99,7 +99,7 @@ def _search_points(data: E.Data, model_id: str, prop: Proposal, where: tuple[int
             combos.append(version)
     points = []
     for combo in combos:
-        heads = "list:" + ",".join(f"{l}.{h}" for (l, h), _ in combo)
+        heads = "list:" + ",".join(f"{l}.{h}" for e in combo for l, h in e.heads)
         points.append(E.point(data, model_id, heads, 0.0, method=E.ATOMS, seed=seed, atoms=combo))
     return points
 

@@ -528,7 +528,7 @@ def _family(row: dict) -> str:
     """The colour group of an edit in the Pareto figure."""
     if row["method"] != "atoms":
         return f"{row['method']} (attention-share ranking)"
-    edits = [edit for _, edit in map(Edit.from_atom, row["atoms"])]
+    edits = [Edit.from_atom(atom) for atom in row["atoms"]]
     (method, renorm, gated), *_ = sorted({(e.method, e.renormalize, e.beyond is not None) for e in edits})
     eos = any(e.eos != "none" for e in edits)
     return (f"{'renormalised ' if renorm else ''}{method} (causal search{', gated' if gated else ''}"

@@ -1,5 +1,6 @@
-"""One attention edit: the method, its strength, key offset, failure gates and end-of-sequence treatment, validated
-with the method's own rule, as forward hooks through the method's kernel, and as the settings of a grid point.
+"""One attention edit: the heads it edits, the method, its strength, key offset, failure gates and end-of-sequence
+treatment, validated with the method's own rule, as forward hooks through the method's kernel, and as the settings
+of a grid point.
 
 The methods and what each takes are the rules of `aspan.methods.RULES` (a new method is a kernel and a rule there);
 nothing here edits a pattern of its own or names a method.
@@ -9,8 +10,13 @@ only query rows > beyond; see `beyond_row` for the one definition of "past the l
 `below` (edit a head's row only where its attention on the references is below the value), and `eos`
 ("extrapolate": the end-of-sequence row is edited too, on the reference map continued one row).
 
+`heads` is a tuple of (layer, head): the engine resolves a point's symbolic selection (top-k of a ranking) to it
+(`Engine.heads`), profiling puts a template edit (no heads) on one head at a time (`Edit.on`), and a combined
+intervention (the causal search's) is a list of edits of one head each, its "atoms".
+
 A grid point of the experiment engine stores an edit as flat settings (`to_dict` / `from_dict`): method, strength,
-threshold, renormalize, delta, and, only when set, gate ("beyond" or "below:TAU") and eos. The keys of every
+threshold, renormalize, delta, and, only when set, gate ("beyond" or "below:TAU") and eos; the point names its heads
+itself (its `heads` selection), so the edit's heads stay out of these settings and every key stays. The keys of every
 committed results row are read as they are; patch rows of old grids carried the grid's strength, threshold and
 renormalisation, which patch never used: `from_dict` reads them and drops them.
 """
@@ -82,8 +88,10 @@ class Edit:
     below: float | None = None  # gate: edit a head's row only where its attention on the references < below
     eos: EosRefs = "none"  # "extrapolate": the EOS row is edited too, on the reference map continued one row
     threshold: float | None = None  # reinforce only: add C only where A > threshold
+    heads: tuple[Head, ...] = ()  # the (layer, head) pairs it edits; () for a template not yet put on heads
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", _heads(self.heads))
         check_method(self.method)
         if self.strength is None:
             object.__setattr__(self, "strength", RULES[self.method].strength)
@@ -153,11 +161,15 @@ class Edit:
             fields[name] = settings.get(name, OPTION_UNSET[name])
         return cls(**fields)
 
-    def to_atom(self, head: Head) -> dict[str, Any]:
-        """One atom of a combined edit (the search's encoding): head, method, delta, strength, renormalize, beyond,
-        below, and eos only where set. A patch atom writes strength 1.0, the placeholder its encoding always held,
-        so the keys of committed search rows stay the same; threshold is written only where set, for that reason."""
-        out = {"layer": head[0], "head": head[1], "method": self.method, "delta": self.delta,
+    def to_atom(self) -> dict[str, Any]:
+        """This edit of one head as an atom of a combined edit (the search's encoding): layer, head, method, delta,
+        strength, renormalize, beyond, below, and eos only where set. A patch atom writes strength 1.0, the
+        placeholder its encoding always held, so the keys of committed search rows stay the same; threshold is
+        written only where set, for that reason."""
+        if len(self.heads) != 1:
+            raise ValueError(f"an atom edits one head, this edit has {len(self.heads)}: {list(self.heads)}")
+        (layer, head), = self.heads
+        out = {"layer": layer, "head": head, "method": self.method, "delta": self.delta,
                "strength": 1.0 if self.strength is None else self.strength, "renormalize": self.renormalize,
                "beyond": self.beyond, "below": self.below}
         if self.eos != "none":
@@ -167,17 +179,18 @@ class Edit:
         return out
 
     @classmethod
-    def from_atom(cls, atom: dict[str, Any]) -> tuple[Head, "Edit"]:
-        """The inverse of `to_atom`: ((layer, head), edit)."""
+    def from_atom(cls, atom: dict[str, Any]) -> "Edit":
+        """The inverse of `to_atom`: the edit of the atom's one head."""
         method = atom["method"]
         fields: dict[str, Any] = {"method": method, "delta": int(atom["delta"]), "beyond": atom["beyond"],
-                                  "below": atom["below"], "eos": atom.get("eos", "none")}
+                                  "below": atom["below"], "eos": atom.get("eos", "none"),
+                                  "heads": ((int(atom["layer"]), int(atom["head"])),)}
         rule = RULES.get(method)
         if rule is not None and rule.takes_strength:
             fields["strength"] = float(atom["strength"])
         for name in () if rule is None else rule.options:
             fields[name] = atom.get(name, OPTION_UNSET[name])
-        return (int(atom["layer"]), int(atom["head"])), cls(**fields)
+        return cls(**fields)
 
     def replace(self, **changes: Any) -> "Edit":
         """A copy with `changes`; switching method drops what the new method does not take (and takes its default
@@ -187,6 +200,10 @@ class Edit:
             dropped = {n: OPTION_UNSET[n] for n in OPTIONS if rule is None or n not in rule.options}
             changes = {"strength": None, **dropped, **changes}
         return dataclasses.replace(self, **changes)
+
+    def on(self, heads: Sequence[Head]) -> "Edit":
+        """This edit on `heads` (a list of (layer, head)) instead of its own."""
+        return dataclasses.replace(self, heads=tuple(heads))
 
     # ------------------------------------------------------------------------------------------- as hooks
     def apply(self, pattern: Tensor, mask: Tensor) -> Tensor:
@@ -199,9 +216,9 @@ class Edit:
         full = torch.zeros(b, k, k, dtype=torch.bool, device=pattern.device)
         full[:, k - q:] = mask.to(pattern.device)
         rows = None if self.beyond is None else hooks.rows_beyond(full[..., 0], self.beyond + 1)
-        shifted = dataclasses.replace(self, delta=0, eos="none")  # `mask` is the edited references already
-        (name, hook), = RULES[self.method].hooks(shifted, [(0, h) for h in range(n)], full, None, rows=rows,
-                                                 gate_below=self.below)
+        # every head of one layer, on `mask`, which holds the edited references already
+        shifted = dataclasses.replace(self, delta=0, eos="none", heads=tuple((0, h) for h in range(n)))
+        (name, hook), = RULES[self.method].hooks(shifted, full, None, rows=rows, gate_below=self.below)
         if name == hooks.pattern_name(0):
             return hook(pattern.clone(), None)
         scores = pattern.log()
@@ -226,28 +243,38 @@ class Edit:
             return hooks.extrapolate_mask(ref_mask, attention_mask=attention_mask)
         return ref_mask
 
-    def hooks(self, heads: Sequence[Head], ref_mask: Tensor, model=None, attention_mask: Tensor | None = None
-              ) -> HookList:
-        """Forward hooks applying this edit to `heads` (teacher forcing or KV-cached generation): the method's
-        kernel in `hooks` on `refs(ref_mask)` shifted by delta, with the gates."""
+    def hooks(self, ref_mask: Tensor, model=None, attention_mask: Tensor | None = None) -> HookList:
+        """Forward hooks applying this edit to its heads (teacher forcing or KV-cached generation): the method's
+        kernel on `refs(ref_mask)` shifted by delta, with the gates."""
+        if not self.heads:
+            raise ValueError(f"the edit {self.label!r} has no heads to edit: put it on heads with `on`")
         rows = None if self.beyond is None else hooks.rows_beyond(ref_mask[..., 0], self.beyond + 1)
         gates = {"rows": rows, "gate_below": self.below}
-        return RULES[self.method].hooks(self, heads, self.refs(ref_mask, attention_mask), model, **gates)
+        return RULES[self.method].hooks(self, self.refs(ref_mask, attention_mask), model, **gates)
 
-    def batch_hooks(self, heads: Sequence[Head], batch, model=None) -> HookList:
+    def batch_hooks(self, batch, model=None) -> HookList:
         """`hooks` for a `Batch` (its reference mask and attention mask)."""
-        return self.hooks(heads, batch.ref_mask, model, getattr(batch, "attention_mask", None))
+        return self.hooks(batch.ref_mask, model, getattr(batch, "attention_mask", None))
 
 
-Atom = tuple[Head, Edit]  # one head under one edit; a combined intervention is a list of atoms
+def _heads(heads: Any) -> tuple[Head, ...]:
+    """`heads` as a tuple of (layer, head) pairs of integers >= 0; ValueError naming the first bad one."""
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Sequence):
+        raise ValueError(f"heads must be a sequence of (layer, head) pairs, got {heads!r}")
+    out = []
+    for pair in heads:
+        ok = isinstance(pair, Sequence) and len(pair) == 2 and all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) and i >= 0 for i in pair)
+        if not ok:
+            raise ValueError(f"heads must be (layer, head) pairs of integers >= 0, got {pair!r}")
+        out.append((int(pair[0]), int(pair[1])))
+    return tuple(out)
 
 
-def atom_hooks(atoms: Sequence[Atom], ref_mask: Tensor, model=None, attention_mask: Tensor | None = None) -> HookList:
-    """The hooks of every atom (each edits only its own head; hooks on one layer run in order)."""
-    out: HookList = []
-    for head, edit in atoms:
-        out += edit.hooks([head], ref_mask, model, attention_mask)
-    return out
+def atom_hooks(atoms: Sequence[Edit], ref_mask: Tensor, model=None, attention_mask: Tensor | None = None) -> HookList:
+    """The hooks of every edit of a combined intervention (each edits its own heads; hooks on one layer run in
+    order)."""
+    return [hook for edit in atoms for hook in edit.hooks(ref_mask, model, attention_mask)]
 
 
 def _unset(value: Any) -> bool:
@@ -267,7 +294,7 @@ def setting_of(row: dict[str, Any]) -> dict[str, Any]:
     out = {"mode": row["mode"], "heads": row["heads"]}
     if fields["method"] == "atoms":
         atoms = row["atoms"]
-        return {**out, "method": "atoms", "atoms": [edit.to_atom(head) for head, edit in map(Edit.from_atom, atoms)]}
+        return {**out, "method": "atoms", "atoms": [Edit.from_atom(atom).to_atom() for atom in atoms]}
     kind = parse_gate(fields["gate"])[0]
     edit = Edit.from_dict(fields, beyond=0 if kind == "beyond" else None)  # the gate's name is the setting
     return {**out, **edit.to_dict(), "gate": fields["gate"] or "none", "eos": edit.eos}
@@ -278,7 +305,8 @@ def setting_label(row: dict[str, Any]) -> str:
     beyond)', or the atoms of a combined edit."""
     s = setting_of(row)
     if s["method"] == "atoms":
-        return "; ".join(f"L{head[0]}H{head[1]} {edit.label}" for head, edit in map(Edit.from_atom, s["atoms"]))
+        return "; ".join(f"L{layer}H{head} {edit.label}" for edit in map(Edit.from_atom, s["atoms"])
+                         for layer, head in edit.heads)
     gate = s.get("gate", "none")
     label = f"{Edit.from_dict({**s, 'gate': None}).label} on {s['heads']}"
     return label + ("" if gate == "none" else f" (gate {gate})")

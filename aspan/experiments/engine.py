@@ -40,7 +40,7 @@ from ..evaluation import SCORE_COLUMNS
 from ..io import RowWriter, read_rows, settings_key
 from ..methods import check_method
 from ..options import CONVENTIONS, EOS_REFS, Convention, check_option
-from .edit import Atom, Edit, beyond_row, parse_gate
+from .edit import Edit, beyond_row, parse_gate
 
 Head = tuple[int, int]
 SetName = Literal["selection", "held_out", "id"]
@@ -48,7 +48,7 @@ SETS: tuple[SetName, ...] = get_args(SetName)
 SEED_OFFSET: dict[str, int] = {"id": 1, "selection": 2, "held_out": 3}
 ID_BUDGET = 0.01  # default ID cost budget: 1 percentage point of ID exact accuracy
 ANY_TASK_HINT = "set any_task = true in the sweep config to run it anyway"
-ATOMS = "atoms"  # a point's method when its edit is a list of atoms (a head and an `Edit` each: the causal search)
+ATOMS = "atoms"  # a point's method when its edit is a list of atoms (an `Edit` of one head each: the causal search)
 
 
 # ----------------------------------------------------------------------------------------------- what is run
@@ -100,11 +100,11 @@ def point(data: Data, model: str, heads: str, strength: float | None = None, **k
     renormalize (False), mode ("teacher"), seed (0), set ("selection"), gate (None: see `parse_gate`; stored only
     when set, so ungated points keep their keys), eos ("none" or "extrapolate"; stored only when "extrapolate"),
     rank (a `Ranking`, needed by top/fraction selections; its delta defaults to the point's) and, with method
-    "atoms", atoms (a list of (head, `Edit`): each head under its own edit)."""
+    "atoms", atoms (a list of `Edit`s of one head each)."""
     rank: Ranking | None = kw.pop("rank", None)
     rank_delta = kw.pop("rank_delta", None)
     gate = kw.pop("gate", None)
-    atoms: list[Atom] | None = kw.pop("atoms", None)
+    atoms: list[Edit] | None = kw.pop("atoms", None)
     p = {"model": model, "task": data.task, "split": data.split, "task_params": data.ood_params,
          "id_params": data.id_params, "n_samples": data.n, "method": "reinforce", "heads": heads,
          "strength": strength, "threshold": None, "renormalize": False, "delta": 0, "mode": "teacher", "seed": 0,
@@ -116,9 +116,9 @@ def point(data: Data, model: str, heads: str, strength: float | None = None, **k
     check_method(p["method"], extra=(ATOMS,), kind="intervention method")
     if p["method"] == ATOMS:
         if not atoms or gate is not None or "eos" in p:
-            raise ValueError("a point of method 'atoms' needs atoms, a list of (head, Edit), which carry their own "
-                             "gates and eos")
-        p["atoms"] = [edit.to_atom(head) for head, edit in atoms]
+            raise ValueError("a point of method 'atoms' needs atoms, a list of Edits of one head each, which carry "
+                             "their own gates and eos")
+        p["atoms"] = [edit.to_atom() for edit in atoms]
     else:
         kind, tau = parse_gate(gate)
         edit = Edit(p["method"], p["delta"], p["strength"], p["renormalize"], 0 if kind == "beyond" else None, tau,
@@ -142,7 +142,7 @@ def point_of(row: dict[str, Any]) -> dict[str, Any]:
     point this version builds, and of every committed row, is `settings_key(point_of(row))`."""
     p = {k: v for k, v in row.items() if k not in ROW_ONLY}
     if p["method"] == ATOMS:
-        p["atoms"] = [edit.to_atom(head) for head, edit in map(Edit.from_atom, p["atoms"])]
+        p["atoms"] = [Edit.from_atom(atom).to_atom() for atom in p["atoms"]]
         return p
     kind = parse_gate(p.get("gate"))[0]
     p.update(Edit.from_dict(p, beyond=0 if kind == "beyond" else None).to_dict())  # the gate's name is the setting
@@ -216,15 +216,15 @@ class Engine:
 
     def edit(self, p: dict[str, Any], heads: list[Head] | None = None) -> Callable:
         """The point's intervention as `fwd_hooks` for `evaluation.evaluate` (a function of the batch)."""
-        parts = self.edits(p, self.heads(p) if heads is None else heads)
-        return lambda batch: [h for hs, e in parts for h in e.batch_hooks(hs, batch, self.model)]
+        edits = self.edits(p, self.heads(p) if heads is None else heads)
+        return lambda batch: [h for e in edits for h in e.batch_hooks(batch, self.model)]
 
-    def edits(self, p: dict[str, Any], heads: list[Head]) -> list[tuple[list[Head], Edit]]:
-        """The point's edit as (heads, `Edit`) parts: one for every head, or with method "atoms" each head under its
-        own; a "beyond" gate edits the rows after `beyond_row`."""
+    def edits(self, p: dict[str, Any], heads: list[Head]) -> list[Edit]:
+        """The point's edits: one on every head, or with method "atoms" one per atom (each on its own head); a
+        "beyond" gate edits the rows after `beyond_row`."""
         if p["method"] == ATOMS:
-            return [([head], edit) for head, edit in map(Edit.from_atom, p["atoms"])]
-        return [(heads, Edit.from_dict(p, beyond=self.beyond_row()))]
+            return [Edit.from_atom(atom) for atom in p["atoms"]]
+        return [Edit.from_dict(p, beyond=self.beyond_row()).on(heads)]
 
     def beyond_row(self) -> int:
         """The last query row an ID sample trains (`edit.beyond_row` of the tokenizer's prefix and the ID preset's

@@ -43,7 +43,7 @@ from ..batching import IGNORE, Batch, make_batch, scores_eos
 from ..options import PROFILE_METRICS, ProfileMetric
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
-from .edit import Atom, Edit, atom_hooks
+from .edit import Edit, atom_hooks
 
 Head = tuple[int, int]
 Metric = ProfileMetric
@@ -51,10 +51,10 @@ METRICS = PROFILE_METRICS
 
 
 # ----------------------------------------------------------------------------------------------- the edit
-# `Edit` (one attention edit: method, strength, offset, gates) and `atom_hooks` live in `experiments.edit`.
-def pattern_hooks(edit: Edit, heads: Sequence[Head], ref_mask: Tensor, model=None) -> list[tuple[str, Callable]]:
-    """Hooks replacing the pattern of each selected head by `edit.apply` of it (any method; KV-cache aware)."""
-    sel = check_heads(heads, *((model.cfg.n_layers, model.cfg.n_heads) if model is not None else ()))
+# `Edit` (one attention edit: heads, method, strength, offset, gates) and `atom_hooks` live in `experiments.edit`.
+def pattern_hooks(edit: Edit, ref_mask: Tensor, model=None) -> list[tuple[str, Callable]]:
+    """Hooks replacing the pattern of each of the edit's heads by `edit.apply` of it (any method; KV-cache aware)."""
+    sel = check_heads(edit.heads, *((model.cfg.n_layers, model.cfg.n_heads) if model is not None else ()))
     mask = hooks.shift_mask(edit.refs(check_mask(ref_mask)), edit.delta)
     by_layer: dict[int, list[int]] = {}
     for layer, head in sel:
@@ -147,13 +147,14 @@ def _frozen(model) -> Iterator[None]:
             p.requires_grad_(f)
 
 
-def attribution(model, batches: Sequence[Batch], edit: Edit | Sequence[Edit], base: Sequence[Atom] = ()) -> Tensor:
+def attribution(model, batches: Sequence[Batch], edit: Edit | Sequence[Edit], base: Sequence[Edit] = ()) -> Tensor:
     """First-order estimate of every head's effect on the mean target log-probability: one forward + one backward.
 
     Each layer's pattern becomes A + sum_e eps_e * dA_e with eps_e = 0 a per-head probe and dA_e = e(A) - A
     (detached) for each edit e, so d metric / d eps_{e,h} = sum_{q,k} d metric / d A_h[q,k] * dA_{e,h}[q,k]
     (Nanda 2023; Syed et al. 2023). One edit gives [layer, head]; a list of edits [edit, layer, head], all from the
-    same pass. `base` atoms are applied first: the estimate is then the effect of adding each edit to them.
+    same pass (the edits' own heads play no part). `base` edits (on their heads) are applied first: the estimate is
+    then the effect of adding each edit to them.
     """
     edits = [edit] if isinstance(edit, Edit) else list(edit)
     if not edits:
@@ -174,7 +175,7 @@ def attribution(model, batches: Sequence[Batch], edit: Edit | Sequence[Edit], ba
     return total[0] if isinstance(edit, Edit) else total
 
 
-def _attribution_batch(model, batch: Batch, edits: list[Edit], base: Sequence[Atom]) -> Tensor:
+def _attribution_batch(model, batch: Batch, edits: list[Edit], base: Sequence[Edit]) -> Tensor:
     cfg = model.cfg
     masks = [hooks.shift_mask(e.refs(batch.ref_mask), e.delta) for e in edits]
     probes = torch.zeros(len(edits), cfg.n_layers, cfg.n_heads, device=cfg.device, dtype=cfg.dtype,
@@ -203,12 +204,14 @@ def exact_effects(
     model, batches: Sequence[Batch], edit: Edit, heads: Sequence[Head], metric: Metric = "logprob",
     progress: bool = False,
 ) -> dict[Head, float]:
-    """The measured effect (metric with the edit on that head alone minus the baseline metric) of each head."""
+    """The measured effect (metric with the edit on that head alone minus the baseline metric) of each head of
+    `heads` (the edit's own heads play no part)."""
     heads = check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
     base = measure(model, batches, None, metric)
     out = {}
     for h in tqdm(heads, desc="profile heads", disable=not progress, leave=False):
-        out[h] = measure(model, batches, lambda b, h=h: edit.hooks([h], b.ref_mask, model), metric) - base
+        alone = edit.on([h])
+        out[h] = measure(model, batches, lambda b, alone=alone: alone.hooks(b.ref_mask, model), metric) - base
     return out
 
 
@@ -216,9 +219,9 @@ def greedy_select(
     model, batches: Sequence[Batch], edit: Edit, candidates: Sequence[Head], k: int, metric: Metric = "logprob",
     min_gain: float = 0.0,
 ) -> pd.DataFrame:
-    """Greedy forward selection of heads under one edit (see `greedy_atoms`)."""
+    """Greedy forward selection of heads under one edit (see `greedy_atoms`; the edit's own heads play no part)."""
     candidates = check_heads(candidates, model.cfg.n_layers, model.cfg.n_heads)
-    return greedy_atoms(model, batches, [(h, edit) for h in candidates], k, GreedyRule(metric, min_gain=min_gain))
+    return greedy_atoms(model, batches, [edit.on([h]) for h in candidates], k, GreedyRule(metric, min_gain=min_gain))
 
 
 @dataclass(frozen=True)
@@ -231,10 +234,11 @@ class GreedyRule:
 
 
 def greedy_atoms(
-    model, batches: Sequence[Batch], atoms: Sequence[Atom], k: int, rule: GreedyRule | None = None,
-    allowed: Callable[[list[Atom]], bool] | None = None, fallback: Mapping[Atom, Atom] | None = None,
+    model, batches: Sequence[Batch], atoms: Sequence[Edit], k: int, rule: GreedyRule | None = None,
+    allowed: Callable[[list[Edit]], bool] | None = None, fallback: Mapping[Edit, Edit] | None = None,
 ) -> pd.DataFrame:
-    """Greedy forward selection: repeatedly add the atom (head, edit) that raises the metric most given those chosen.
+    """Greedy forward selection: repeatedly add the atom (an `Edit` of one head) that raises the metric most given
+    those chosen.
 
     At most one atom per head; stops at `k` atoms or when no atom improves by `rule.min_gain`. `allowed(atoms)`,
     if given, vetoes a combination (e.g. one that costs more in-distribution accuracy than a budget allows). One row
@@ -244,21 +248,23 @@ def greedy_atoms(
     rule = rule or GreedyRule()
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    for (layer, head), _ in atoms:
-        check_heads([(layer, head)], model.cfg.n_layers, model.cfg.n_heads)
+    for atom in atoms:
+        if len(atom.heads) != 1:
+            raise ValueError(f"an atom edits one head, got {atom.label!r} on {list(atom.heads)}")
+        check_heads(atom.heads, model.cfg.n_layers, model.cfg.n_heads)
 
-    def score(chosen: list[Atom]) -> tuple[float, float]:
+    def score(chosen: list[Edit]) -> tuple[float, float]:
         fwd = (lambda b: atom_hooks(chosen, b.ref_mask, model)) if chosen else None
         return (measure(model, batches, fwd, rule.metric),
                 measure(model, batches, fwd, rule.tiebreak) if rule.tiebreak else 0.0)
 
     current = base = score([])
-    chosen: list[Atom] = []
+    chosen: list[Edit] = []
     rows = []
     while len(chosen) < k:
         best, best_value = None, None
         for atom in atoms:
-            if any(atom[0] == c[0] for c in chosen):
+            if any(atom.heads == c.heads for c in chosen):
                 continue
             if allowed is not None and not allowed([*chosen, atom]):
                 atom = (fallback or {}).get(atom)
@@ -270,7 +276,7 @@ def greedy_atoms(
         if best is None or best_value <= (current[0] + rule.min_gain, current[1]):
             break
         chosen.append(best)
-        rows.append({"step": len(chosen), "layer": best[0][0], "head": best[0][1], "edit": best[1].label,
+        rows.append({"step": len(chosen), "layer": best.heads[0][0], "head": best.heads[0][1], "edit": best.label,
                      "value": best_value[0], "tiebreak": best_value[1], "gain": best_value[0] - current[0]})
         current = best_value
     table = pd.DataFrame(rows, columns=["step", "layer", "head", "edit", "value", "tiebreak", "gain"])
@@ -373,7 +379,7 @@ def compare_rankings(share: pd.DataFrame, prof: pd.DataFrame, delta: int = 0) ->
 
 
 __all__ = [
-    "METRICS", "Atom", "Edit", "GreedyRule", "ProfileConfig", "atom_hooks", "attribution",
+    "METRICS", "Edit", "GreedyRule", "ProfileConfig", "atom_hooks", "attribution",
     "batch_metric", "compare_rankings", "exact_effects", "greedy_atoms", "greedy_select", "measure", "pattern_hooks",
     "profile", "selection_batches", "spearman", "top_heads",
 ]

@@ -6,7 +6,7 @@ one selection rule (the largest OOD gain whose ID cost is within the budget, cho
 on the held-out set). Nothing is hand-picked: heads, offsets and methods all come out of measurements.
 
     prop = propose(model, tokenizer, selection_samples, id_samples, beyond=21)
-    prop.atoms            # [(head, Edit)], e.g. [((1, 7), patch at ref+2), ((0, 0), patch at ref), ...]
+    prop.atoms            # [Edit of one head], e.g. [patch at ref+2 on L1H7, patch at ref on L0H0, ...]
 
 1. Score every (head, key offset delta, gate) atom at once with the attribution estimate of pattern patching
    (uniform attention on the references shifted by delta; Nanda 2023, Syed et al. 2023).
@@ -29,7 +29,6 @@ from ..options import EOS_REFS, EosRefs
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
 from .profiling import (
-    Atom,
     Edit,
     GreedyRule,
     atom_hooks,
@@ -74,7 +73,7 @@ class Proposal:
     estimates: pd.DataFrame  # layer, head, delta, gated, estimate (every atom scored by attribution)
     profiled: pd.DataFrame  # layer, head, delta, estimate, effect (the atoms profiled exactly)
     greedy: pd.DataFrame  # one row per greedy step (see profiling.greedy_atoms)
-    atoms: list[Atom] = field(default_factory=list)  # the greedy choice, in order
+    atoms: list[Edit] = field(default_factory=list)  # the greedy choice, in order (an edit of one head each)
 
 
 def propose(
@@ -93,13 +92,13 @@ def propose(
     atoms = {(int(r.layer), int(r["head"])): Edit("patch", delta=int(r.delta)) for _, r in best.iterrows()}
     effects = {h: exact_effects(model, sel, e, [h], "partial")[h] for h, e in atoms.items()}
     profiled = best.assign(effect=[effects[(int(l), int(h))] for l, h in zip(best.layer, best["head"])])
-    pool = [(head, Edit("patch", delta=edit.delta, eos=e)) for head, edit in atoms.items() if effects[head] > 0
+    pool = [edit.on([head]).replace(eos=e) for head, edit in atoms.items() if effects[head] > 0
             for e in dict.fromkeys(cfg.eos)]
-    gated = {(head, edit): (head, Edit("patch", delta=edit.delta, beyond=beyond, eos=edit.eos)) for head, edit in pool}
+    gated = {edit: edit.replace(beyond=beyond) for edit in pool}
     id_base = measure(model, ids, None, "exact")
 
-    def allowed(combo: list[Atom]) -> bool:
-        if all(e.beyond is not None and e.beyond >= beyond for _, e in combo):
+    def allowed(combo: list[Edit]) -> bool:
+        if all(e.beyond is not None and e.beyond >= beyond for e in combo):
             return True  # rows past the longest training position: ID inputs are untouched by construction
         fwd = lambda b: atom_hooks(combo, b.ref_mask, model)  # noqa: E731
         return id_base - measure(model, ids, fwd, "exact") <= cfg.id_budget + 1e-12
@@ -118,16 +117,16 @@ def _estimates(model, batches, deltas: Sequence[int], beyond: int) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
-def encode_atoms(atoms: Sequence[Atom]) -> list[dict]:
-    """Atoms as JSON-able dicts (for grid points and summaries): `Edit.to_atom` of each."""
-    return [edit.to_atom(head) for head, edit in atoms]
+def encode_atoms(atoms: Sequence[Edit]) -> list[dict]:
+    """Atoms (edits of one head each) as JSON-able dicts (for grid points and summaries): `Edit.to_atom` of each."""
+    return [edit.to_atom() for edit in atoms]
 
 
-def decode_atoms(items: Sequence[dict]) -> list[Atom]:
+def decode_atoms(items: Sequence[dict]) -> list[Edit]:
     """The inverse of `encode_atoms`: `Edit.from_atom` of each."""
     return [Edit.from_atom(d) for d in items]
 
 
-def describe(atoms: Sequence[Atom]) -> str:
+def describe(atoms: Sequence[Edit]) -> str:
     """'L1H7 patch at ref+2; L0H0 patch at ref (rows > 21)' — one clause per atom."""
-    return "; ".join(f"L{l}H{h} {e.label}" for (l, h), e in atoms)
+    return "; ".join(f"L{l}H{h} {e.label}" for e in atoms for l, h in e.heads)

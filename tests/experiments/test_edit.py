@@ -125,7 +125,7 @@ def test_sweep_and_demo_gate_beyond_at_the_same_row():
     sweep_rows = _edited_rows(model, batch, eng.edit(E.point(data, "reversal", "list:1.7", 3.0, delta=2,
                                                              gate="beyond"))(batch))
     demo_rows = _edited_rows(model, batch, ProfilingEdit("reinforce", delta=2, strength=3.0, beyond=searched.beyond)
-                             .hooks([(1, 7)], batch.ref_mask, model))
+                             .on([(1, 7)]).hooks(batch.ref_mask, model))
     assert sweep_rows == demo_rows and min(sweep_rows) == tok.offset + longest
 
 
@@ -146,9 +146,34 @@ def test_a_selected_patch_setting_is_printed(capsys):
 
 def test_atoms_points_carry_their_edits():
     data = E.Data("reversal", n=4)
-    atoms = [((1, 7), Edit("patch", 2)), ((0, 0), Edit("reinforce", strength=5.0, beyond=21, eos="extrapolate"))]
+    atoms = [Edit("patch", 2, heads=[(1, 7)]),
+             Edit("reinforce", strength=5.0, beyond=21, eos="extrapolate", heads=[(0, 0)])]
     p = E.point(data, "m", "list:1.7,0.0", 0.0, method=E.ATOMS, atoms=atoms)
     assert decode_atoms(p["atoms"]) == atoms and settings_key(E.point_of(p)) == settings_key(p)
     for bad in ({}, {"atoms": atoms, "gate": "beyond"}, {"atoms": atoms, "eos": "extrapolate"}):
         with pytest.raises(ValueError, match="carry their own"):
             E.point(data, "m", "list:1.7,0.0", 0.0, method=E.ATOMS, **bad)
+
+
+def test_an_edit_carries_its_heads(tiny_model, tok):
+    """`Edit.heads`: validated and normalised at construction, used by `hooks`, one head per atom, out of the grid
+    settings (the point names its heads), and set by the engine from the point's selection."""
+    edit = Edit("patch", 1, heads=[[1, 0], (1, 2)])
+    assert edit.heads == ((1, 0), (1, 2)) and edit == Edit("patch", 1).on([(1, 0), (1, 2)])
+    for bad in ("1.0", [(1,)], [(0, -1)], [(0, True)], 3):
+        with pytest.raises(ValueError, match="heads must be"):
+            Edit("patch", heads=bad)
+    assert edit.to_dict() == Edit("patch", 1).to_dict()
+    with pytest.raises(ValueError, match="an atom edits one head, this edit has 2"):
+        edit.to_atom()
+    assert Edit.from_atom(edit.on([(1, 2)]).to_atom()).heads == ((1, 2),)
+    mask = torch.zeros(1, 4, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match="has no heads to edit"):
+        Edit("patch").hooks(mask)
+    assert [name for name, _ in edit.hooks(mask)] == ["blocks.1.attn.hook_pattern"]
+    data = E.Data("reversal", ood_params={"length": [11, 12]}, n=4)
+    eng = E.Engine(tiny_model, tok, data, batch_size=4)
+    plain = E.point(data, "m", "list:1.0,1.2", 2.0, delta=1)
+    assert eng.edits(plain, eng.heads(plain)) == [Edit("reinforce", 1, 2.0, heads=((1, 0), (1, 2)))]
+    atoms = E.point(data, "m", "list:1.0", method=E.ATOMS, atoms=[edit.on([(1, 0)])])
+    assert eng.edits(atoms, eng.heads(atoms)) == [edit.on([(1, 0)])]

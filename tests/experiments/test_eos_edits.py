@@ -56,8 +56,8 @@ def test_patched_eos_row_is_uniform_on_the_extrapolated_columns(shipped):
     def record(pattern, hook):
         seen["p"] = pattern.detach().clone()
 
-    edit = P.Edit("patch", delta=delta, eos="extrapolate")
-    fwd = edit.hooks(heads, batch.ref_mask, model) + [("blocks.1.attn.hook_pattern", record)]
+    edit = P.Edit("patch", delta=delta, eos="extrapolate", heads=heads)
+    fwd = edit.hooks(batch.ref_mask, model) + [("blocks.1.attn.hook_pattern", record)]
     got = model.run_with_hooks(batch.tokens, attention_mask=batch.attention_mask, fwd_hooks=fwd)
     for i, s in enumerate(samples):
         eos_row = int(batch.lengths[i]) - 2
@@ -72,7 +72,7 @@ def test_patched_eos_row_is_uniform_on_the_extrapolated_columns(shipped):
     want = model.run_with_hooks(batch.tokens, attention_mask=batch.attention_mask, fwd_hooks=brute)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     plain = model.run_with_hooks(batch.tokens, attention_mask=batch.attention_mask,
-                                 fwd_hooks=P.Edit("patch", delta=delta).hooks(heads, batch.ref_mask, model))
+                                 fwd_hooks=P.Edit("patch", delta=delta, heads=heads).hooks(batch.ref_mask, model))
     assert (got[0, int(batch.lengths[0]) - 2] - plain[0, int(batch.lengths[0]) - 2]).abs().max() > 1e-3
     rows = batch.ref_mask.any(-1)  # the target rows come before the EOS row: the same edit there
     assert torch.equal(got[rows], plain[rows])
@@ -118,8 +118,8 @@ def test_option_off_changes_nothing(shipped):
     keys as before the option existed), and a search point list with no EOS versions."""
     model, tok = shipped
     batch = make_batch(tasks.preset("reversal", "ood", length=(11, 13)).generate(6, seed=9), tok)
-    atoms = [((1, 7), P.Edit("patch", delta=2)), ((0, 0), P.Edit("reinforce", strength=5.0, beyond=21))]
-    assert all(e.refs(batch.ref_mask) is batch.ref_mask for _, e in atoms)
+    atoms = [P.Edit("patch", delta=2, heads=[(1, 7)]), P.Edit("reinforce", strength=5.0, beyond=21, heads=[(0, 0)])]
+    assert all(e.refs(batch.ref_mask) is batch.ref_mask for e in atoms)
     got = model.run_with_hooks(batch.tokens, fwd_hooks=P.atom_hooks(atoms, batch.ref_mask, model))
     want = model.run_with_hooks(batch.tokens, fwd_hooks=hooks.patch_pattern([(1, 7)], batch.ref_mask, delta=2) +
                                 hooks.reinforce([(0, 0)], batch.ref_mask, 5.0,
@@ -129,7 +129,7 @@ def test_option_off_changes_nothing(shipped):
     assert all(set(d) == {"layer", "head", "method", "delta", "strength", "renormalize", "beyond", "below"}
                for d in enc)
     assert S.decode_atoms(enc) == atoms
-    ext = [(h, dataclasses.replace(e, eos="extrapolate")) for h, e in atoms]
+    ext = [dataclasses.replace(e, eos="extrapolate") for e in atoms]
     assert S.decode_atoms(S.encode_atoms(ext)) == ext and S.encode_atoms(ext)[0]["eos"] == "extrapolate"
     assert "EOS row extrapolated" in S.describe(ext) and "EOS" not in S.describe(atoms)
     with pytest.raises(ValueError, match="eos must be one of"):
@@ -139,7 +139,7 @@ def test_option_off_changes_nothing(shipped):
 def test_search_points_offer_both_treatments_of_the_eos_row():
     """With eos ("none", "extrapolate") every search edit is also evaluated with the EOS row extrapolated, after
     the points of before (unchanged, in the same order); with ("none",) nothing is added."""
-    atoms = [((1, 7), P.Edit("patch", delta=2)), ((0, 0), P.Edit("patch"))]
+    atoms = [P.Edit("patch", delta=2, heads=[(1, 7)]), P.Edit("patch", heads=[(0, 0)])]
     prop = S.Proposal(pd.DataFrame(), pd.DataFrame({"layer": [1, 0], "head": [7, 0], "delta": [2, 0],
                                                     "effect": [0.1, 0.05]}), pd.DataFrame(), atoms)
     data = E.Data("reversal", n=8)

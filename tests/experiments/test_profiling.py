@@ -85,7 +85,7 @@ def test_greedy_selection_matches_brute_force_first_step(f64_model, tok, ood_sam
     assert (int(chosen.layer[0]), int(chosen["head"][0])) == best
     pair = [(int(l), int(h)) for l, h in zip(chosen.layer, chosen["head"])]
     assert len(pair) == 2 and pair[0] != pair[1]
-    value = P.measure(f64_model, batches, lambda b: edit.hooks(pair, b.ref_mask, f64_model))
+    value = P.measure(f64_model, batches, lambda b: edit.on(pair).hooks(b.ref_mask, f64_model))
     assert chosen.value.iloc[1] == pytest.approx(value, abs=1e-12)
 
 
@@ -119,7 +119,7 @@ def test_metrics_agree_with_evaluate(tiny_model, tok, ood_samples):
     batches = P.selection_batches(tiny_model, tok, ood_samples, batch_size=5)
     edit = P.Edit("patch", delta=1)
     heads = [(1, 0), (1, 3)]
-    for hooks_fn in (None, lambda b: edit.hooks(heads, b.ref_mask, tiny_model)):
+    for hooks_fn in (None, lambda b: edit.on(heads).hooks(b.ref_mask, tiny_model)):
         res = evaluation.evaluate(tiny_model, tok, ood_samples, fwd_hooks=hooks_fn or (), attn=False).summary()
         assert P.measure(tiny_model, batches, hooks_fn, "partial") == pytest.approx(res["partial"], abs=1e-6)
         assert P.measure(tiny_model, batches, hooks_fn, "exact") == pytest.approx(res["exact"], abs=1e-6)
@@ -170,9 +170,9 @@ def test_library_hooks_equal_the_pure_edit(tiny_model, tok, ood_samples, edit):
     heads = [(0, 1), (1, 2)]
     with torch.no_grad():
         lib = tiny_model.run_with_hooks(b.tokens, attention_mask=b.attention_mask,
-                                        fwd_hooks=edit.hooks(heads, b.ref_mask))
+                                        fwd_hooks=edit.on(heads).hooks(b.ref_mask))
         ours = tiny_model.run_with_hooks(b.tokens, attention_mask=b.attention_mask,
-                                         fwd_hooks=P.pattern_hooks(edit, heads, b.ref_mask))
+                                         fwd_hooks=P.pattern_hooks(edit.on(heads), b.ref_mask))
         plain = tiny_model(b.tokens, attention_mask=b.attention_mask)
     torch.testing.assert_close(lib, ours, rtol=1e-5, atol=1e-5)
     assert not torch.allclose(plain, ours)
@@ -252,21 +252,20 @@ def test_gates_brute_force():
 
 def test_gate_beyond_training_rows_leaves_id_untouched(tiny_model, tok, id_samples, ood_samples):
     longest = max(tok.offset + len(s.text) for s in id_samples)  # rows past every ID target row
-    edit = P.Edit("patch", delta=1, beyond=longest)
-    heads = [(0, 1), (1, 2)]
+    edit = P.Edit("patch", delta=1, beyond=longest, heads=[(0, 1), (1, 2)])
     for samples, same in ((id_samples, True), (ood_samples, False)):
         b = make_batch(samples, tok)
         with torch.no_grad():
             plain = tiny_model(b.tokens, attention_mask=b.attention_mask)
             edited = tiny_model.run_with_hooks(b.tokens, attention_mask=b.attention_mask,
-                                               fwd_hooks=edit.hooks(heads, b.ref_mask, tiny_model))
+                                               fwd_hooks=edit.hooks(b.ref_mask, tiny_model))
         assert torch.equal(plain, edited) == same
 
 
 def test_greedy_atoms_respect_the_veto_and_the_tiebreak(copy_model, tok, id_samples):
     batches = P.selection_batches(copy_model, tok, id_samples, batch_size=5)
-    atoms = [((0, h), P.Edit("reinforce", strength=1.0)) for h in range(4)]
-    vetoed = P.greedy_atoms(copy_model, batches, atoms, k=2, allowed=lambda a: all(h != USEFUL for h, _ in a))
+    atoms = [P.Edit("reinforce", strength=1.0, heads=[(0, h)]) for h in range(4)]
+    vetoed = P.greedy_atoms(copy_model, batches, atoms, k=2, allowed=lambda a: all(e.heads != (USEFUL,) for e in a))
     assert USEFUL not in [(int(l), int(h)) for l, h in zip(vetoed.layer, vetoed["head"])]
     assert len(vetoed) == 0  # every other head hurts: nothing is chosen
     rule = P.GreedyRule(metric="exact", tiebreak="logprob")
@@ -282,20 +281,23 @@ def test_attribution_of_several_edits_in_one_pass_and_on_top_of_base_atoms(f64_m
     assert together.shape == (3, 2, 4)
     for i, e in enumerate(edits):
         torch.testing.assert_close(together[i], P.attribution(f64_model, batches, e))
-    base = [((1, 2), P.Edit("patch", delta=1))]
+    base = [P.Edit("patch", delta=1, heads=[(1, 2)])]
     tiny = P.Edit("reinforce", delta=1, strength=1e-4)
     est = P.attribution(f64_model, batches, tiny, base=base)
     before = P.measure(f64_model, batches, lambda b: P.atom_hooks(base, b.ref_mask))
     for head in [(0, 0), (1, 3), (1, 2)]:
-        after = P.measure(f64_model, batches, lambda b, h=head: P.atom_hooks([*base, (h, tiny)], b.ref_mask))
+        after = P.measure(f64_model, batches, lambda b, h=head: P.atom_hooks([*base, tiny.on([h])], b.ref_mask))
         assert est[head] == pytest.approx(after - before, rel=2e-3, abs=1e-10)
     assert not torch.allclose(est, P.attribution(f64_model, batches, tiny))  # the base edit changes the estimate
 
 
 def test_greedy_atoms_fall_back_to_the_gated_twin_when_vetoed(copy_model, tok, id_samples):
     batches = P.selection_batches(copy_model, tok, id_samples, batch_size=5)
-    plain, gated = (USEFUL, P.Edit("reinforce", strength=1.0)), (USEFUL, P.Edit("reinforce", strength=1.0, beyond=6))
-    veto = lambda combo: all(e.beyond is not None for _, e in combo)  # noqa: E731  only gated edits pass
+    plain = P.Edit("reinforce", strength=1.0, heads=[USEFUL])
+    gated = plain.replace(beyond=6)
+    veto = lambda combo: all(e.beyond is not None for e in combo)  # noqa: E731  only gated edits pass
     chosen = P.greedy_atoms(copy_model, batches, [plain], k=1, allowed=veto, fallback={plain: gated})
     assert chosen.attrs["atoms"] == [gated] and chosen.gain.iloc[0] > 0
     assert len(P.greedy_atoms(copy_model, batches, [plain], k=1, allowed=veto)) == 0
+    with pytest.raises(ValueError, match="an atom edits one head"):
+        P.greedy_atoms(copy_model, batches, [plain.on([USEFUL, (0, 0)])], k=1)

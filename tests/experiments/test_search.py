@@ -31,7 +31,7 @@ def test_propose_on_the_shipped_model(shipped):
     # the greedy choice: heads with a positive measured effect, one atom each, improving the selection set
     positive = {(int(l), int(h)) for l, h, e in zip(prop.profiled.layer, prop.profiled["head"], prop.profiled.effect)
                 if e > 0}
-    heads = [h for h, _ in prop.atoms]
+    heads = [h for e in prop.atoms for h in e.heads]
     assert set(heads) <= positive and len(set(heads)) == len(heads) and 1 <= len(heads) <= 3
     fwd = lambda b: P.atom_hooks(prop.atoms, b.ref_mask, model)  # noqa: E731
     before = evaluation.evaluate(model, tok, sel, attn=False).summary()
