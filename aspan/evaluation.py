@@ -290,8 +290,8 @@ def evaluate(
     """
     samples = list(samples)
     _check(model, tokenizer, samples, mode, batch_size, any_task)
-    parts = evaluate_stream(model, tokenizer, samples, fwd_hooks=fwd_hooks, mode=mode, batch_size=batch_size,
-                            heads=heads, delta=delta, attn=attn, progress=progress, any_task=any_task)
+    parts = _stream(model, tokenizer, samples, CHUNK, checked=True, fwd_hooks=fwd_hooks, mode=mode,
+                    batch_size=batch_size, heads=heads, delta=delta, attn=attn, progress=progress, any_task=any_task)
     records = pd.concat([r.records for r in parts], ignore_index=True)
     return EvalResult(records, sample_table(records), mode)
 
@@ -303,21 +303,31 @@ def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chun
     Sample ids run on across chunks (the i-th sample is `sample_id` i). A chunk holds `chunk` samples rounded up to
     whole batches, so teacher-forced batches are those of one `evaluate` call; generation groups prompts of one
     length within a chunk. Each chunk is checked (`evaluate`'s checks) before its first forward."""
+    return _stream(model, tokenizer, samples, chunk, checked=False, **options)
+
+
+def _stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int, checked: bool,
+            **options) -> Iterator[EvalResult]:
+    """`evaluate_stream`; `checked`: the caller already checked every sample (`evaluate`), so chunks are not
+    checked again."""
     size = -(-max(chunk, 1) // options.get("batch_size", 32)) * options.get("batch_size", 32)
     stream, first = iter(samples), 0
     total = len(samples) if isinstance(samples, Sequence) else None
     with tqdm(total=total, desc=f"eval ({options.get('mode', 'teacher')})", unit="sample",
               disable=not options.pop("progress", False), leave=False) as bar:
         while part := list(itertools.islice(stream, size)):
-            yield _evaluate_chunk(model, tokenizer, part, first, bar=bar, **options)
+            yield _evaluate_chunk(model, tokenizer, part, first, bar=bar, checked=checked, **options)
             first += len(part)
 
 
 def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: int, fwd_hooks: FwdHooks = (),
                     mode: Mode = "teacher", batch_size: int = 32, heads: Sequence[tuple[int, int]] | None = None,
-                    delta: int = 0, attn: bool = True, any_task: bool = False, bar=None) -> EvalResult:
-    """`evaluate` of one chunk whose first sample has id `first` (`bar`: a progress bar counting samples)."""
-    _check(model, tokenizer, samples, mode, batch_size, any_task)
+                    delta: int = 0, attn: bool = True, any_task: bool = False, bar=None,
+                    checked: bool = False) -> EvalResult:
+    """`evaluate` of one chunk whose first sample has id `first` (`bar`: a progress bar counting samples; `checked`:
+    its samples were checked already)."""
+    if not checked:
+        _check(model, tokenizer, samples, mode, batch_size, any_task)
     if heads:
         heads = check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
     was_training = model.training

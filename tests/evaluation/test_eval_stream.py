@@ -52,6 +52,29 @@ def test_streamed_chunks_equal_one_evaluate_exactly(loaded):
                                   check_exact=True)
 
 
+def test_evaluate_checks_each_sample_once_and_a_stream_checks_each_chunk(loaded, monkeypatch):
+    """`evaluate` checks all its samples before the first forward and does not check its chunks again;
+    `evaluate_stream`, which cannot see samples not drawn yet, checks each chunk."""
+    import aspan.evaluation as evaluation
+
+    model, tok, _ = loaded
+    checked: list[int] = []
+    real = evaluation._check
+
+    def counted(m, t, samples, *rest):
+        checked.append(len(samples))
+        return real(m, t, samples, *rest)
+
+    monkeypatch.setattr(evaluation, "_check", counted)
+    monkeypatch.setattr(evaluation, "CHUNK", 16)
+    samples = tasks.preset("reversal", "ood", **OOD).generate(40, seed=3)
+    evaluate(model, tok, samples, batch_size=8, attn=False)
+    assert checked == [40]
+    checked.clear()
+    list(evaluate_stream(model, tok, iter(samples), chunk=16, batch_size=8, attn=False))
+    assert checked == [16, 16, 8]
+
+
 def test_the_engine_streams_its_sets_with_the_results_of_whole_ones(loaded):
     model, tok, _ = loaded
     data = Data("reversal", ood_params=OOD, n=20)
