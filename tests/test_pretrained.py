@@ -3,6 +3,7 @@ on a tiny random Llama checkpoint loaded with `aspan.models.load(path)`, config 
 of short samples."""
 import importlib.util
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -176,19 +177,22 @@ def test_cli_runs_the_pipeline_and_rejects_bad_configs(hf_dir, tmp_path, capsys)
     assert main(["pretrained", str(tmp_path / "missing.toml")]) == 2
 
 
-@pytest.mark.parametrize("raw, message", [
-    ({"finetune": {}}, "finetune.steps"),
-    ({"task": "sorting", "finetune": {"steps": 1}}, "unknown task"),
-    ({"finetune": {"steps": 1, "lr": -1.0}}, "lr"),
-    ({"finetune": {"steps": 1, "momentum": 0.9}}, "finetune.momentum"),
-    ({"data": {"ood_params": {"length": [0, 3]}}, "finetune": {"steps": 1}}, "length"),
-    ({"prompt": {"shots": [-1]}, "finetune": {"steps": 1}}, "shots"),
-    ({"colour": 1}, "colour"),
-    ({"analysis": {"rank_convention": "row"}, "finetune": {"steps": 1}}, "rank_convention"),
+@pytest.mark.parametrize("text, message", [
+    ("[finetune]\n", "finetune.steps"),
+    ('task = "sorting"\n[finetune]\nsteps = 1\n', "unknown task"),
+    ("[finetune]\nsteps = 1\nlr = -1.0\n", "lr"),
+    ("[finetune]\nsteps = 1\nmomentum = 0.9\n", "finetune.momentum"),
+    ("[data]\nood_params = {length = [0, 3]}\n[finetune]\nsteps = 1\n", "length"),
+    ("[prompt]\nshots = [-1]\n[finetune]\nsteps = 1\n", "shots"),
+    ("colour = 1\n", "colour"),
+    ('[analysis]\nrank_convention = "row"\n[finetune]\nsteps = 1\n', "rank_convention"),
+    ('[data]\neval_samples = "many"\n[finetune]\nsteps = 1\n', "eval_samples: must be an integer"),
 ])
-def test_config_errors_name_the_problem(raw, message):
-    with pytest.raises(ValueError, match=message):
-        PretrainedConfig.from_dict(raw)
+def test_config_errors_name_the_file_and_the_problem(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: .*{re.escape(message)}"):
+        PretrainedConfig.from_toml(path)
 
 
 def test_a_char_level_checkpoint_is_refused(tmp_path):

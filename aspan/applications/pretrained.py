@@ -29,7 +29,7 @@ from ..environment import run_environment
 from ..experiments import ranking
 from ..experiments.engine import ID_BUDGET, Data, Engine, Ranking, Selection, on_set, point, run_in_dir, select
 from ..hf_tokenization import HFCharAdapter
-from ..io import RunDir, read_toml, settings_key
+from ..io import RunDir, settings_key
 from ..options import CONVENTIONS, check_option
 from ..tasks.base import Sample
 from ..tokenization import check_tokenizer
@@ -99,19 +99,25 @@ class PretrainedConfig:
     shard: tuple[int, int] | None = None  # fine-tune, run only this shard of the grid (sweep.shard-I-of-N.jsonl), stop
 
     @classmethod
-    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> "PretrainedConfig":
-        return cls.from_dict(read_toml(path), **overrides)
+    def from_toml(cls, path: str | os.PathLike, **flags: Any) -> "PretrainedConfig":
+        """The defaults, the file's keys, then `flags` (field names; None is not given; `finetune.steps` one key of
+        [finetune]), checked (`aspan.config.load_config`); UsageError naming the file and key, or the flag."""
+        from ..config import load_config
+
+        return load_config(cls, toml_path=path, flags=flags)
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], **overrides: Any) -> "PretrainedConfig":
-        """Validate a parsed config (top-level keys and the [prompt]/[data]/[finetune]/[analysis] tables)."""
+    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
+        """The fields a parsed config sets (`load_config`'s hook): top-level keys and the [prompt]/[data]/[analysis]
+        tables flattened, [finetune] kept as one table, a single number where a list is due made a list;
+        ValueError naming an unknown key."""
         flat: dict[str, Any] = {}
         for key, value in raw.items():
             if key in SECTIONS and key and isinstance(value, dict):
                 unknown = sorted(set(value) - SECTIONS[key])
                 if unknown:
                     known = ", ".join(sorted(SECTIONS[key]))
-                    raise ValueError(f"config: unknown key '{key}.{unknown[0]}' (known: {known})")
+                    raise ValueError(f"unknown key '{key}.{unknown[0]}' (known: {known})")
                 if key == "finetune":
                     flat["finetune"] = dict(value)
                 else:
@@ -120,15 +126,11 @@ class PretrainedConfig:
                 flat[key] = value
             else:
                 known = ", ".join(sorted(SECTIONS[""] | set(SECTIONS) - {""}))
-                raise ValueError(f"config: unknown key {key!r} (known: {known})")
-        flat.update({k: v for k, v in overrides.items() if v is not None})
+                raise ValueError(f"unknown key {key!r} (known: {known})")
         for key in ("shots", "deltas", "top", "strengths"):
-            if key in flat:
-                v = flat[key]
-                flat[key] = tuple(v) if isinstance(v, (list, tuple)) else (v,)
-        cfg = cls(**flat)
-        cfg.check()
-        return cfg
+            if key in flat and not isinstance(flat[key], list):
+                flat[key] = [flat[key]]
+        return flat
 
     def check(self) -> None:
         """ValueError on impossible settings, before the model is loaded."""

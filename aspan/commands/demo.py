@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from ..applications.demo import DemoConfig, run_demo
+    from ..config import load_config
     from ..io import claim_run
     from ..models.backend import default_backend
 
@@ -57,20 +58,17 @@ def run(args: argparse.Namespace) -> int:
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
                                  threads=args.threads, rank_convention=args.rank_convention).items()
           if v is not None}
-    if args.id_budget is not None:  # a fraction (argtypes.points_fraction)
-        kw["id_budget"] = args.id_budget
-    if args.shard:
-        kw["shard"] = args.shard
-    if args.eos != "both":
-        kw["eos"] = (args.eos,)
-    cfg = DemoConfig.quick_config(**kw) if args.quick else DemoConfig(**kw)
+    flags = {**kw, "id_budget": args.id_budget, "shard": args.shard,  # id_budget: a fraction (argtypes)
+             "eos": None if args.eos == "both" else (args.eos,)}
+    # the demo's defaults (or --quick's tiny sizes), then the flags given; checked before any model loads
+    cfg = load_config(DemoConfig, flags=flags, base=DemoConfig.quick_config() if args.quick else None, name="demo")
     points = None if args.id_budget is None else f"{args.id_budget * 100:.12g}"  # as given, for the command line
     shard_text = "/".join(map(str, args.shard)) if args.shard else None
     given = {**kw, "id_budget": points, "shard": shard_text, "eos": None if args.eos == "both" else args.eos}
-    flags = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in given.items()
+    words = [f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in given.items()
              if v is not None and k != "train"]
     switches = ["--train"] * bool(args.train) + ["--quick"] * bool(args.quick)
-    command = " ".join(["aspan demo", *flags, *switches])
+    command = " ".join(["aspan demo", *words, *switches])
     # one job per shard, one configuration per run directory (shards and the ID budget share the rows)
     runtime = ("out", "device", "threads", "shard", "id_budget")
     settings = {"command": "demo", **{k: v for k, v in asdict(cfg).items() if k not in runtime},

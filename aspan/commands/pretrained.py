@@ -24,21 +24,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..applications.pretrained import PretrainedConfig, run_pretrained
+    from ..config import load_config
 
-    cfg = PretrainedConfig.from_toml(args.config, model=args.model, out=args.out, device=args.device,
-                                     threads=args.threads, shard=args.shard)
-    if args.steps is not None:
-        cfg.finetune = {**cfg.finetune, "steps": args.steps}
-        cfg.check()
+    flags = {"model": args.model, "out": args.out, "device": args.device, "threads": args.threads,
+             "shard": args.shard, "finetune.steps": args.steps}
+    cfg = load_config(PretrainedConfig, toml_path=args.config, flags=flags)  # checked before the model loads
     given = {k: getattr(args, k) for k in ("model", "out", "device", "threads", "steps")}
     given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
-    flags = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
+    words = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
     from dataclasses import asdict
 
     from ..io import claim_run
     from ..models.backend import default_backend
 
-    command = " ".join(["aspan pretrained", shlex.quote(args.config), *flags])
+    command = " ".join(["aspan pretrained", shlex.quote(args.config), *words])
     runtime = ("out", "device", "threads", "shard")  # how it runs, not what it computes
     settings = {"command": "pretrained", **{k: v for k, v in asdict(cfg).items() if k not in runtime},
                 "backend": default_backend()}

@@ -25,14 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from aspan.applications.sweep import run_sweep_dir
+    from aspan.config import load_config
     from aspan.experiments.sweep import SweepConfig
 
-    config = SweepConfig.from_toml(args.config)  # full validation before any model work
-    if args.device:
-        config = replace(config, device=args.device)
+    # the file's keys, then --device; fully validated before any model work
+    config = load_config(SweepConfig, toml_path=args.config, flags={"device": args.device}, name="sweep config")
     run_sweep_dir(config, args.out or f"runs/sweep-{Path(args.config).stem}", config_file=str(args.config),
                   shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.no_progress)
     return 0

@@ -21,7 +21,7 @@ from hooks import check_fits, check_heads
 
 from ..checks import check_device, check_eval_memory, check_offsets, parse_shard
 from ..evaluation import CHUNK
-from ..io import read_toml, settings_key
+from ..io import settings_key
 from ..methods import RULES
 from ..options import CONVENTIONS, EOS_REFS, MODES, RANK_KEYS
 from .edit import Edit, parse_gate, setting_label, setting_of
@@ -90,38 +90,56 @@ class SweepConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path, check_model: bool = True) -> "SweepConfig":
-        """Read and fully validate a TOML sweep config; ValueError naming the offending key."""
-        path = Path(path)
-        raw = read_toml(path, "sweep config")
+        """Read and fully validate a TOML sweep config (`aspan.config.load_config`); UsageError naming the file and
+        the offending key."""
+        from ..config import load_config
+
+        return load_config(cls, toml_path=path, name="sweep config", check=lambda c: c.check(check_model))
+
+    @classmethod
+    def toml_fields(cls, raw: dict[str, Any], path: Path) -> dict[str, Any]:
+        """The fields a parsed config file sets (`load_config`'s hook): a relative checkpoint path may be relative
+        to the file."""
         model = raw.get("model")
         if isinstance(model, str) and not _named_model(model) and not Path(model).is_absolute():
-            rel = path.parent / model  # a relative checkpoint path may be relative to the config file
+            rel = path.parent / model
             if not Path(model).exists() and rel.exists():
                 raw = {**raw, "model": str(rel)}
-        return cls.from_dict(raw, check_model=check_model)
+        return cls.parse(raw)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], check_model: bool = True) -> "SweepConfig":
         """Validate a parsed config dict (see `configs/*.toml`); ValueError naming the offending key."""
-        from .. import tasks
+        cfg = cls(**cls.parse(raw))
+        cfg.check(check_model)
+        return cfg
 
+    @classmethod
+    def parse(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """The fields of a parsed config dict (the file's keys and its [heads] table), each key's type and range
+        checked; ValueError naming the offending key."""
         unknown = sorted(set(raw) - TOP_KEYS)
         if unknown:
             raise ValueError(f"sweep config: unknown key {unknown[0]!r} (known: {', '.join(sorted(TOP_KEYS))})")
         for key in ("model", "task", "strengths"):
             if key not in raw:
                 raise ValueError(f"sweep config: missing required key {key!r}")
-        model = _str(raw["model"], "model")
-        if check_model and not _named_model(model) and not Path(model).exists():
-            raise ValueError(f"sweep config: model: checkpoint {model!r} does not exist")
-        data, axes = _data_settings(raw), _grid_settings(raw)
-        longest = tasks.preset(data["task"], data["split"], **data["task_params"]).max_text_len()
-        check_offsets(list(axes["deltas"]), longest + 1, f"sweep config: {'deltas' if 'deltas' in raw else 'delta'}")
-        _check_strengths_fit(axes["strengths"], longest + 2)
-        longest_id = tasks.preset(data["task"], "id", **data["id_params"]).max_text_len()
+        heads = _head_settings(_table(raw.get("heads", {}), "heads"), raw["task"])
+        return {"model": _str(raw["model"], "model"), **_data_settings(raw), **_grid_settings(raw), **heads}
+
+    def check(self, check_model: bool = True) -> None:
+        """What the settings must satisfy together, before any model loads: the checkpoint exists, the offsets and
+        strengths fit the longest sample, the evaluation sets fit in memory; ValueError naming the key."""
+        from .. import tasks
+
+        if check_model and not _named_model(self.model) and not Path(self.model).exists():
+            raise ValueError(f"sweep config: model: checkpoint {self.model!r} does not exist")
+        longest = tasks.preset(self.task, self.split, **self.task_params).max_text_len()
+        check_offsets(list(self.deltas), longest + 1, "sweep config: deltas")
+        _check_strengths_fit(self.strengths, longest + 2)
+        longest_id = tasks.preset(self.task, "id", **self.id_params).max_text_len()
         # the engine evaluates every set as a stream: one chunk of samples at a time, and a per-sample row each
-        check_eval_memory(data["n_samples"], max(longest, longest_id), CHUNK, "sweep config: n_samples")
-        return cls(model=model, **data, **axes, **_head_settings(_table(raw.get("heads", {}), "heads"), raw["task"]))
+        check_eval_memory(self.n_samples, max(longest, longest_id), CHUNK, "sweep config: n_samples")
 
     def data(self) -> Data:
         """The engine's evaluation sets for this sweep."""
