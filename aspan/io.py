@@ -285,19 +285,6 @@ def read_toml(path: PathLike, what: str = "config") -> dict[str, Any]:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
 
 
-def settings_from_toml(cfg: Any, path: PathLike, what: str = "study config") -> Any:
-    """`cfg` (a settings dataclass) with the keys of the TOML file `path` (lists become tuples); ValueError naming
-    the file and any key that is not one of its fields."""
-    from dataclasses import fields, replace
-
-    known = {f.name for f in fields(cfg)}
-    data = read_toml(path, what)
-    bad = sorted(set(data) - known)
-    if bad:
-        raise ValueError(f"{path}: unknown settings {bad}; known: {sorted(known)}")
-    return replace(cfg, **{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-
-
 def _file_digest(path: Path) -> "hashlib._Hash":
     digest = hashlib.sha256()
     with open(path, "rb") as f:

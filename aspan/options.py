@@ -71,8 +71,10 @@ def check_option(name: str, value: object, choices: tuple[str, ...]) -> str:
 
 
 def comma_list(text: str, kind: type) -> tuple:
-    """A comma-separated flag value as a tuple of `kind` (empty items skipped); ValueError naming the text."""
+    """A comma-separated flag value as a tuple of `kind` (items stripped, empty ones skipped); ValueError naming the
+    text."""
     try:
-        return tuple(kind(x) for x in text.split(",") if x.strip())
+        return tuple(kind(x.strip()) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"expected a comma-separated list of {kind.__name__}, got {text!r}") from None
+        words = {int: "integers", float: "numbers"}.get(kind, kind.__name__)
+        raise ValueError(f"expected a comma-separated list of {words}, got {text!r}") from None

@@ -9,7 +9,7 @@ import pytest
 
 from aspan.applications.demo import DemoConfig
 from aspan.applications.pretrained import PretrainedConfig
-from aspan.config import load_config
+from aspan.config import as_tuples, load_config
 from aspan.errors import UsageError
 from aspan.experiments.sweep import SweepConfig
 
@@ -126,17 +126,30 @@ def test_pretrained_steps_flag_sets_one_finetune_key_over_the_file():
     assert (cfg.threads, cfg.out) == (2, from_file.out)
 
 
-STUDY_CONFIGS = ("qk_study_", "abc_study_", "abc_paper_", "parity_study_")  # read by each study's own code
+STUDIES = {"qk_study_": ["qk"], "abc_study_": ["abc"], "abc_paper_": ["abc", "--protocol", "paper"],
+           "parity_study_": ["parity"]}
 
 
-@pytest.mark.parametrize("path", [p for p in sorted((ROOT / "configs").glob("*.toml"))
-                                  if not p.name.startswith(STUDY_CONFIGS)], ids=lambda p: p.name)
+def study_config(argv: list[str]):
+    """The settings `aspan study ARGV` would run with (its parser, then its `config_from_args`)."""
+    from aspan.cli import build_parser
+
+    args = build_parser(["study"]).parse_args(["study", *argv])
+    return args._study_config(args)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.toml")), ids=lambda p: p.name)
 def test_every_shipped_config_loads_as_before(path):
     """Each file under configs/ builds, through the loader, the settings its own dataclass builds from it."""
     from aspan.io import read_toml
 
     raw = read_toml(path)
-    if {"strengths", "heads"} <= set(raw):
+    study = [argv for prefix, argv in STUDIES.items() if path.name.startswith(prefix)]
+    if study:
+        cfg = study_config([*study[0], "--config", str(path), "--out", "x"])
+        table = raw.get("parity", raw)
+        assert {k: getattr(cfg, k) for k in table} == {k: as_tuples(v, object) for k, v in table.items()}
+    elif {"strengths", "heads"} <= set(raw):
         cfg = load_config(SweepConfig, toml_path=path, check=lambda c: c.check(False))
         assert cfg == SweepConfig.from_dict(raw, check_model=False)
     elif path.name.startswith("smollm2_"):
@@ -171,3 +184,53 @@ def test_pretrained_command_names_the_file_and_key_of_a_wrong_type(tmp_path):
     r = aspan("pretrained", str(bad), "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists()
     one_line(r.stderr, str(bad), "eval_samples: must be an integer", "'many'")
+
+
+# ------------------------------------------------------------------------------------------- the studies
+# per study: its arguments, a file setting every option that has a flag to a value other than its default, and
+# one flag with the value it must win with
+STUDY_CASES = {
+    "qk": (["qk"], "init = 'x'\nsteps = 7\nbatch_size = 3\nseeds = [4]\nreplays = [0.25]\ncolumns = [2]\n"
+                   "pairs = [1]\nn_select = 9\nn_report = 8\n", ["--steps", "11"], ("steps", 11)),
+    "abc": (["abc"], "tasks = ['parity']\nconditions = ['none']\nseeds = [5]\nlrs = [0.01]\nsteps = 9\n"
+                     "retrain_steps = 4\nbatch_size = 5\nn_layers = 3\nn_heads = 3\nd_model = 24\nn_test = 7\n"
+                     "device = 'meta'\n", ["--lrs", "0.5,0.25"], ("lrs", (0.5, 0.25))),
+    "paper": (["abc", "--protocol", "paper"], "seeds = [7]\nlr = 0.01\nmax_steps = 9\nbatch_size = 5\n"
+                                              "n_layers = 3\nn_heads = 3\nd_model = 24\nn_test = 7\n"
+                                              "device = 'meta'\n", ["--steps", "13"], ("max_steps", 13)),
+    "parity": (["parity"], "[parity]\nformats = ['plain']\ntrain_length = 4\nsteps = 9\nseeds = 4\n"
+                           "lrs = [0.01]\npositional = 'none'\ndevice = 'auto'\nthreads = 3\n",
+               ["--threads", "2"], ("threads", 2)),
+}
+
+
+@pytest.mark.parametrize("name", STUDY_CASES)
+@pytest.mark.parametrize("quick", [False, True])
+def test_study_flags_beat_the_file_and_no_argparse_default_overrides_it(tmp_path, name, quick):
+    """Every setting a study's flag can set comes from the file when the flag is not given (an argparse default
+    would override it), and the flag beats the file."""
+    import tomllib
+
+    argv, text, flag, (field_name, value) = STUDY_CASES[name]
+    path = toml(tmp_path, text)
+    base = [*argv, *(["--quick"] * quick), "--config", str(path), "--out", str(tmp_path / "run")]
+    cfg = study_config(base)
+    table = tomllib.loads(text)
+    table = table.get("parity", table)
+    assert {k: getattr(cfg, k) for k in table} == {k: as_tuples(v, object) for k, v in table.items()}
+    assert getattr(study_config([*base, *flag]), field_name) == value != getattr(cfg, field_name)
+
+
+@pytest.mark.parametrize("name", STUDY_CASES)
+def test_a_bad_study_key_is_named_before_the_run_directory_is_touched(tmp_path, name):
+    """The settings are built and checked before the run directory is claimed: a directory of another run (or one a
+    live job holds) does not hide the mistake, and is left as it was."""
+    argv = STUDY_CASES[name][0]
+    path = toml(tmp_path, "[parity]\nstepz = 3\n" if name == "parity" else "stepz = 3\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".aspan-settings.json").write_text('{"study": "another"}\n')
+    r = aspan("study", *argv, "--quick", "--config", str(path), "--out", str(run), cwd=tmp_path)
+    assert r.returncode == 2
+    one_line(r.stderr, str(path), "unknown key 'stepz'")
+    assert [p.name for p in run.iterdir()] == [".aspan-settings.json"]

@@ -1,6 +1,7 @@
 """The layers of README's "Layout", read from the source with `ast` (imports inside functions included): `hooks`
-imports nothing from aspan, `aspan.tasks` only itself, `aspan.viz` nothing from experiments or applications, nothing
-in aspan imports a private `hooks._*` module, and no module imports itself through others."""
+imports nothing from aspan, `aspan.tasks` only itself, `aspan.viz` nothing from experiments or applications,
+`aspan.applications` neither argparse nor `aspan.commands`, nothing in aspan imports a private `hooks._*` module, and no
+module imports itself through others."""
 from __future__ import annotations
 
 import ast
@@ -81,3 +82,10 @@ def test_only_the_backend_seam_tells_the_backends_apart():
              if isinstance(node, (ast.Name, ast.alias, ast.Attribute))
              and "is_bridge" in (getattr(node, "id", None), getattr(node, "name", None), getattr(node, "attr", None))}
     assert users <= {"aspan.models.backend", "aspan.models.loaded"}, sorted(users)
+
+
+def test_applications_parse_no_command_line():
+    """Commands parse, applications run: nothing under `aspan.applications` imports argparse or `aspan.commands`
+    (a notebook calls an application with a settings object, not with parsed arguments)."""
+    assert sorted((m, d) for m, deps in GRAPH.items() if _under(m, "aspan.applications")
+                  for d in deps if _under(d, "argparse", "aspan.commands")) == []

@@ -1,4 +1,5 @@
-"""`aspan study NAME`: run one of the studies in `aspan.applications.studies` (each writes a run directory)."""
+"""`aspan study NAME`: run one of the studies in `aspan.applications.studies` (each writes a run directory); each
+study's options are parsed by its module in `aspan.commands.studies`."""
 from __future__ import annotations
 
 import argparse
@@ -14,14 +15,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="study", metavar="STUDY", required=True)
     for name in STUDIES:
         try:
-            mod = import_module(f"aspan.applications.studies.{name}")
+            mod = import_module(f"aspan.commands.studies.{name}")
         except ModuleNotFoundError as e:  # a study not built yet must not break the others
-            if e.name != f"aspan.applications.studies.{name}":
+            if e.name != f"aspan.commands.studies.{name}":
                 raise
             continue
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
-        p.set_defaults(_study_run=mod.run)
+        p.set_defaults(_study_config=mod.config_from_args, _study_run=mod.run)
 
 
 # Options that change how a study runs, not what it computes: they may differ between a run and its resumption.
@@ -29,17 +30,19 @@ RUNTIME = ("out", "device", "threads", "no_progress", "no_report", "command", "s
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the study holding its run directory: one job at a time, one configuration (the study's options)."""
+    """Build the study's settings (every one checked), then run it holding its run directory: one job at a time, one
+    configuration (the study's options)."""
     from ..io import claim_run
     from ..models.backend import default_backend
 
+    config = args._study_config(args)  # bad settings are refused before the run directory is touched
     out = getattr(args, "out", None)
     if not out:
-        return int(args._study_run(args) or 0)
+        return int(args._study_run(args, config) or 0)
     given = {k: v for k, v in vars(args).items() if k not in RUNTIME and not k.startswith("_") and not callable(v)}
     settings = {"study": args.study, "backend": default_backend(), **given}
-    config = getattr(args, "config", None)
-    if config and Path(config).is_file():  # the file's content defines the run, not its name
-        settings["config"] = Path(config).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml says so
+    path = getattr(args, "config", None)
+    if path and Path(path).is_file():  # the file's content defines the run, not its name
+        settings["config"] = Path(path).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml said so
     with claim_run(out, settings):
-        return int(args._study_run(args) or 0)
+        return int(args._study_run(args, config) or 0)

@@ -14,19 +14,18 @@ import pytest
 import torch
 
 from aspan import models
-from aspan.applications.studies.abc import add_arguments
 from aspan.applications.studies.abc_paper import (
     PaperConfig,
     abc_calibration,
     abs_bias,
     hooks_for_bias,
     number_split,
-    paper_config_from_args,
     paper_data,
     training_rows,
     wilson,
 )
 from aspan.batching import make_batch
+from aspan.commands.studies.abc import add_arguments, paper_config_from_args
 from aspan.experiments.abc import NEG
 from aspan.experiments.calibration import calibrate, padded_blocks
 from aspan.findings import finding

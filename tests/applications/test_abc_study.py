@@ -83,7 +83,7 @@ def test_quick_study_writes_a_complete_table_and_resumes(tmp_path, capsys):
 @pytest.mark.parametrize("argv, msg", [
     (["--tasks", "reversal"], "tasks"),
     (["--conditions", "abc"], "rotary"),
-    (["--lrs", "x"], "float"),
+    (["--lrs", "x"], "--lrs: expected a comma-separated list of numbers, got 'x'"),
     (["--steps", "0"], "steps"),
 ])
 def test_bad_settings_fail_before_any_work(tmp_path, capsys, argv, msg):

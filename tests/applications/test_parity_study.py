@@ -8,6 +8,7 @@ import pytest
 
 from aspan.applications.studies import parity as study
 from aspan.cli import main
+from aspan.config import load_config
 from aspan.tasks.parity import FORMATS
 
 
@@ -123,17 +124,16 @@ def test_bad_settings_one_line_before_any_work(tmp_path, capsys, argv, words):
 def test_toml_config(tmp_path):
     good = tmp_path / "good.toml"
     good.write_text('[parity]\nformats = ["plain", "mnemonic"]\nsteps = 5\nlrs = [0.001]\n')
-    kw = study.config_from_toml(good)
-    assert kw == {"formats": ("plain", "mnemonic"), "steps": 5, "lrs": (0.001,)}
+    cfg = load_config(study.StudyConfig, toml_path=good)
+    assert (cfg.formats, cfg.steps, cfg.lrs, cfg.seeds) == (("plain", "mnemonic"), 5, (0.001,), 3)
     bad = tmp_path / "bad.toml"
     bad.write_text("[parity]\nstepz = 5\n")
-    with pytest.raises(ValueError, match="stepz"):
-        study.config_from_toml(bad)
+    with pytest.raises(ValueError, match=f"{bad}: unknown key 'stepz'"):
+        load_config(study.StudyConfig, toml_path=bad)
 
 
 def test_gpu_config_is_valid():
     from pathlib import Path
 
-    cfg = study.StudyConfig(**study.config_from_toml(Path(__file__).parents[2] / "configs" / "parity_study_gpu.toml"))
-    cfg.check()
+    cfg = load_config(study.StudyConfig, toml_path=Path(__file__).parents[2] / "configs" / "parity_study_gpu.toml")
     assert cfg.seeds >= 3 and cfg.steps >= 800

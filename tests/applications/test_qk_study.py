@@ -75,7 +75,7 @@ def test_bad_input_fails_before_work(tmp_path, capsys, extra, message):
 def test_gpu_config_parses_into_the_full_design():
     import argparse
 
-    from aspan.applications.studies.qk import add_arguments, config_from_args
+    from aspan.commands.studies.qk import add_arguments, config_from_args
 
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -22,21 +22,15 @@ Rows are keyed by their settings in `runs.jsonl`: a rerun into the same director
 """
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
 
-from ...commands.argtypes import output_dir
-from ...io import settings_from_toml
-from ...options import comma_list
 from ...tasks.base import Sample, Task
-
-HELP = "ABC/ABS study (Duan & Shi 2023): successor, addition, parity; vanilla (rotary/learned/alibi/none), ABS, ABC"
 
 Condition = Literal["rotary", "learned", "alibi", "none", "abs", "abc"]
 CONDITIONS: tuple[Condition, ...] = get_args(Condition)
@@ -410,62 +404,3 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         **run_environment(device=ctx.cfg.device),
     })
     return table
-
-
-# ----------------------------------------------------------------------------------------------- command line
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--protocol", choices=("aligned", "paper"), default="aligned",
-                   help="aligned (default): this study's variant, lines in sample coordinates, unpadded numbers of 1-6 "
-                        "digits; paper: Duan & Shi's protocol (numbers of [0, 2^20] split 7:1, the padded layout, a "
-                        "base trained until it interpolates, Algorithm 1 from its last layer into every layer)")
-    p.add_argument("--out", type=output_dir, default="runs/abc_study",
-                   help="run directory (resumable: rows are keyed by settings)")
-    p.add_argument("--quick", action="store_true", help="a tiny run for tests (well under a minute)")
-    p.add_argument("--config", metavar="TOML", help="settings from a TOML file (keys: AbcStudyConfig fields)")
-    p.add_argument("--tasks", help=f"comma-separated subset of {','.join(STUDY_TASKS)}")
-    p.add_argument("--conditions", help=f"comma-separated subset of {','.join(CONDITIONS)} (paper protocol: of "
-                                        "vanilla,abc,abs; both filter its plan)")
-    p.add_argument("--seeds", help="comma-separated seeds (the first one chooses the learning rate)")
-    p.add_argument("--lrs", help="comma-separated learning-rate grid (paper protocol: one learning rate)")
-    for name in ("steps", "retrain-steps", "batch-size", "n-layers", "n-heads", "d-model", "n-test"):
-        p.add_argument(f"--{name}", type=int)
-    p.add_argument("--device", help="cpu or cuda (default cpu)")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--no-progress", action="store_true")
-
-
-def config_from_args(args: argparse.Namespace) -> AbcStudyConfig:
-    """The study settings: --quick or defaults, then --config, then explicit flags; checked."""
-    cfg = AbcStudyConfig.quick() if args.quick else AbcStudyConfig()
-    if args.config:
-        cfg = settings_from_toml(cfg, args.config)
-    kw: dict[str, Any] = {}
-    for name, kind in (("tasks", str), ("conditions", str), ("seeds", int), ("lrs", float)):
-        if getattr(args, name):
-            kw[name] = comma_list(getattr(args, name), kind)
-    for name in ("steps", "retrain_steps", "batch_size", "n_layers", "n_heads", "d_model", "n_test", "device"):
-        if getattr(args, name) is not None:
-            kw[name] = getattr(args, name)
-    cfg = replace(cfg, **kw)
-    cfg.check()
-    return cfg
-
-
-def run(args: argparse.Namespace) -> int:
-    import torch
-
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    if args.protocol == "paper":
-        from .abc_paper import run_paper
-
-        return run_paper(args)
-    cfg = config_from_args(args)
-    torch.set_num_threads(args.threads)
-    table = run_study(cfg, args.out, progress=not args.no_progress)
-    top = table[table.digits == max(cfg.buckets)]
-    for r in top.itertuples():
-        print(f"{r.task:10s} {r.condition:8s} lr {r.lr:g}: exact at {r.digits} digits "
-              f"{r.exact_mean:.3f} ± {r.exact_sd:.3f}")
-    print(f"wrote {Path(args.out) / 'table.csv'} (aspan report {args.out})", file=sys.stderr)
-    return 0

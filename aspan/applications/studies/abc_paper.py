@@ -29,19 +29,16 @@ Point by point (the README of the committed run says which points are adapted an
 """
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...io import settings_from_toml
-from ...options import comma_list
 from ...tasks.base import SEPARATORS, Sample, Task
 
 PAPER_TASKS = ("successor", "addition", "parity")
@@ -734,51 +731,3 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         **run_environment(device=ctx.cfg.device),
     })
     return table
-
-
-# ----------------------------------------------------------------------------------------------- command line
-def paper_config_from_args(args: argparse.Namespace) -> PaperConfig:
-    """--quick or the defaults, then --config (PaperConfig keys), then flags: --tasks and --conditions filter the
-    plan, --lrs is the one learning rate, --steps the cap; --retrain-steps does not apply (ABC retrains for
-    retrain_fraction of its base's steps). Checked."""
-    cfg = PaperConfig.quick() if args.quick else PaperConfig()
-    if args.config:
-        cfg = settings_from_toml(cfg, args.config)
-    if args.retrain_steps is not None:
-        raise ValueError("--retrain-steps applies to the aligned protocol; the paper protocol retrains ABC for "
-                         "retrain_fraction of its base's steps (set it in --config)")
-    kw: dict[str, Any] = {}
-    if args.lrs:
-        lrs = comma_list(args.lrs, float)
-        if len(lrs) != 1:
-            raise ValueError(f"the paper protocol trains at one learning rate: --lrs takes one value, got {args.lrs!r}")
-        kw["lr"] = lrs[0]
-    if args.seeds:
-        kw["seeds"] = comma_list(args.seeds, int)
-    for flag, name in (("steps", "max_steps"), ("batch_size", "batch_size"), ("n_layers", "n_layers"),
-                       ("n_heads", "n_heads"), ("d_model", "d_model"), ("n_test", "n_test"), ("device", "device")):
-        if getattr(args, flag) is not None:
-            kw[name] = getattr(args, flag)
-    cfg = replace(cfg, **kw)
-    cfg.check()  # the plan's entries are checked before the filters below can hide a bad one
-    tasks = comma_list(args.tasks, str) if args.tasks else PAPER_TASKS
-    conditions = comma_list(args.conditions, str) if args.conditions else PAPER_CONDITIONS
-    for what, values, allowed in (("tasks", tasks, PAPER_TASKS), ("conditions", conditions, PAPER_CONDITIONS)):
-        if not values or any(v not in allowed for v in values):
-            raise ValueError(f"--{what} must be a subset of {', '.join(allowed)} here, got {list(values)}")
-    cfg = replace(cfg, plan=tuple(p for p, (t, c) in zip(cfg.plan, cfg.runs()) if t in tasks and c in conditions))
-    cfg.check()
-    return cfg
-
-
-def run_paper(args: argparse.Namespace) -> int:
-    import torch
-
-    cfg = paper_config_from_args(args)
-    torch.set_num_threads(args.threads)
-    table = run_paper_study(cfg, args.out, progress=not args.no_progress)
-    for r in table[table.digits == max(cfg.buckets)].itertuples():
-        print(f"{r.task:10s} {r.condition:8s}: exact at {r.digits} digits {r.exact_mean:.3f} "
-              f"[{r.wilson_low:.3f}, {r.wilson_high:.3f}] ({r.fitted}/{r.seeds} seeds fitted, n {r.n})")
-    print(f"wrote {Path(args.out) / 'table.csv'} (aspan report {args.out})", file=sys.stderr)
-    return 0

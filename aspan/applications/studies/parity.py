@@ -18,8 +18,6 @@ runs), selection.csv, summary.csv, summary.json, figures/*.json, views/*.html, m
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,11 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...commands.argtypes import output_dir
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
-
-HELP = "parity formats (Ebrahimi et al. 2024): train each from scratch, test at 1x/2x/5x/10x the training length"
 
 
 @dataclass
@@ -89,73 +84,15 @@ class StudyConfig:
         if "mnemonic" in self.formats:
             Parity(length=self.longest, format="mnemonic", anchors=self.anchors)  # enough anchors for 10x
 
+    @classmethod
+    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
+        """The settings of a parsed config file (`aspan.config.load_config`'s hook): its `[parity]` table, or the
+        whole file."""
+        return raw.get("parity", raw)
+
     @property
     def longest(self) -> int:
         return max(max(self.multiples), self.select_multiple) * self.train_length
-
-
-def config_from_toml(path: str | Path) -> dict[str, Any]:
-    """The `[parity]` table (or the whole file) of a TOML config as StudyConfig keyword arguments."""
-    from ...io import read_toml
-
-    data = read_toml(path, "parity study config")
-    data = data.get("parity", data)
-    names = {f.name for f in dataclasses.fields(StudyConfig)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"{path}: unknown parity study settings {', '.join(unknown)}")
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, type=output_dir, help="run directory (created; a rerun resumes it)")
-    parser.add_argument("--quick", action="store_true", help="tiny settings (< 1 min), for tests")
-    parser.add_argument("--config", help="TOML file with StudyConfig settings (a [parity] table), e.g. a GPU run")
-    parser.add_argument("--formats", help=f"comma-separated subset of {','.join(FORMATS)}")
-    parser.add_argument("--train-length", type=int, help="longest training input in bits (default 8)")
-    parser.add_argument("--steps", type=int, help="optimiser steps per run (default 800)")
-    parser.add_argument("--seeds", type=int, help="training seeds per format (default 3)")
-    parser.add_argument("--lrs", help="comma-separated learning-rate grid (default 1e-3,3e-3)")
-    parser.add_argument("--positional", help="positional encoding of the models (default rotary)")
-    parser.add_argument("--device", help="cpu (default), cuda or auto")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default 1)")
-    parser.add_argument("--no-report", action="store_true", help="skip report.html")
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"--lrs must be comma-separated numbers, got {text!r}") from None
-
-
-def config_from_args(args: argparse.Namespace) -> StudyConfig:
-    kw: dict[str, Any] = config_from_toml(args.config) if args.config else {}
-    flags = {"formats": args.formats and tuple(f.strip() for f in args.formats.split(",")),
-             "train_length": args.train_length, "steps": args.steps, "seeds": args.seeds,
-             "lrs": args.lrs and _floats(args.lrs), "device": args.device, "threads": args.threads,
-             "positional": args.positional}
-    kw.update({k: v for k, v in flags.items() if v is not None})
-    config = StudyConfig.quick_config(**kw) if args.quick else StudyConfig(**kw)
-    config.check()
-    return config
-
-
-def run(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    run_study(config, Path(args.out), command=_command(args), report=not args.no_report)
-    return 0
-
-
-def _command(args: argparse.Namespace) -> str:
-    parts = ["aspan study parity", f"--out {args.out}"]
-    if args.quick:
-        parts.append("--quick")
-    for name in ("config", "formats", "train_length", "steps", "seeds", "lrs", "positional", "device", "threads"):
-        value = getattr(args, name)
-        if value is not None:
-            parts.append(f"--{name.replace('_', '-')} {value}")
-    return " ".join(parts)
 
 
 def mean_sd(values: list[float]) -> tuple[float, float]:

@@ -17,16 +17,12 @@ exact and per-token accuracy per bucket, ID cost), `selection.csv`, `summary.jso
 """
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...buckets import Bucket, bucket_name, bucket_sets, parse_buckets
-from ...commands.argtypes import output_dir
-
-HELP = "fine-tune only some attention parameters (qk, RoPE pairs, single columns) on longer lengths; per-bucket table"
 
 
 @dataclass
@@ -402,83 +398,3 @@ def figures(cfg: QKStudyConfig, table) -> dict:
                 _long(pairs, names, "partial"), y="partial", error="sd", baselines=base,
                 title=f"Per-token accuracy after training one RoPE pair vs its rotation frequency (replay {replay:g})")
     return figs
-
-
-# ----------------------------------------------------------------------------------------------- command line
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, type=output_dir,
-                   help="run directory (resumable: rerun the same command to continue)")
-    p.add_argument("--config", metavar="TOML",
-                   help="study settings (fields of QKStudyConfig; see configs/qk_study_*.toml); flags below override")
-    p.add_argument("--quick", action="store_true", help="a complete but tiny study (seconds; for tests)")
-    p.add_argument("--init", help="checkpoint to fine-tune (default: the shipped reversal model)")
-    p.add_argument("--steps", type=int, help="optimiser steps per run (equal for every condition)")
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--seeds", help="comma-separated data-order seeds (the first runs the learning-rate grid)")
-    p.add_argument("--replays", help="comma-separated replay shares of the ID preset, e.g. 0,0.5")
-    p.add_argument("--columns", help="comma-separated single qk columns to try")
-    p.add_argument("--pairs", help="comma-separated RoPE pairs to try (default: every pair)")
-    p.add_argument("--n-select", type=int, help="selection samples (fine-tuned lengths)")
-    p.add_argument("--n-report", type=int, help="report samples per bucket")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
-    p.add_argument("--no-progress", action="store_true")
-
-
-def _ints(text: str, what: str) -> tuple:
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ValueError(f"--{what}: expected comma-separated integers, got {text!r}") from None
-
-
-def config_from_args(args: argparse.Namespace) -> QKStudyConfig:
-    """QKStudyConfig from --config (TOML), --quick and the flags; ValueError naming a bad field."""
-    from ...io import read_toml
-
-    kw: dict[str, Any] = read_toml(args.config, "study config") if args.config else {}
-    unknown = set(kw) - set(QKStudyConfig.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"{args.config}: unknown study settings {', '.join(sorted(unknown))}")
-    for name in ("init", "steps", "batch_size", "n_select", "n_report"):
-        if getattr(args, name) is not None:
-            kw[name] = getattr(args, name)
-    if args.seeds:
-        kw["seeds"] = _ints(args.seeds, "seeds")
-    if args.columns:
-        kw["columns"] = _ints(args.columns, "columns")
-    if args.pairs:
-        kw["pairs"] = _ints(args.pairs, "pairs")
-    if args.replays:
-        try:
-            kw["replays"] = tuple(float(x) for x in args.replays.split(","))
-        except ValueError:
-            raise ValueError(f"--replays: expected comma-separated shares, got {args.replays!r}") from None
-    for name, value in kw.items():  # TOML arrays -> the config's tuples
-        if isinstance(value, list):
-            kw[name] = tuple(tuple(x) if isinstance(x, list) else x for x in value)
-    cfg = QKStudyConfig.quick(**kw) if args.quick else QKStudyConfig(**kw)
-    cfg.check()
-    return cfg
-
-
-def run(args: argparse.Namespace) -> int:
-    import sys
-
-    import torch
-
-    cfg = config_from_args(args)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    res = run_study(cfg, args.out, progress=not args.no_progress, device=args.device)
-    summary = write_outputs(cfg, res, args.out, "aspan " + " ".join(sys.argv[1:]), args.device)
-    cols = ["condition", "replay", "trainable", "lr"] + [f"{m}_{bucket_name(b).removeprefix('length ')}"
-                                                          for b in cfg.buckets for m in ("exact", "partial")]
-    print(res.table[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    for replay, f in summary["findings"]["by_replay"].items():
-        print(f"replay {replay}: best single pair/column {f['best_single']['condition']} is "
-              f"{f['gap_exact_pp']:.1f} pp (exact) / {f['gap_partial_pp']:.1f} pp (per-token) below full fine-tuning; "
-              f"full fine-tuning gains {f['full_gain_exact_pp']:.1f} pp exact over no training; "
-              f"claim met: {f['claim_met']}")
-    print(f"{len(res.rows)} runs; this invocation {res.wall_s:.0f} s; report: {Path(args.out) / 'report.html'}")
-    return 0

@@ -1,0 +1,21 @@
+"""The command line of each study in `aspan.applications.studies` (`aspan study NAME`): one module per study, named
+as the study, defining `HELP` (one line), `add_arguments(parser)`, `config_from_args(args)` (the study's settings
+through `aspan.config.load_config`, checked before its run directory is claimed) and `run(args, config) -> int`."""
+from __future__ import annotations
+
+import argparse
+
+from ...errors import UsageError
+from ...options import comma_list
+
+
+def flag_list(args: argparse.Namespace, name: str, kind: type) -> tuple | None:
+    """The comma-separated value of the flag `--name` as a tuple of `kind`, or None when it was not given;
+    UsageError naming the flag."""
+    text = getattr(args, name)
+    if not text:
+        return None
+    try:
+        return comma_list(text, kind)
+    except ValueError as e:
+        raise UsageError(f"--{name.replace('_', '-')}: {e}") from None

@@ -1,0 +1,58 @@
+"""`aspan study parity`: the command line of `aspan.applications.studies.parity` (does the format decide length
+generalization?)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ...tasks.parity import FORMATS
+from ..argtypes import output_dir
+from . import flag_list
+
+HELP = "parity formats (Ebrahimi et al. 2024): train each from scratch, test at 1x/2x/5x/10x the training length"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, type=output_dir, help="run directory (created; a rerun resumes it)")
+    parser.add_argument("--quick", action="store_true", help="tiny settings (< 1 min), for tests")
+    parser.add_argument("--config", help="TOML file with StudyConfig settings (a [parity] table), e.g. a GPU run")
+    parser.add_argument("--formats", help=f"comma-separated subset of {','.join(FORMATS)}")
+    parser.add_argument("--train-length", type=int, help="longest training input in bits (default 8)")
+    parser.add_argument("--steps", type=int, help="optimiser steps per run (default 800)")
+    parser.add_argument("--seeds", type=int, help="training seeds per format (default 3)")
+    parser.add_argument("--lrs", help="comma-separated learning-rate grid (default 1e-3,3e-3)")
+    parser.add_argument("--positional", help="positional encoding of the models (default rotary)")
+    parser.add_argument("--device", help="cpu (default), cuda or auto")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default 1)")
+    parser.add_argument("--no-report", action="store_true", help="skip report.html")
+
+
+def config_from_args(args: argparse.Namespace):
+    """StudyConfig: the defaults (or --quick's), then --config (its [parity] table), then the flags given; checked."""
+    from ...applications.studies.parity import StudyConfig
+    from ...config import load_config
+
+    flags = {name: getattr(args, name) for name in ("train_length", "steps", "seeds", "device", "threads",
+                                                    "positional")}
+    flags.update(formats=flag_list(args, "formats", str), lrs=flag_list(args, "lrs", float))
+    return load_config(StudyConfig, toml_path=args.config, flags=flags,
+                       base=StudyConfig.quick_config() if args.quick else None, name="parity study")
+
+
+def run(args: argparse.Namespace, config) -> int:
+    from ...applications.studies.parity import run_study
+
+    run_study(config, Path(args.out), command=command(args), report=not args.no_report)
+    return 0
+
+
+def command(args: argparse.Namespace) -> str:
+    """The command line, as run.json records it."""
+    parts = ["aspan study parity", f"--out {args.out}"]
+    if args.quick:
+        parts.append("--quick")
+    for name in ("config", "formats", "train_length", "steps", "seeds", "lrs", "positional", "device", "threads"):
+        value = getattr(args, name)
+        if value is not None:
+            parts.append(f"--{name.replace('_', '-')} {value}")
+    return " ".join(parts)
