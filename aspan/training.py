@@ -759,8 +759,8 @@ def _loop(run: _Run) -> None:
     bar = tqdm(total=run.total, initial=run.start, desc="train", disable=not (run.main and run.opts.progress),
                dynamic_ncols=True)
     tokens_seen, busy = 0, 0.0  # tokens/s counts training time only (evaluation and checkpoints excluded)
-    if run.every and run.start == 0 and run.stopped_at is None and _curve(run, 0):
-        _checkpoint(run, 0)
+    if run.every and run.start == 0:
+        _curve(run, 0)  # where training starts from (a stop rule never fires here)
     for step in range(run.start, run.end):
         t0 = time.perf_counter()
         loss_value, n_tok, grad_norm = _train_step(run, step, amp)
@@ -875,7 +875,7 @@ def _finish(run: _Run) -> dict | None:
     final = run.stopped_at if run.stopped_at is not None else run.total if run.end == run.total else None
     stop = None
     if final is not None:
-        if run.start < final or not run.opts.resume:  # (a fresh run may stop at step 0)
+        if run.start < final:
             _evaluate(run, final)
             if run.opts.out_dir is not None and run.main:
                 from . import models

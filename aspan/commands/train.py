@@ -258,6 +258,11 @@ def _print_result(result, out: str, quiet: bool) -> None:
         print(f"step {last[0]['step']}: loss {last[0]['loss']:.4f}, {last[0]['tokens_per_s']:,.0f} tokens/s")
     for r in evals:
         print(f"  {r['split']}: exact {r['exact']:.3f}, partial {r['partial']:.3f} (n={r['n']})")
+    stop = result.stop or {}
+    if stop.get("curve_every"):
+        cost = "" if stop["curve_cost"] is None else f", {100 * stop['curve_cost']:.1f}% of the training time"
+        print(f"learning curves every {stop['curve_every']} steps in curves.jsonl{cost}; ended at step {stop['step']} "
+              f"({stop['reason']})")
     print(f"model written to {Path(out)} (load with aspan.models.load or `aspan eval {out}`)")
 
 

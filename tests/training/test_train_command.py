@@ -112,6 +112,8 @@ def test_curves_by_default_and_a_plateau_stop_recorded_in_run_json(tmp_path, cap
     argv = ["train", *SMALL, "--steps", "40", "--lr", "1e-7", "--curve-every", "2", "--curve-buckets", "1-1,2-3",
             "--stop", "plateau", "--stop-bucket", "2-3", "--target", "0.9", "--out", str(stopped)]
     assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "learning curves every 2 steps in curves.jsonl, " in printed and "ended at step 6 (plateau)" in printed
     stop = json.loads((stopped / "run.json").read_text())["stop"]
     assert {k: stop[k] for k in ("reason", "step", "bucket", "curve_every", "steps_to_target")} == {
         "reason": "plateau", "step": 6, "bucket": "length 2-3", "curve_every": 2, "steps_to_target": None}
