@@ -485,7 +485,7 @@ def target_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class RunOptions:
     """Everything about one call of `train` besides the model, the data and the optimiser settings."""
 
-    out_dir: Path | None = None  # run directory (log.jsonl, eval.jsonl, checkpoints/, final model); None: no files
+    out_dir: Path | None = None  # run directory (log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, model); None: none
     eval_data: dict[str, Sequence[Sample]] | None = None  # named evaluation sets (e.g. train, id, ood, length 11-20)
     resume: bool = False  # continue from the last checkpoint in out_dir
     fwd_hooks: Any = ()  # hook list or factory f(batch) -> list, active in every training and evaluation forward

@@ -376,7 +376,8 @@ def test_bad_curve_and_stop_flags_are_refused_in_one_line_before_training(tmp_pa
                          (["--stop", "plateau", "--curve-every", "0"], ["--stop plateau needs learning curves"]),
                          (["--curve-buckets", "1-10,5-12"], ["--curve-buckets", "overlaps"]),
                          (["--curve-buckets", "id,oops"], ["--curve-buckets", "'oops'"]),
-                         (["--curve-every", "-1"], ["--curve-every", ">= 0"])):
+                         (["--curve-every", "-1"], ["--curve-every", ">= 0"]),
+                         (["--eval-samples", "0", "--curve-every", "5"], ["--curve-every", "--eval-samples above 0"])):
         out = tmp_path / "run"
         r = aspan(*train, *flags, "--out", str(out), cwd=tmp_path)
         assert r.returncode == 2 and not out.exists(), (flags, r.stderr)

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--param", action="append", default=[], metavar="K=V", help="task parameter override (repeatable)")
     p.add_argument("--data", help="train on this `aspan data` JSONL file instead of generating samples")
     p.add_argument("--out", required=True, type=output_dir,
-                   help="run directory: log.jsonl, eval.jsonl, checkpoints/, final model")
+                   help="run directory: log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, final model")
     p.add_argument("--init", metavar="CKPT", help="start from this checkpoint (fine-tuning) instead of a fresh model")
     p.add_argument("--finetune", action="store_true",
                    help="the paper's fine-tuning defaults: lr 5e-6, betas (0.95, 0.999), wd 0.2, batch 4, 1 epoch")
@@ -212,6 +212,8 @@ def curve_items(args: argparse.Namespace, config, tasks3, buckets) -> list:
     UsageError for a stop rule without curves or watching a set they lack."""
     from aspan.curves import parse_curve_sets, set_name
 
+    if not config.eval_samples and (args.curve_every or args.curve_buckets):
+        raise UsageError("--curve-every and --curve-buckets need --eval-samples above 0 (the samples per curve set)")
     if not config.eval_samples or config.curve_every == 0:
         if config.stop != "none":
             raise UsageError(f"--stop {config.stop} needs learning curves: --eval-samples and --curve-every above 0")
