@@ -194,3 +194,15 @@ def test_key_figures_export_as_static_images(report):
     proc = _aspan("report", str(run), "--images", "png", "-o", str(run / "x.html"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--images" in proc.stderr
     assert not (run / "x.html").exists()
+
+
+@needs_kaleido
+def test_learning_curves_export_as_a_static_image(tmp_path):
+    """A run directory whose only figure is its learning curves (curves.jsonl) exports them as an image."""
+    rows = [{"step": step, "bucket": bucket, "exact": exact} for step, exact in ((0, 0.0), (10, 0.5))
+            for bucket in ("id", "ood")]
+    (tmp_path / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = _aspan("report", str(tmp_path), "--images", "png")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(tmp_path / "images" / "learning_curves.png")]
+    assert _png_size(tmp_path / "images" / "learning_curves.png") == (900, 500)
