@@ -3,6 +3,7 @@ that writes its curves at the right steps, stops where its rule fires, and resum
 import json
 import math
 import warnings
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -200,3 +201,27 @@ def test_a_stop_rule_needs_curves_on_a_set_they_have(tmp_path):
         train(tiny(), TOK, TASK, cfg(stop="plateau"), progress=False)
     with pytest.raises(ValueError, match="stop bucket 'id' is not a curve set"):
         train(tiny(), TOK, TASK, cfg(stop="target", target=0.9), progress=False, curve_data=SETS)
+
+
+def _ddp_worker(rank: int, world: int, init: str, out: str) -> None:
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    model = tiny(seed=rank)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        config = cfg(steps=100, lr=1e-7, stop="plateau", stop_bucket="length 2-3")
+        res = train(model, TOK, TASK, config, progress=False, curve_data=SETS)  # rank 0 scores, both stop
+        steps = [r["step"] for r in res.history if r.get("kind") == "train"]
+        (Path(out) / f"rank{rank}.json").write_text(json.dumps({"stop": res.stop, "last": steps[-1]}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_ddp_process_stops_where_the_rule_fires_on_rank_0(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_ddp_worker, args=(2, f"file://{tmp_path}/init", str(tmp_path)), nprocs=2, join=True,
+                       start_method="fork")
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [(r["stop"]["reason"], r["stop"]["step"], r["last"]) for r in ranks] == [("plateau", 15, 15)] * 2
