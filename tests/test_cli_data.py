@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from aspan import tasks
 from aspan.cli import main
-from aspan.commands.data import parse_bool, parse_params, parse_range, parse_value
 from aspan.io import write_lines
 from aspan.tasks import Sample
+from aspan.tasks.params import parse_bool, parse_params, parse_range, parse_value
 
 
 def test_data_to_file_matches_generate(tmp_path, capsys):

@@ -86,8 +86,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
     """Validate every option (one-line ValueError) before the model loads."""
     from aspan import tasks
     from aspan.checks import check_offsets
-    from aspan.commands.data import parse_params
     from aspan.experiments.abc import DIRECTIONS
+    from aspan.tasks.params import parse_params
 
     id_task = tasks.preset(args.task, "id", **parse_params(args.task, args.id_param))
     ood_task = tasks.preset(args.task, "ood", **parse_params(args.task, args.ood_param))

@@ -170,8 +170,8 @@ def _model_and_task(args: argparse.Namespace):
     """(model, tokenizer, task name, task): the model loaded, the task its preset with --param; refused (before any
     sample is drawn) when the model was trained on another task, unless --any-task."""
     from aspan import models, tasks
-    from aspan.commands.data import parse_params
     from aspan.models.trained import check_task, trained_task
+    from aspan.tasks.params import parse_params
     from aspan.tokenization import check_tokenizer
     from aspan.training import resolve_device
 

@@ -69,7 +69,7 @@ def parse_deltas(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from aspan.applications.rank import CAUSAL, RankConfig, rank_heads
-    from aspan.commands.data import parse_params
+    from aspan.tasks.params import parse_params
 
     flags = {k: getattr(args, k) for k in ("model", "task", "split", "samples", "seed", "top", "fraction", "by",
                                            "convention", "batch_size", "device", "out", "any_task", "metric",
