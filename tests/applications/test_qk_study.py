@@ -65,7 +65,8 @@ def test_killed_study_resumes_to_the_same_rows(study, tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [(["--replays", "1.5"], "replay"), (["--columns", "99"], "out of range"),
-                                            (["--seeds", "a"], "integers"), (["--steps", "0"], "steps")])
+                                            (["--seeds", "a"], "integers"), (["--steps", "0"], "steps"),
+                                            (["--protocol", "curves", "--cap", "0"], "cap")])
 def test_bad_input_fails_before_work(tmp_path, capsys, extra, message):
     out = tmp_path / "bad"
     assert cli.main(["study", "qk", "--quick", "--out", str(out), *extra]) == 2
@@ -84,3 +85,122 @@ def test_gpu_config_parses_into_the_full_design():
     names = [c.name for c in conditions(cfg, model)]
     assert names[:4] == ["none", "all", "attn", "qk"] and len(names) == 4 + 8 + 16  # every pair and every column
     assert cfg.buckets[-1] == (31, 50) and cfg.replay_conditions == ("*",) and len(cfg.seeds) == 5
+
+
+# ----------------------------------------------------------------------------------------------- curves protocol
+CURVES = ["study", "qk", "--quick", "--protocol", "curves", "--no-progress", "--out"]
+
+
+@pytest.fixture(scope="module")
+def curves_study(tmp_path_factory):
+    out = tmp_path_factory.mktemp("qk_curves") / "run"
+    assert cli.main([*CURVES, str(out)]) == 0
+    return out
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_curves_protocol_trains_to_a_stop_and_tables_it(curves_study):
+    cfg = QKStudyConfig.quick(protocol="curves")
+    runs = [r for r in _jsonl(curves_study / "runs.jsonl") if r["condition"] != "none"]
+    curves = _jsonl(curves_study / "learning_curves.jsonl")
+    assert len({c["key"] for c in curves}) == len(curves)
+    buckets = {"length 1-10", "length 11-20", "length 21-30"}
+    for r in runs:
+        assert r["protocol"] == "curves" and r["stop_reason"] in ("plateau", "cap") and 0 < r["stop_step"] <= cfg.cap
+        assert (r["stop_reason"] == "cap") == (r["stop_step"] == cfg.cap)
+        mine = [c for c in curves if c["run"] == r["key"]]
+        steps = sorted({c["step"] for c in mine})
+        assert steps == sorted({*range(0, r["stop_step"], cfg.curve_every), r["stop_step"]})  # 0, every 2, the stop
+        assert {c["bucket"] for c in mine} == buckets and len(mine) == len(steps) * len(buckets)
+    table = pd.read_csv(curves_study / "table.csv")
+    trained = table[table.condition != "none"]
+    assert trained.stop_reason.str.fullmatch(r"(cap \d|plateau \d)(, plateau \d)?").all()
+    assert trained.fit.isin(["fit", "did not fit"]).all() and trained.stop_step.between(1, cfg.cap).all()
+    for _, t in trained.iterrows():  # the plateau value is the fine-tuned bucket's exact where the runs stopped
+        finals = [c["exact"] for r in runs if (r["condition"], r["replay"], r["lr"]) == (t.condition, t.replay, t.lr)
+                  for c in curves if c["run"] == r["key"] and c["bucket"] == "length 11-20"
+                  and c["step"] == r["stop_step"]]
+        assert len(finals) == len(cfg.seeds) and t.plateau_exact == pytest.approx(sum(finals) / len(finals))
+    figs = {p.name for p in (curves_study / "figures").iterdir()}
+    assert {"curves_all_replay0.json", "curves_qk-pair0_replay0.5.json", "curves_qk-column0_replay0.json"} <= figs
+    assert "curves_all_replay0" in (curves_study / "report.html").read_text()
+
+
+def test_curves_study_resumed_retrains_nothing(curves_study, tmp_path, monkeypatch):
+    from aspan import training
+    from aspan.applications.studies.qk import run_study
+
+    out = tmp_path / "done"
+    shutil.copytree(curves_study, out)
+    before = (out / "runs.jsonl").read_text(), (out / "learning_curves.jsonl").read_text()
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(training, "train", no_training)
+    res = run_study(QKStudyConfig.quick(protocol="curves"), out, progress=False)
+    assert ((out / "runs.jsonl").read_text(), (out / "learning_curves.jsonl").read_text()) == before
+    assert len(res.rows) == len(before[0].splitlines())
+
+
+def test_killed_curves_study_resumes_without_repeated_rows(curves_study, tmp_path):
+    out = tmp_path / "killed"
+    shutil.copytree(curves_study, out)
+    runs = (out / "runs.jsonl").read_text().splitlines(keepends=True)
+    (out / "runs.jsonl").write_text("".join(runs[:4]))  # killed after the 4th run (its later curves were written)
+    assert cli.main([*CURVES, str(out)]) == 0
+    first, again = _jsonl(curves_study / "runs.jsonl"), _jsonl(out / "runs.jsonl")
+    assert [r["key"] for r in again[:4]] == [r["key"] for r in first[:4]]
+    assert {r["key"] for r in again} == {r["key"] for r in first}
+    curves = _jsonl(out / "learning_curves.jsonl")
+    assert len({c["key"] for c in curves}) == len(curves) == len(_jsonl(curves_study / "learning_curves.jsonl"))
+
+
+def _synthetic(lr_exact: dict, fit_lr: float | None = None):
+    """A curves-protocol setup with one trained condition on two rates: per rate (selection per-token accuracy,
+    report and curve exact); rows for seeds 0 and 1 at every rate."""
+    from types import SimpleNamespace
+
+    from aspan.applications.studies.qk import Condition
+
+    cfg = QKStudyConfig.quick(protocol="curves", seeds=(0, 1), lr_small=tuple(lr_exact), fit_exact=0.9)
+    conds = [Condition("none", None, ()), Condition("qk-column:0", "qk-column:0", tuple(lr_exact))]
+    rows = [{"key": "none", "condition": "none", "replay": 0.0, "lr": None, "seed": None, "trainable": 0,
+             "fraction": 0.0, **{f"{m}_{b}": 0.5 for m in ("exact", "partial") for b in ("1-10", "11-20", "21-30")}}]
+    curves = []
+    for lr, (select, test) in lr_exact.items():
+        for seed in (0, 1):
+            key = f"{lr}-{seed}"
+            rows.append({"key": key, "condition": "qk-column:0", "replay": 0.0, "lr": lr, "seed": seed,
+                         "trainable": 10, "fraction": 0.01, "partial_select": select, "exact_select": select,
+                         "stop_reason": "plateau", "stop_step": 4,
+                         **{f"{m}_{b}": test for m in ("exact", "partial") for b in ("1-10", "11-20", "21-30")}})
+            curves += [{"key": f"{key}/{st}/{b}", "run": key, "condition": "qk-column:0", "replay": 0.0, "lr": lr,
+                        "seed": seed, "step": st, "bucket": b, "exact": test * st / 4}
+                       for st in (0, 2, 4) for b in ("length 11-20", "length 21-30")]
+    return SimpleNamespace(cfg=cfg, conds=conds), rows, curves
+
+
+def test_curves_lr_is_chosen_on_the_selection_set_only():
+    from aspan.applications.studies.qk import aggregate
+
+    # the selection set favours 0.001; the report buckets and the learning curves favour 0.01
+    s, rows, curves = _synthetic({0.001: (0.8, 0.2), 0.01: (0.3, 1.0)})
+    table = aggregate(s, rows, curves)
+    row = table[table.condition == "qk-column:0"].iloc[0]
+    assert row.lr == 0.001 and row.plateau_exact == pytest.approx(0.2)
+
+
+def test_did_not_fit_claims_nothing_beyond_the_finetuned_lengths():
+    from aspan.applications.studies.qk import aggregate
+
+    s, rows, curves = _synthetic({0.001: (0.8, 0.5), 0.01: (0.3, 1.0)})  # chosen rate plateaus at 0.5 < 0.9
+    row = aggregate(s, rows, curves).set_index("condition").loc["qk-column:0"]
+    assert row.fit == "did not fit" and row.n_fit == 0 and pd.isna(row.steps_to_target)
+    assert pd.isna(row["exact_21-30"]) and pd.isna(row["partial_21-30"]) and row["exact_11-20"] == 0.5
+    s, rows, curves = _synthetic({0.001: (0.8, 1.0), 0.01: (0.3, 0.5)})  # chosen rate fits: its numbers stand
+    row = aggregate(s, rows, curves).set_index("condition").loc["qk-column:0"]
+    assert row.fit == "fit" and row["exact_21-30"] == 1.0 and row.steps_to_target == 4  # 0.9 first reached at 4

@@ -50,20 +50,32 @@ class QKStudyConfig:
     select_seed: int = 1_000_003  # seeds of the held-out sets (training batches use seeds with bit 62 set)
     report_seed: int = 2_000_003
     eval_batch_size: int = 100
+    # protocol "budget": every run trains `steps` steps; "curves": every run trains until the plateau rule fires on
+    # the learning curve of the fine-tuned lengths, or `cap` steps (one schedule over `cap`), scored every
+    # `curve_every` steps on `n_curve` held-out samples per bucket (seed `curve_seed`, apart from the selection and
+    # report sets); a run whose fine-tuned exact at its stop is below `fit_exact` did not fit
+    protocol: str = "budget"
+    cap: int = 3000
+    curve_every: int = 100
+    n_curve: int = 100
+    curve_seed: int = 3_000_003
+    fit_exact: float = 0.9
 
     @classmethod
     def quick(cls, **kw: Any) -> "QKStudyConfig":
         """A complete study in well under a minute (for tests): few conditions, steps and samples."""
         base = dict(steps=3, batch_size=4, warmup=0, seeds=(0, 1), columns=(0,), pairs=(0,), lr_large=(1e-3,),
                     lr_qk=(1e-3,), lr_small=(1e-3, 1e-2), n_select=6, n_report=6,
-                    replay_conditions=("all", "qk-pair:0"))
+                    replay_conditions=("all", "qk-pair:0"), cap=8, curve_every=2, n_curve=6)
         return cls(**{**base, **kw})
 
     def check(self) -> None:
         """ValueError on impossible settings, before the model is loaded."""
         parse_buckets([self.finetune])
         parse_buckets(list(self.buckets))
-        for name in ("steps", "batch_size", "n_select", "n_report"):
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        for name in ("steps", "batch_size", "n_select", "n_report", "cap", "curve_every", "n_curve"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
@@ -71,9 +83,15 @@ class QKStudyConfig:
         for r in self.replays:
             if not 0 <= r < 1:
                 raise ValueError(f"replay shares must be in [0, 1), got {r}")
+        if not 0 < self.fit_exact <= 1:
+            raise ValueError(f"fit_exact must be in (0, 1], got {self.fit_exact}")
         for grid in (self.lr_large, self.lr_qk, self.lr_small):
             if not grid or any(not lr > 0 for lr in grid):
                 raise ValueError(f"learning-rate grids must be non-empty and positive, got {grid}")
+
+
+PROTOCOLS = ("budget", "curves")
+CURVES_ROWS = "learning_curves.jsonl"  # the curves protocol's learning curves: one row per (run, step, bucket)
 
 
 @dataclass(frozen=True)
@@ -122,6 +140,7 @@ class Setup:
     select: list  # selection samples (lengths cfg.finetune)
     report: dict[str, list]  # report samples per bucket name
     conds: list[Condition] = field(default_factory=list)
+    curves: dict[str, list] = field(default_factory=dict)  # curve sets per bucket name (curves protocol)
 
 
 def setup(cfg: QKStudyConfig, device: str = "cpu") -> Setup:
@@ -139,7 +158,13 @@ def setup(cfg: QKStudyConfig, device: str = "cpu") -> Setup:
         models.check_context(model, t, tokenizer.offset)
     select = ft_task.generate(cfg.n_select, seed=cfg.select_seed)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return Setup(cfg, model, tokenizer, base, ft_task, id_task, select, report, conditions(cfg, model))
+    curves = bucket_sets(id_task, curve_buckets(cfg), cfg.n_curve, cfg.curve_seed) if cfg.protocol == "curves" else {}
+    return Setup(cfg, model, tokenizer, base, ft_task, id_task, select, report, conditions(cfg, model), curves)
+
+
+def curve_buckets(cfg: QKStudyConfig) -> list[Bucket]:
+    """The buckets the curves protocol scores as it trains: the report buckets, with the fine-tuned one added."""
+    return list(cfg.buckets) + ([] if tuple(cfg.finetune) in map(tuple, cfg.buckets) else [cfg.finetune])
 
 
 # ----------------------------------------------------------------------------------------------- one run
@@ -149,7 +174,14 @@ def run_settings(s: Setup, cond: Condition, replay: float, lr: float | None, see
     return {"study": "qk", "init": c.init, "task": c.task, "finetune": list(c.finetune), "condition": cond.name,
             "train_only": cond.train_only, "replay": replay, "lr": lr, "seed": seed, "steps": c.steps,
             "batch_size": c.batch_size, "warmup": c.warmup, "weight_decay": c.weight_decay,
-            "select": [c.n_select, c.select_seed], "report": [[list(b) for b in c.buckets], c.n_report, c.report_seed]}
+            "select": [c.n_select, c.select_seed], "report": [[list(b) for b in c.buckets], c.n_report, c.report_seed],
+            **(_curve_settings(c) if c.protocol == "curves" else {})}
+
+
+def _curve_settings(c: QKStudyConfig) -> dict:
+    """The curves protocol's part of a row's key (the budget protocol's keys stay those of before it existed)."""
+    return {"protocol": "curves", "steps": c.cap, "curve_every": c.curve_every,
+            "curve": [[list(b) for b in curve_buckets(c)], c.n_curve, c.curve_seed]}
 
 
 def _scores(s: Setup) -> dict[str, float]:
@@ -164,8 +196,10 @@ def _scores(s: Setup) -> dict[str, float]:
     return out
 
 
-def train_one(s: Setup, settings: dict) -> dict:
-    """Reset the model to its initial weights, fine-tune under `settings` (unless the condition is none), score it."""
+def train_one(s: Setup, settings: dict) -> tuple[dict, list[dict]]:
+    """Reset the model to its initial weights, fine-tune under `settings` (unless the condition is none), score it.
+    Returns the run's row and (curves protocol) its learning-curve rows, each keyed by the run, step and bucket;
+    the row records where and why the run stopped (cap or plateau)."""
     import torch
 
     from ...param_groups import trainable_count
@@ -175,19 +209,30 @@ def train_one(s: Setup, settings: dict) -> dict:
         s.model.load_state_dict(s.base)
     t0 = time.perf_counter()
     n_train, n_all = trainable_count(s.model, settings["train_only"])
+    curves, stop = [], {}
     if settings["condition"] == "none":
         n_train = 0
     else:
         data = Replay(s.finetune_task, s.id_task, settings["replay"]) if settings["replay"] else s.finetune_task
+        by_curves = settings.get("protocol") == "curves"
         config = TrainConfig.scratch(steps=settings["steps"], batch_size=settings["batch_size"], lr=settings["lr"],
                                      warmup=settings["warmup"], weight_decay=settings["weight_decay"],
                                      seed=settings["seed"], train_only=settings["train_only"],
-                                     device=str(s.model.cfg.device),
-                                     log_every=max(1, settings["steps"]))
-        train(s.model, s.tokenizer, data, config, progress=False)
+                                     device=str(s.model.cfg.device), log_every=max(1, settings["steps"]),
+                                     curve_every=settings["curve_every"] if by_curves else 0,
+                                     stop="plateau" if by_curves else "none",
+                                     stop_bucket=bucket_name(s.cfg.finetune))
+        result = train(s.model, s.tokenizer, data, config, progress=False, curve_data=s.curves if by_curves else None,
+                       on_curve=curves.extend)
+        if by_curves:
+            stop = {"stop_reason": result.stop["reason"], "stop_step": result.stop["step"]}
     train_s = time.perf_counter() - t0
-    return {**settings, "trainable": n_train, "total": n_all, "fraction": n_train / n_all, **_scores(s),
-            "train_s": train_s, "wall_s": time.perf_counter() - t0}
+    row = {**settings, "trainable": n_train, "total": n_all, "fraction": n_train / n_all, **stop, **_scores(s),
+           "train_s": train_s, "wall_s": time.perf_counter() - t0}
+    keyed = [{"key": f"{settings['key']}/{r['step']}/{r['bucket']}", "run": settings["key"],
+              **{k: settings[k] for k in ("condition", "replay", "lr", "seed")},
+              **{k: r[k] for k in ("step", "bucket", "n", "exact", "partial", "loss")}} for r in curves]
+    return row, keyed
 
 
 # ----------------------------------------------------------------------------------------------- the study
@@ -225,6 +270,7 @@ def plan(s: Setup, rows: list[dict]) -> list[dict]:
 
 # What every row of runs.jsonl holds for planning and selection (a row lacking one is refused, naming its line).
 RUN_FIELDS = ("key", "condition", "replay", "seed", "lr")
+CURVE_FIELDS = ("key", "run", "step", "bucket", "exact")
 
 
 def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, device: str = "cpu") -> "StudyResult":
@@ -235,17 +281,22 @@ def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, de
 
     out = Path(out_dir)
     writer = RowWriter(out / "runs.jsonl", RUN_FIELDS, "qk study")  # a corrupt file is refused before any work
+    curve_writer = RowWriter(out / CURVES_ROWS, CURVE_FIELDS, "qk study learning-curve")
     s = setup(cfg, device)
     t0 = time.perf_counter()
     bar = tqdm(desc="qk study", unit="run", disable=not progress, dynamic_ncols=True)
     while todo := plan(s, read_rows(out / "runs.jsonl", RUN_FIELDS, "qk study")):
         bar.total = bar.n + len(todo)
         for settings in todo:  # the grid runs first; the seeds at the chosen rate are planned once it is complete
-            writer.write(train_one(s, settings))
+            row, curve_rows = train_one(s, settings)
+            for r in curve_rows:  # before the run's row: a run is done (never retrained) once its row is written
+                curve_writer.write(r)
+            writer.write(row)
             bar.update(1)
     bar.close()
     rows = read_rows(out / "runs.jsonl", RUN_FIELDS, "qk study")
-    return StudyResult(rows, aggregate(s, rows), selection_table(s, rows), time.perf_counter() - t0)
+    curves = read_rows(out / CURVES_ROWS, CURVE_FIELDS, "qk study learning-curve")
+    return StudyResult(rows, aggregate(s, rows, curves), selection_table(s, rows), time.perf_counter() - t0, curves)
 
 
 @dataclass
@@ -254,6 +305,7 @@ class StudyResult:
     table: Any  # pandas DataFrame: one row per (condition, replay)
     selection: Any  # pandas DataFrame: the learning-rate grid on the selection set
     wall_s: float  # wall time of this invocation
+    curves: list[dict] = field(default_factory=list)  # learning-curve rows (curves protocol)
 
 
 def selection_table(s: Setup, rows: list[dict]):
@@ -271,8 +323,9 @@ def selection_table(s: Setup, rows: list[dict]):
     return pd.DataFrame(out)
 
 
-def aggregate(s: Setup, rows: list[dict]):
-    """One row per (condition, replay): chosen rate, trainable parameters, mean and sd over seeds per bucket."""
+def aggregate(s: Setup, rows: list[dict], curves: list[dict] = ()):
+    """One row per (condition, replay): chosen rate, trainable parameters, mean and sd over seeds per bucket; under
+    the curves protocol also where and why the runs stopped, their fit and steps to targets (`curve_columns`)."""
     import pandas as pd
 
     names = [bucket_name(b).removeprefix("length ") for b in s.cfg.buckets]
@@ -295,8 +348,62 @@ def aggregate(s: Setup, rows: list[dict]):
                     row[f"{metric}_{name}"] = vals.mean()
                     row[f"{metric}_{name}_sd"] = vals.std(ddof=1) if len(vals) > 1 else 0.0
             row["id_cost"] = base_id - row[f"exact_{names[0]}"]
+            if s.cfg.protocol == "curves" and cond.lrs:
+                row.update(curve_columns(s.cfg, runs, curves))
             out.append(row)
-    return pd.DataFrame(out).drop_duplicates(subset=["condition", "replay"])
+    table = pd.DataFrame(out).drop_duplicates(subset=["condition", "replay"])
+    return within_full(s.cfg, table, curves) if s.cfg.protocol == "curves" and len(table) else table
+
+
+def _run_curves(curves: list[dict], key: str, bucket: str) -> list[dict]:
+    return [r for r in curves if r["run"] == key and r["bucket"] == bucket]
+
+
+def curve_columns(cfg: QKStudyConfig, runs: list[dict], curves: list[dict]) -> dict:
+    """The curves protocol's columns of one (condition, replay): stop reasons (e.g. "plateau 2, cap 1") and mean stop
+    step, the plateau (mean fine-tuned exact on the curve set where the runs stopped), how many seeds fit (reached
+    `fit_exact` there) and "fit" only when all did, the mean steps to `fit_exact` (None unless every seed reached
+    it). A condition that did not fit claims nothing beyond its fine-tuned lengths: those columns are emptied."""
+    from collections import Counter
+
+    from ...curves import steps_to_target
+
+    ft = bucket_name(cfg.finetune)
+    finals = [max(_run_curves(curves, r["key"], ft), key=lambda c: c["step"])["exact"] for r in runs]
+    reached = [steps_to_target(_run_curves(curves, r["key"], ft), ft, cfg.fit_exact) for r in runs]
+    reasons = Counter(r["stop_reason"] for r in runs)
+    n_fit = sum(v >= cfg.fit_exact for v in finals)
+    out = {"stop_reason": ", ".join(f"{k} {n}" for k, n in sorted(reasons.items())),
+           "stop_step": sum(r["stop_step"] for r in runs) / len(runs), "plateau_exact": sum(finals) / len(finals),
+           "n_fit": n_fit, "fit": "fit" if n_fit == len(runs) else "did not fit",
+           "steps_to_target": None if None in reached else sum(reached) / len(reached)}
+    if out["fit"] != "fit":
+        for b in cfg.buckets:
+            if b[0] > cfg.finetune[1]:
+                tag = bucket_name(b).removeprefix("length ")
+                out |= {f"{m}_{tag}{sd}": float("nan") for m in ("exact", "partial") for sd in ("", "_sd")}
+    return out
+
+
+def within_full(cfg: QKStudyConfig, table, curves: list[dict]):
+    """`steps_to_full`: per (condition, replay), the mean steps to come within 5 pp of full fine-tuning's plateau at
+    the same replay (fine-tuned exact on the curve set; None unless every seed got there)."""
+    from ...curves import steps_to_target
+
+    ft = bucket_name(cfg.finetune)
+    table = table.copy()
+    table["steps_to_full"] = None
+    for i, row in table.iterrows():
+        full = table[(table.condition == "all") & (table.replay == row.replay)]
+        if row.condition == "none" or full.empty:
+            continue
+        target = float(full.iloc[0].plateau_exact) - 0.05
+        keys = {c["run"] for c in curves if c["condition"] == row.condition and c["replay"] == row.replay
+                and c["lr"] == row.lr}
+        reached = [steps_to_target(_run_curves(curves, k, ft), ft, target) for k in sorted(keys)]
+        if keys and None not in reached:
+            table.at[i, "steps_to_full"] = sum(reached) / len(reached)
+    return table
 
 
 # ----------------------------------------------------------------------------------------------- findings
@@ -337,7 +444,8 @@ def findings(cfg: QKStudyConfig, table) -> dict:
 
 def _brief(row, ft: str, beyond: str) -> dict:
     keys = ("condition", "trainable", "fraction", "lr", f"exact_{ft}", f"partial_{ft}", f"exact_{beyond}",
-            f"partial_{beyond}", "id_cost")
+            f"partial_{beyond}", "id_cost", "fit", "stop_reason", "stop_step", "plateau_exact", "steps_to_target",
+            "steps_to_full")
     return {k: row[k] for k in keys if k in row}
 
 
@@ -356,7 +464,7 @@ def write_outputs(cfg: QKStudyConfig, res: StudyResult, out_dir: str | Path, com
     out.write_json("summary.json", summary)
     out.write_json("run.json", {"command": command, "config": asdict(cfg), "selection_rule": SELECTION_RULE,
                                 **run_environment(device=device)})
-    for name, fig in figures(cfg, res.table).items():
+    for name, fig in {**figures(cfg, res.table), **curve_figures(cfg, res.table, res.curves)}.items():
         out.figure(fig, name)
     write_report(out.path, title="aspan study qk: which attention parameters must change for longer lengths")
     return summary
@@ -397,4 +505,25 @@ def figures(cfg: QKStudyConfig, table) -> dict:
             figs[f"pair_frequency_replay{replay:g}"] = viz.accuracy_vs_frequency(
                 _long(pairs, names, "partial"), y="partial", error="sd", baselines=base,
                 title=f"Per-token accuracy after training one RoPE pair vs its rotation frequency (replay {replay:g})")
+    return figs
+
+
+def curve_figures(cfg: QKStudyConfig, table, curves: list[dict]) -> dict:
+    """Curves protocol: per (condition, replay), the learning curves (exact per bucket) of every seed at the chosen
+    rate, one figure each (`viz.learning_curves`)."""
+    import pandas as pd
+
+    from ...viz.curves import learning_curves
+
+    figs = {}
+    rows = pd.DataFrame(curves)
+    if rows.empty:
+        return figs
+    for _, t in table[table.condition != "none"].iterrows():
+        mine = rows[(rows.condition == t.condition) & (rows.replay == t.replay) & (rows.lr == t.lr)]
+        runs = {f"seed {seed}": d for seed, d in mine.groupby("seed")}
+        if runs:
+            figs[f"curves_{t.condition.replace(':', '')}_replay{t.replay:g}"] = learning_curves(
+                runs, title=f"{t.condition}, replay {t.replay:g}, lr {t.lr:g}: exact accuracy on held-out buckets "
+                            f"({t.get('fit', '')}; stopped: {t.get('stop_reason', '')})")
     return figs

@@ -27,6 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairs", help="comma-separated RoPE pairs to try (default: every pair)")
     p.add_argument("--n-select", type=int, help="selection samples (fine-tuned lengths)")
     p.add_argument("--n-report", type=int, help="report samples per bucket")
+    p.add_argument("--protocol", choices=("budget", "curves"),
+                   help="budget (default): every run trains --steps steps; curves: until the plateau rule fires on "
+                        "the fine-tuned lengths' learning curve, or --cap steps")
+    p.add_argument("--cap", type=int, help="curves protocol: the most steps a run trains (default 3000)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
     p.add_argument("--no-progress", action="store_true")
@@ -37,7 +41,8 @@ def config_from_args(args: argparse.Namespace):
     from ...applications.studies.qk import QKStudyConfig
     from ...config import load_config
 
-    flags = {name: getattr(args, name) for name in ("init", "steps", "batch_size", "n_select", "n_report")}
+    flags = {name: getattr(args, name) for name in ("init", "steps", "batch_size", "n_select", "n_report",
+                                                       "protocol", "cap")}
     flags.update(seeds=flag_list(args, "seeds", int), columns=flag_list(args, "columns", int),
                  pairs=flag_list(args, "pairs", int), replays=flag_list(args, "replays", float))
     return load_config(QKStudyConfig, toml_path=args.config, flags=flags,
@@ -56,6 +61,8 @@ def run(args: argparse.Namespace, cfg) -> int:
     summary = write_outputs(cfg, res, args.out, "aspan " + " ".join(sys.argv[1:]), args.device)
     cols = ["condition", "replay", "trainable", "lr"] + [f"{m}_{bucket_name(b).removeprefix('length ')}"
                                                           for b in cfg.buckets for m in ("exact", "partial")]
+    if cfg.protocol == "curves":
+        cols += ["fit", "stop_reason", "stop_step", "plateau_exact", "steps_to_target", "steps_to_full"]
     print(res.table[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
     for replay, f in summary["findings"]["by_replay"].items():
         print(f"replay {replay}: best single pair/column {f['best_single']['condition']} is "
