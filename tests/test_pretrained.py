@@ -263,7 +263,8 @@ def test_smollm2_one_finetuning_step_with_the_paper_defaults_changes_the_weights
     before = {n: params[n].detach().clone() for n in watched}
     samples = tasks.preset("reversal", "id", length=(1, 4)).generate(2, seed=3)
     result = train(model, tok, samples, TrainConfig.finetune(batch_size=2, device="cpu"), progress=False)
-    assert result.history[-1]["step"] == 1 and result.history[-1]["loss"] > 0
+    steps = [row for row in result.history if row.get("kind") == "train"]
+    assert [row["step"] for row in steps] == [1] and steps[0]["loss"] > 0 and result.stop["step"] == 1
     for n in watched:
         assert not torch.equal(params[n].detach(), before[n]), n
 
