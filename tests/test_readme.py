@@ -110,7 +110,7 @@ def test_parity_format_examples_match_the_solver():
     from aspan.tasks.parity import FORMATS, Parity
 
     text = README.read_text(encoding="utf-8")
-    rows = re.findall(r"^`(\w+)`[^`\n]*`([^`]+)` → `([^`]+)`", text, re.M)
+    rows = re.findall(r"^`([\w-]+)`[^`\n]*`([^`]+)` → `([^`]+)`", text, re.M)
     rows = [r for r in rows if r[0] in FORMATS]
     assert sorted(name for name, _, _ in rows) == sorted(FORMATS)
     for fmt, prompt, target in rows:

@@ -223,7 +223,7 @@ def parity(summary: dict, settings: dict) -> Finding:
                                  if (fmt, m) in cell}} for fmt in formats])
     target = 5 if 5 in multiples else multiples[-1]
     at = {fmt: cell[fmt, target]["exact_mean"] for fmt in formats if (fmt, target) in cell}
-    fixed = [f for f in ("interleaved", "mnemonic") if f in at]
+    fixed = [f for f in ("interleaved", "interleaved-ab", "mnemonic") if f in at]
     goal = bool(fixed) and all(at[f] >= 0.9 for f in fixed) and at.get("scratchpad", 0) < 0.1
     second = multiples[1] if len(multiples) > 1 else multiples[0]
     answer = (f"{'Yes' if goal else 'No'}. Exact accuracy at {target}x the training length: "

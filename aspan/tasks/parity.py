@@ -3,16 +3,20 @@
     plain        `10110=` -> `1`                     the parity alone; it references every input bit
     scratchpad   `10110=` -> `11011`                 running parity; output `i` reads bit `i` and output `i-1`
     interleaved  `10110=` -> `1101101101`            each input bit is replayed (given) before its running parity
+    interleaved-ab `10110=` -> `b1a1b0b1a1`          the same, the replayed bits on tokens of their own (a: 0, b: 1)
     mnemonic     `a1b0c1=` -> `a1b1c0`               a random anchor before every bit, repeated in the scratchpad
 
 The scratchpad needs an index-based lookup (output `i` must find bit `i`, `n + 1` positions back), which is what
 fails beyond the training length (the paper's §3). The interleaved scratchpad (§3.2) places every step next to
 what it needs: the input bit is supplied into the target stream (a `given` character: not predicted, not scored)
 and the running parity is produced right after it, so output `i` reads fixed relative offsets 0 and 1 before its
-query row. Mnemonics (§4) attach distinct random anchor symbols to the input bits; the model writes the anchor
-of step `i` and then the running parity, so bit `i` is found by content (the bit after the matching anchor), not
-by index. Anchors are drawn without replacement from `ANCHOR_POOL` (ASCII, Greek and Cyrillic letters: one
-character, one token each); `anchors` sets how many of them a task uses, at least the longest input.
+query row. In `interleaved` the replayed bit is the same `0`/`1` token as a parity output, so a model cannot tell
+from the token alone whether the previous character was a given bit or its own output; `interleaved-ab` spells
+the replayed bits `a` (0) and `b` (1) instead (`REPLAYED`), everything else unchanged. Mnemonics (§4) attach
+distinct random anchor symbols to the input bits; the model writes the anchor of step `i` and then the running
+parity, so bit `i` is found by content (the bit after the matching anchor), not by index. Anchors are drawn
+without replacement from `ANCHOR_POOL` (ASCII, Greek and Cyrillic letters: one character, one token each);
+`anchors` sets how many of them a task uses, at least the longest input.
 Duan & Shi 2023 (arXiv 2310.11984, Section 4 and Table 3) use the running parity, on binary numbers zero-padded to a
 fixed width: `layout="padded", width=W` (scratchpad format only) writes an n-bit number (n from `length`, its
 leading bit 1 when n > 1) zero-padded on the left to W bits, and its running parity over all W bits.
@@ -27,7 +31,7 @@ from .base import Sample, Task, check_range
 from .numbers import Layout, check_layout
 
 BITS = "01"
-ParityFormat = Literal["plain", "scratchpad", "interleaved", "mnemonic"]
+ParityFormat = Literal["plain", "scratchpad", "interleaved", "interleaved-ab", "mnemonic"]
 FORMATS: tuple[str, ...] = get_args(ParityFormat)
 # Distinct one-character anchor symbols, in a fixed order: ASCII letters, Greek lower/upper, Cyrillic lower.
 ANCHOR_POOL = (
@@ -38,6 +42,8 @@ ANCHOR_POOL = (
     + "".join(chr(c) for c in range(0x430, 0x450))
 )
 DEFAULT_ANCHORS = 100
+REPLAYED = {"0": "a", "1": "b"}  # how `interleaved-ab` spells a replayed input bit
+INTERLEAVED = ("interleaved", "interleaved-ab")
 
 
 def running(bits: str) -> str:
@@ -99,11 +105,13 @@ class Parity(Task):
 
     @property
     def alphabet(self) -> str:
-        return "".join(sorted(set("01=" + self.anchor_symbols)))
+        replayed = "".join(REPLAYED.values()) if self.format == "interleaved-ab" else ""
+        return "".join(sorted(set("01=" + self.anchor_symbols + replayed)))
 
     def max_text_len(self) -> int:
         n = self.length[1] if self.width is None else self.width
-        return {"plain": n + 2, "scratchpad": 2 * n + 1, "interleaved": 3 * n + 1, "mnemonic": 4 * n + 1}[self.format]
+        return {"plain": n + 2, "scratchpad": 2 * n + 1, "interleaved": 3 * n + 1, "interleaved-ab": 3 * n + 1,
+                "mnemonic": 4 * n + 1}[self.format]
 
     def _sample(self, rng: random.Random) -> Sample:
         n = rng.randint(*self.length)
@@ -131,6 +139,8 @@ class Parity(Task):
             return self._build(bits + "=", par)
         if self.format == "interleaved":
             return self._build(bits + "=", "".join(b + p for b, p in zip(bits, par)))
+        if self.format == "interleaved-ab":
+            return self._build(bits + "=", "".join(REPLAYED[b] + p for b, p in zip(bits, par)))
         marks = rng.sample(self.anchor_symbols, n)
         prompt = "".join(m + b for m, b in zip(marks, bits)) + "="
         return self._build(prompt, "".join(m + p for m, p in zip(marks, par)))
@@ -142,7 +152,7 @@ class Parity(Task):
             refs = [tuple(range(n))]
         elif self.format == "scratchpad":
             refs = [(0,) if i == 0 else (i, n + i) for i in range(n)]  # output i-1 sits at n + 1 + i - 1
-        elif self.format == "interleaved":
+        elif self.format in INTERLEAVED:
             t = n + 1  # target index k sits at text position t + k; bit i at 2i (given), parity i at 2i + 1
             refs = []
             for i in range(n):
@@ -178,7 +188,8 @@ class Parity(Task):
         acc, steps = 0, []
         for k, c in enumerate(bits):  # independent of the generator: a loop, not `running`
             acc = 1 - acc if c == "1" else acc
-            steps.append((marks[k] if marks else c if self.format == "interleaved" else "") + str(acc))
+            replayed = {"interleaved": c, "interleaved-ab": "b" if c == "1" else "a"}.get(self.format, "")
+            steps.append((marks[k] if marks else replayed) + str(acc))
         return str(acc) if self.format == "plain" else "".join(steps)
 
     def legal_swaps(self, prompt: str, pos: int) -> str:

@@ -137,3 +137,99 @@ def test_gpu_config_is_valid():
 
     cfg = load_config(study.StudyConfig, toml_path=Path(__file__).parents[2] / "configs" / "parity_study_gpu.toml")
     assert cfg.seeds >= 3 and cfg.steps >= 800
+
+
+# ----------------------------------------------------------------------------------------------- curves protocol
+@pytest.fixture(scope="module")
+def curves_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("parity_curves") / "run"
+    assert main(["study", "parity", "--quick", "--protocol", "curves", "--out", str(out)]) == 0
+    return out
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_curves_protocol_writes_curves_stops_and_fits(curves_run):
+    cfg = study.StudyConfig.curves_config(quick=True)
+    rows = _jsonl(curves_run / "rows.jsonl")
+    curves = _jsonl(curves_run / "learning_curves.jsonl")
+    assert len({c["key"] for c in curves}) == len(curves)
+    runs = {r["run"]: r for r in rows}
+    assert len(runs) == len(FORMATS) * len(cfg.lrs) + len(FORMATS) * (cfg.seeds - 1)
+    for key, r in runs.items():
+        assert r["protocol"] == "curves" and r["stop_reason"] in ("target", "cap") and 0 < r["stop_step"] <= cfg.cap
+        mine = [c for c in curves if c["run"] == key]
+        assert {c["bucket"] for c in mine} == {"train", "2x"}
+        assert sorted({c["step"] for c in mine}) == sorted({*range(0, r["stop_step"], cfg.curve_every),
+                                                            r["stop_step"]})
+        at_stop = [c["exact"] for c in mine if c["bucket"] == "train" and c["step"] == r["stop_step"]]
+        assert at_stop == [r["fit_curve_exact"]] and r["fitted"] == (r["fit_curve_exact"] >= cfg.fit_exact)
+        assert (r["stop_reason"] == "target") == r["fitted"]
+    conv = pd.read_csv(curves_run / "convergence.csv")
+    assert set(conv.format) == set(FORMATS) and conv.stop_reason.str.fullmatch(r"(cap|target) \d").all()
+    summary = pd.read_csv(curves_run / "summary.csv")
+    for fmt, fit in zip(conv.format, conv.fit):  # this tiny budget fits nothing: no claim past 1x
+        beyond = summary[(summary.format == fmt) & (summary.multiple > 1)]
+        assert fit == "did not fit" and (beyond.fit == "did not fit").all()
+        assert beyond.exact_mean.isna().all() and (beyond.exact == "did not fit").all()
+    assert summary[summary.multiple == 1].exact_mean.notna().all()
+    assert {f"curves_{f}.json" for f in FORMATS} <= {p.name for p in (curves_run / "figures").iterdir()}
+
+
+def test_curves_rerun_retrains_nothing(curves_run, monkeypatch):
+    from aspan import training
+
+    before = (curves_run / "rows.jsonl").read_text(), (curves_run / "learning_curves.jsonl").read_text()
+
+    def boom(*a, **k):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(training, "train", boom)
+    assert main(["study", "parity", "--quick", "--protocol", "curves", "--out", str(curves_run), "--no-report"]) == 0
+    assert ((curves_run / "rows.jsonl").read_text(), (curves_run / "learning_curves.jsonl").read_text()) == before
+
+
+def test_curves_lr_prefers_a_rate_that_fit_and_never_reads_test_rows():
+    rows = pd.DataFrame([
+        dict(lr=1e-3, split="select", which="id", exact=1.0, partial=1.0, fitted=True),
+        dict(lr=1e-3, split="select", which="ood", exact=0.2, partial=0.5, fitted=True),
+        dict(lr=3e-3, split="select", which="id", exact=0.9, partial=0.9, fitted=False),
+        dict(lr=3e-3, split="select", which="ood", exact=0.6, partial=0.6, fitted=False),
+        dict(lr=1e-3, split="test", which="5", exact=0.0, partial=0.0, fitted=True),
+        dict(lr=3e-3, split="test", which="5", exact=1.0, partial=1.0, fitted=False),
+    ])
+    assert study.choose_lr(rows) == 1e-3  # 3e-3 selects better but did not fit its training lengths
+    both = rows.assign(fitted=True)
+    assert study.choose_lr(both) == 3e-3
+    # the test rows favour 1e-3 here; the selection set still decides
+    assert study.choose_lr(both.assign(exact=lambda d: d.exact.where(d.split == "select", 1 - d.exact))) == 3e-3
+
+
+def test_a_format_that_fit_keeps_its_extrapolation_numbers(tmp_path):
+    cfg = study.StudyConfig.curves_config(quick=True, formats=("scratchpad", "mnemonic"), seeds=2)
+    rows = []
+    for fmt, fitted in (("scratchpad", True), ("mnemonic", False)):
+        for seed in (0, 1):
+            for m in cfg.multiples:
+                rows.append(dict(format=fmt, lr=1e-3, seed=seed, split="test", which=str(m), multiple=m,
+                                 bits=m * cfg.train_length, exact=0.5, partial=0.75, n=8, train_seconds=1.0,
+                                 final_loss=0.1, stop_reason="target" if fitted else "cap",
+                                 stop_step=8 if fitted else 12, fit_curve_exact=1.0 if fitted else 0.5, fitted=fitted))
+            rows += [dict(format=fmt, lr=1e-3, seed=seed, split="select", which=w, multiple=1, bits=3, exact=0.5,
+                          partial=0.5, n=8) for w in ("id", "ood")]
+    tables = study.write_tables(pd.DataFrame(rows), {"scratchpad": 1e-3, "mnemonic": 1e-3}, cfg, tmp_path)
+    s = tables["summary"].set_index(["format", "multiple"])
+    assert (s.loc["scratchpad"].exact_mean == 0.5).all() and (s.loc["scratchpad"].fit == "fit").all()
+    assert s.loc[("mnemonic", 1)].exact_mean == 0.5 and s.loc["mnemonic"].loc[2:].exact_mean.isna().all()
+    conv = tables["convergence"].set_index("format")
+    assert conv.loc["scratchpad", "steps_to_target"] == 8 and conv.loc["scratchpad", "n_fit"] == 2
+    assert pd.isna(conv.loc["mnemonic", "steps_to_target"]) and conv.loc["mnemonic", "fit"] == "did not fit"
+
+
+def test_bad_curves_settings_one_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["study", "parity", "--quick", "--protocol", "curves", "--cap", "0", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cap" in err and len(err.splitlines()) == 1 and not out.exists()

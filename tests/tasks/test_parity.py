@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from aspan import tasks
 from aspan.batching import IGNORE, make_batch
-from aspan.tasks.parity import ANCHOR_POOL, FORMATS, Parity
+from aspan.tasks.parity import ANCHOR_POOL, FORMATS, INTERLEAVED, Parity
 from aspan.tokenization import CharTokenizer
 from tests.tasks.sufficiency import check_sufficiency
 from tests.tasks.task_checks import check_determinism, check_samples
@@ -69,6 +69,23 @@ def test_interleaved_layout_and_fixed_offsets():
             else:
                 assert s.references[j] == ((q,) if j == 1 else (q - 1, q))
                 assert s.text[q] == bits[j // 2]  # the bit sits at the query row itself: no lookup by index
+
+
+def test_interleaved_ab_replays_bits_on_tokens_of_their_own():
+    """interleaved-ab is interleaved with the replayed bits spelt a (0) / b (1): never the parity outputs' tokens;
+    the old spelling stays under `interleaved` (committed results read as before)."""
+    assert Parity(format="interleaved-ab").solve("10110=") == "b1a1b0b1a1"
+    assert Parity(format="interleaved").solve("10110=") == "1101101101"
+    old, new = Parity(length=(1, 30), format="interleaved"), Parity(length=(1, 30), format="interleaved-ab")
+    assert set(new.alphabet) == set(old.alphabet) | {"a", "b"} and new.max_text_len() == old.max_text_len()
+    for a, b in zip(old.generate(100, seed=2), new.generate(100, seed=2)):
+        bits, n = b.prompt[:-1], b.prompt_len - 1
+        assert a.prompt == b.prompt and a.references == b.references and a.given == b.given
+        assert b.target[0::2] == bits.replace("0", "a").replace("1", "b") and b.target[1::2] == a.target[1::2]
+        assert set(b.target[0::2]) <= {"a", "b"} and set(b.target[1::2]) <= {"0", "1"}
+        for j in range(1, 2 * n, 2):  # parity j reads its replayed bit at the query row and the parity before it
+            q = b.prompt_len + j - 1
+            assert b.text[q] == "ab"[int(bits[j // 2])] and b.references[j] == ((q,) if j == 1 else (q - 1, q))
 
 
 def test_mnemonic_layout_and_content_lookup():
@@ -154,9 +171,10 @@ def test_tokenizer_covers_anchors():
         assert len(tok.encode(s.text)) == len(s.text) and tok.decode(tok.encode(s.text)) == s.text
 
 
-def test_given_characters_are_not_targets():
+@pytest.mark.parametrize("fmt", INTERLEAVED)
+def test_given_characters_are_not_targets(fmt):
     """Batching: the rows that would predict a replayed input bit carry no label and no target index."""
-    task = Parity(length=(2, 6), format="interleaved")
+    task = Parity(length=(2, 6), format=fmt)
     samples = task.generate(8, seed=1)
     tok = CharTokenizer()
     b = make_batch(samples, tok)
@@ -170,12 +188,13 @@ def test_given_characters_are_not_targets():
         assert int(b.target_rows[i].sum()) == len(s.target) - len(s.given) + 1  # + EOS
 
 
-def test_generation_forces_given_characters():
+@pytest.mark.parametrize("fmt", INTERLEAVED)
+def test_generation_forces_given_characters(fmt):
     """Greedy generation supplies the given bits; exact accuracy then equals the teacher-forced one."""
     from aspan import models
     from aspan.evaluation import evaluate, greedy
 
-    task = Parity(length=(2, 6), format="interleaved")
+    task = Parity(length=(2, 6), format=fmt)
     tok = CharTokenizer()
     model = models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=32, seed=0)
     samples = task.generate(12, seed=2)
@@ -191,7 +210,7 @@ def test_generation_forces_given_characters():
         ids = torch.tensor([tok.prefix_ids() + tok.encode(s.prompt)])
         forced = torch.full((1, len(s.target)), -1)
         forced[0, list(s.given)] = torch.tensor(tok.encode(s.target[0::2]))
-        bits = tok.encode(s.prompt[:-1])
+        bits = tok.encode(s.target[0::2])  # the replayed bits as this format spells them
         out = greedy(model, ids, len(s.target), None, forced=forced)[0].tolist()
         free = greedy(model, ids, len(s.target), None)[0].tolist()
         assert out[0::2] == bits
@@ -202,7 +221,7 @@ def test_generation_forces_given_characters():
 _SCRIPT = """
 import sys
 from aspan.tasks.parity import Parity
-for fmt in ("plain", "scratchpad", "interleaved", "mnemonic"):
+for fmt in ("plain", "scratchpad", "interleaved", "interleaved-ab", "mnemonic"):
     for s in Parity(length=(1, 30), format=fmt).generate(30, seed=9):
         print(s.to_json())
 """
@@ -215,7 +234,7 @@ def test_same_seed_same_samples_across_hash_seeds():
         r = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, timeout=300)
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout)
-    assert outs[0] == outs[1] and len(outs[0].splitlines()) == 120
+    assert outs[0] == outs[1] and len(outs[0].splitlines()) == 150
 
 
 @settings(max_examples=30, deadline=None)

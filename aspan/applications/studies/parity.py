@@ -12,9 +12,14 @@ with the highest AttnScore on the references in distribution) is drawn on an ID 
     aspan study parity --out runs/parity            # ~25 min on one CPU thread
     aspan study parity --quick --out /tmp/pq        # < 1 min, for tests
     aspan study parity --config configs/parity_study_gpu.toml --out runs/parity_gpu
+    aspan study parity --protocol curves --out runs/parity_curves   # every run until it fits (or a cap)
+
+With `protocol = "curves"` every run trains until its learning curve on held-out training-length inputs reaches
+`fit_exact` (or `cap` steps); a format that did not fit claims no accuracy beyond its training length.
 
 Outputs (RUN_DIR): rows.jsonl (one row per run x evaluation set, keyed by its settings; a rerun skips finished
-runs), selection.csv, summary.csv, summary.json, figures/*.json, views/*.html, models/*, run.json, report.html.
+runs), selection.csv, summary.csv, summary.json, figures/*.json, views/*.html, models/*, run.json, report.html;
+with the curves protocol also learning_curves.jsonl (one row per run, step and curve set) and convergence.csv.
 """
 from __future__ import annotations
 
@@ -29,6 +34,10 @@ import pandas as pd
 
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
+
+PROTOCOLS = ("budget", "curves")
+CURVES_ROWS = "learning_curves.jsonl"  # the curves protocol's learning curves: one row per (run, step, set)
+FIT_SET = "train"  # the curve set of the training lengths, whose exact accuracy decides the fit
 
 
 @dataclass
@@ -54,6 +63,15 @@ class StudyConfig:
     eval_batch_size: int = 50  # samples per evaluation forward
     device: str = "cpu"  # "cpu", "cuda" or "auto"
     threads: int = 1  # torch CPU threads
+    # protocol "budget": every run trains `steps` steps; "curves": every run trains until its learning curve on
+    # held-out training-length inputs (1..train_length bits, `n_curve` samples) reaches `fit_exact` exact (the target
+    # stop rule), scored every `curve_every` steps, or `cap` steps; a format whose runs do not all get there "did
+    # not fit" and claims no accuracy beyond its training length
+    protocol: str = "budget"
+    cap: int = 10_000
+    curve_every: int = 200
+    n_curve: int = 200
+    fit_exact: float = 0.99
     quick: bool = field(default=False, compare=False)  # tiny settings for tests
 
     @classmethod
@@ -63,8 +81,25 @@ class StudyConfig:
                     anchors=30, n_select=8, n_test=8, eval_batch_size=16, quick=True)
         return cls(**{**base, **kw})
 
+    @classmethod
+    def curves_config(cls, quick: bool = False, **kw: Any) -> "StudyConfig":
+        """The curves protocol's defaults (`--protocol curves`): inputs of up to 20 bits, tested at 1x, 2x and 5x
+        (100 bits: within the mnemonic anchors), a 3-point grid; with `quick`, the tiny settings of the tests."""
+        if quick:
+            return cls.quick_config(**{"protocol": "curves", "cap": 12, "curve_every": 4, "n_curve": 8,
+                                       "fit_exact": 0.99, **kw})
+        base = dict(protocol="curves", train_length=20, multiples=(1, 2, 5), lrs=(3e-4, 1e-3, 3e-3))
+        return cls(**{**base, **kw})
+
     def check(self) -> None:
         """ValueError on impossible settings, before any work."""
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
+        for name in ("cap", "curve_every", "n_curve"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.fit_exact <= 1:
+            raise ValueError(f"fit_exact must be in (0, 1], got {self.fit_exact}")
         if not self.formats or any(f not in FORMATS for f in self.formats):
             raise ValueError(f"formats must be a non-empty subset of {', '.join(FORMATS)}, got {self.formats}")
         if len(set(self.formats)) != len(self.formats):
@@ -106,6 +141,9 @@ def choose_lr(rows: pd.DataFrame) -> float:
     selection length."""
     sel = rows[rows.split == "select"].pivot_table(index="lr", columns="which", values=["exact", "partial"])
     order = sel.sort_values([("exact", "ood"), ("exact", "id"), ("partial", "ood")], ascending=False)
+    if "fitted" in rows:  # curves protocol: a rate whose run fit its training lengths comes first
+        fitted = rows.groupby("lr").fitted.all()
+        return float(next((lr for lr in order.index if fitted[lr]), order.index[0]))
     return float(order.index[0])
 
 
@@ -131,7 +169,18 @@ def run_settings(config: StudyConfig, fmt: str, lr: float, seed: int) -> dict[st
     """What a run's rows depend on (their key): changing any of it reruns, changing nothing resumes."""
     keep = ("train_length", "multiples", "select_multiple", "steps", "batch_size", "warmup", "n_layers", "n_heads",
             "d_model", "positional", "anchors", "n_select", "n_test")
-    return {"format": fmt, "lr": lr, "seed": seed, **{k: getattr(config, k) for k in keep}}
+    curves = {"protocol": "curves", "steps": config.cap, "curve_every": config.curve_every, "n_curve": config.n_curve,
+              "fit_exact": config.fit_exact} if config.protocol == "curves" else {}
+    return {"format": fmt, "lr": lr, "seed": seed, **{k: getattr(config, k) for k in keep}, **curves}
+
+
+def curve_sets(config: StudyConfig, fmt: str) -> dict[str, list]:
+    """The curves protocol's held-out sets: the training lengths (`FIT_SET`, which decides the fit) and the
+    selection length, from seeds apart from the selection and test sets."""
+    L = config.train_length
+    return {FIT_SET: make_task(config, fmt, (1, L)).generate(config.n_curve, seed=30_001),
+            f"{config.select_multiple}x": make_task(config, fmt, config.select_multiple * L).generate(
+                config.n_curve, seed=30_000 + config.select_multiple)}
 
 
 def run_id(fmt: str, lr: float, seed: int) -> str:
@@ -162,22 +211,46 @@ def train_and_evaluate(config: StudyConfig, tok, n_ctx: int, spec: Run, out: Pat
     settings = run_settings(config, fmt, lr, seed)
     model = models.tiny(tok, n_layers=config.n_layers, n_heads=config.n_heads, d_model=config.d_model, n_ctx=n_ctx,
                         seed=seed, device=_device(config), positional=config.positional)
-    cfg = TrainConfig.scratch(steps=config.steps, batch_size=config.batch_size, lr=lr, warmup=config.warmup,
-                              seed=seed, device=_device(config), log_every=max(1, config.steps // 10))
+    by_curves = config.protocol == "curves"
+    steps = config.cap if by_curves else config.steps
+    cfg = TrainConfig.scratch(steps=steps, batch_size=config.batch_size, lr=lr, warmup=config.warmup, seed=seed,
+                              device=_device(config), log_every=max(1, steps // 10),
+                              curve_every=config.curve_every if by_curves else 0,
+                              stop="target" if by_curves else "none", stop_bucket=FIT_SET,
+                              target=config.fit_exact if by_curves else None)
+    curves: list[dict] = []
     t0 = time.perf_counter()
-    result = train(model, tok, make_task(config, fmt, (1, config.train_length)), cfg, progress=False)
+    result = train(model, tok, make_task(config, fmt, (1, config.train_length)), cfg, progress=False,
+                   curve_data=curve_sets(config, fmt) if by_curves else None, on_curve=curves.extend)
     seconds = time.perf_counter() - t0
     loss = [r["loss"] for r in result.history if r.get("kind") == "train"][-1]
     models.save(model, out / "models" / spec.id, tok, task="parity", study="parity", **settings)
+    run_key = settings_key(settings)
+    outcome = write_curves(config, spec, run_key, curves, result.stop, out) if by_curves else {}
     rows = []
     for (split, which), samples in eval_sets(config, fmt).items():
         res = evaluate(model, tok, samples, attn=False, batch_size=config.eval_batch_size).summary()
         bits = sum(c in "01" for c in samples[0].prompt)
-        row = {**settings, "run": settings_key(settings), "split": split, "which": which, "bits": bits,
+        row = {**settings, **outcome, "run": run_key, "split": split, "which": which, "bits": bits,
                "multiple": bits // config.train_length, "exact": res["exact"], "partial": res["partial"],
                "n": res["n"], "train_seconds": seconds, "final_loss": loss}
         rows.append({"key": settings_key({**settings, "split": split, "which": which}), **row})
     return rows
+
+
+def write_curves(config: StudyConfig, spec: Run, run_key: str, curves: list[dict], stop: dict, out: Path) -> dict:
+    """Append a run's learning-curve rows (keyed by run, step and set) to `CURVES_ROWS`, before the run's own rows
+    (a run is done, never retrained, once those are written); returns where and why it stopped and its fit."""
+    from ...io import RowWriter
+
+    writer = RowWriter(out / CURVES_ROWS)
+    for r in curves:
+        writer.write({"key": f"{run_key}/{r['step']}/{r['bucket']}", "run": run_key, "format": spec.format,
+                      "lr": spec.lr, "seed": spec.seed,
+                      **{k: r[k] for k in ("step", "bucket", "n", "exact", "partial", "loss")}})
+    fit = [r["exact"] for r in curves if r["bucket"] == FIT_SET and r["step"] == stop["step"]][-1]
+    return {"stop_reason": stop["reason"], "stop_step": stop["step"], "fit_curve_exact": fit,
+            "fitted": fit >= config.fit_exact}
 
 
 def _device(config: StudyConfig) -> str:
@@ -236,6 +309,8 @@ def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = 
                          for r in _done(read_rows(writer.path), config, f, lr, s)])
     tables = write_tables(rows, chosen, config, out)
     write_figures(tables["summary"], config, out)
+    if config.protocol == "curves":
+        write_curve_figures(config, chosen, out)
     write_views(config, chosen, tok, out, n_ctx)
     wall = time.time() - start
     write_json(out / "run.json", {"command": command, "config": asdict(config), "chosen_lr": chosen,
@@ -262,21 +337,48 @@ def write_tables(
     selection.columns = ["format", "lr", "exact_1x", "exact_select", "partial_1x", "partial_select"]
     selection["chosen"] = [chosen[f] == lr for f, lr in zip(selection.format, selection.lr)]
     test = rows[(rows.split == "test") & (rows.lr == rows.format.map(chosen))]
-    results = test[["format", "lr", "seed", "multiple", "bits", "exact", "partial", "n", "train_seconds", "final_loss"]]
+    by_curves = config.protocol == "curves"
+    stops = ["stop_reason", "stop_step", "fit_curve_exact", "fitted"] if by_curves else []
+    results = test[["format", "lr", "seed", "multiple", "bits", "exact", "partial", "n", "train_seconds", "final_loss",
+                    *stops]]
     results = results.sort_values(["format", "multiple", "seed"]).reset_index(drop=True)
     summary = []
     for (fmt, m), g in results.groupby(["format", "multiple"], sort=False):
         (em, es), (pm, ps) = mean_sd(g.exact.tolist()), mean_sd(g.partial.tolist())
-        summary.append({"format": fmt, "multiple": int(m), "bits": int(g.bits.iloc[0]), "lr": chosen[fmt],
-                        "seeds": len(g), "exact_mean": em, "exact_sd": es, "partial_mean": pm, "partial_sd": ps,
-                        "exact": f"{100 * em:.1f} ± {100 * es:.1f}", "per_token": f"{100 * pm:.1f} ± {100 * ps:.1f}"})
+        row = {"format": fmt, "multiple": int(m), "bits": int(g.bits.iloc[0]), "lr": chosen[fmt], "seeds": len(g),
+               "exact_mean": em, "exact_sd": es, "partial_mean": pm, "partial_sd": ps,
+               "exact": f"{100 * em:.1f} ± {100 * es:.1f}", "per_token": f"{100 * pm:.1f} ± {100 * ps:.1f}"}
+        if by_curves:
+            row["fit"] = "fit" if g.fitted.all() else "did not fit"
+            if row["fit"] != "fit" and m > 1:  # no extrapolation claimed for a format that did not fit
+                row |= {k: math.nan for k in ("exact_mean", "exact_sd", "partial_mean", "partial_sd")}
+                row |= {"exact": "did not fit", "per_token": "did not fit"}
+        summary.append(row)
     order = {f: i for i, f in enumerate(config.formats)}
     summary = pd.DataFrame(summary).sort_values(["format", "multiple"], key=lambda c: c.map(order) if c.name == "format"
                                                 else c).reset_index(drop=True)
     tables = {"summary": summary, "selection": selection, "results": results}
+    if by_curves:
+        tables["convergence"] = convergence(results[results.multiple == 1], config)
     for name, df in tables.items():
         write_csv(out / f"{name}.csv", df)
     return tables
+
+
+def convergence(runs: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
+    """Curves protocol, per format at its chosen rate: the stop reasons (e.g. "target 2, cap 1"), the mean stop step,
+    the mean training-length exact on the curve set where the runs stopped, how many seeds fit, "fit" only when all
+    did, and the mean steps to `fit_exact` (None unless every seed reached it)."""
+    out = []
+    for fmt, g in runs.groupby("format", sort=False):
+        reasons = g.stop_reason.value_counts().sort_index()
+        out.append({"format": fmt, "lr": g.lr.iloc[0], "seeds": len(g),
+                    "stop_reason": ", ".join(f"{k} {n}" for k, n in reasons.items()),
+                    "stop_step": g.stop_step.mean(), "fit_curve_exact": g.fit_curve_exact.mean(),
+                    "n_fit": int(g.fitted.sum()), "fit": "fit" if g.fitted.all() else "did not fit",
+                    "steps_to_target": g.stop_step.mean() if g.fitted.all() else None,
+                    "target": config.fit_exact})
+    return pd.DataFrame(out)
 
 
 def write_figures(summary: pd.DataFrame, config: StudyConfig, out: Path) -> None:
@@ -295,6 +397,20 @@ def write_figures(summary: pd.DataFrame, config: StudyConfig, out: Path) -> None
                                 f"mean ± sd over {config.seeds} seeds)", xaxis_title="input bits", yaxis_title=name,
                           yaxis_range=[-0.02, 1.02])
         save_figure(fig, out / "figures" / f"{col}_vs_length.json")
+
+
+def write_curve_figures(config: StudyConfig, chosen: dict[str, float], out: Path) -> None:
+    """Curves protocol: per format, the learning curves (exact per curve set) of every seed at the chosen rate."""
+    from ...io import read_rows, save_figure
+    from ...viz.curves import learning_curves
+
+    rows = pd.DataFrame(read_rows(out / CURVES_ROWS))
+    for fmt in config.formats:
+        mine = rows[(rows.format == fmt) & (rows.lr == chosen[fmt])]
+        fig = learning_curves({f"seed {seed}": d for seed, d in mine.groupby("seed")},
+                              title=f"{fmt}: exact accuracy on held-out sets while training (lr {chosen[fmt]:g}; "
+                                    f"target {config.fit_exact:g} on {FIT_SET})")
+        save_figure(fig, out / "figures" / f"curves_{fmt}.json")
 
 
 def _pattern(model, tok, sample, head: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, help="optimiser steps per run (default 800)")
     parser.add_argument("--seeds", type=int, help="training seeds per format (default 3)")
     parser.add_argument("--lrs", help="comma-separated learning-rate grid (default 1e-3,3e-3)")
+    parser.add_argument("--protocol", choices=("budget", "curves"),
+                        help="budget (default): every run trains --steps steps; curves: until ID exact >= fit_exact "
+                             "(0.99) on held-out training-length inputs, or --cap steps (defaults: up to 20 bits, "
+                             "tested at 1x/2x/5x)")
+    parser.add_argument("--cap", type=int, help="curves protocol: the most steps a run trains (default 10000)")
     parser.add_argument("--positional", help="positional encoding of the models (default rotary)")
     parser.add_argument("--device", help="cpu (default), cuda or auto")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default 1)")
@@ -33,10 +38,13 @@ def config_from_args(args: argparse.Namespace):
     from ...config import load_config
 
     flags = {name: getattr(args, name) for name in ("train_length", "steps", "seeds", "device", "threads",
-                                                    "positional")}
+                                                    "positional", "protocol", "cap")}
     flags.update(formats=flag_list(args, "formats", str), lrs=flag_list(args, "lrs", float))
-    return load_config(StudyConfig, toml_path=args.config, flags=flags,
-                       base=StudyConfig.quick_config() if args.quick else None, name="parity study")
+    if args.protocol == "curves":
+        base = StudyConfig.curves_config(quick=args.quick)
+    else:
+        base = StudyConfig.quick_config() if args.quick else None
+    return load_config(StudyConfig, toml_path=args.config, flags=flags, base=base, name="parity study")
 
 
 def run(args: argparse.Namespace, config) -> int:
@@ -51,7 +59,8 @@ def command(args: argparse.Namespace) -> str:
     parts = ["aspan study parity", f"--out {args.out}"]
     if args.quick:
         parts.append("--quick")
-    for name in ("config", "formats", "train_length", "steps", "seeds", "lrs", "positional", "device", "threads"):
+    for name in ("config", "formats", "train_length", "steps", "seeds", "lrs", "positional", "device", "threads",
+                 "protocol", "cap"):
         value = getattr(args, name)
         if value is not None:
             parts.append(f"--{name.replace('_', '-')} {value}")
