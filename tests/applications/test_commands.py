@@ -1,0 +1,62 @@
+"""Every command only parses: `aspan/commands/*` imports (at module level and inside functions, read by `ast`)
+nothing but the standard library, the other command modules, the parsing and settings helpers and
+`aspan.applications`, which does the work; and an application called from Python writes what its command writes."""
+import json
+import sys
+
+import pandas as pd
+
+from aspan import cli
+from aspan.applications.eval import EvalRun, run_eval
+
+from ..test_layering import GRAPH
+
+PARSING = ("aspan.commands", "aspan.applications", "aspan.options", "aspan.errors", "aspan.config",
+           "aspan.tasks.params",
+           "aspan.checks")  # the validators behind the argument types (aspan/commands/argtypes.py)
+# commands that still import more than that, and what (the settings dataclasses they build, or work not moved yet)
+PENDING = {
+    "aspan.commands.train": {"aspan.training", "aspan.curves"},  # TrainConfig, the curve settings
+    "aspan.commands.sweep": {"aspan.experiments.sweep"},  # SweepConfig
+    "aspan.commands.rank": {"aspan.methods", "aspan.experiments.profiling"},  # rule names, the Edit settings
+    "aspan.commands.study": {"aspan.io", "aspan.models.backend"},
+    "aspan.commands.studies.abc": {"torch"},
+    "aspan.commands.studies.qk": {"aspan.buckets", "torch"},
+    "aspan.commands.studies.parity": {"aspan.tasks.parity"},
+    "aspan.commands.abc": {"aspan.environment", "aspan.experiments.abc", "aspan.experiments.sweep", "aspan.io",
+                           "aspan.models", "aspan.models.checkpoint", "aspan.models.trained", "aspan.tasks",
+                           "aspan.training", "hooks"},
+    "aspan.commands.data": {"aspan.io", "aspan.tasks", "tqdm"},
+    "aspan.commands.show": {"aspan.tasks"},
+    "aspan.commands.demo": {"aspan.io", "aspan.models.backend"},
+    "aspan.commands.pretrained": {"aspan.io", "aspan.models.backend"},
+    "aspan.commands.doctor": {"aspan.environment"},
+    "aspan.commands.report": {"aspan.report"},
+}
+
+
+def outside(module: str) -> set[str]:
+    """What `module` imports beyond the standard library and `PARSING`."""
+    return {d for d in GRAPH[module] if d.split(".")[0] not in sys.stdlib_module_names
+            and not any(d == p or d.startswith(p + ".") for p in PARSING)}
+
+
+def test_every_command_imports_only_parsing_helpers_and_its_application():
+    commands = [m for m in GRAPH if m.startswith("aspan.commands.")]
+    assert {"aspan.commands.eval", "aspan.commands.abc", "aspan.commands.data"} <= set(commands)
+    assert {m: sorted(outside(m) - PENDING.get(m, set())) for m in commands if outside(m) - PENDING.get(m, set())} == {}
+
+
+def test_a_notebook_evaluates_what_the_eval_command_evaluates(ckpt, tmp_path, capsys):
+    argv = [str(ckpt), "--split", "id", "-n", "6", "--heads", "1.0", "--buckets", "1-2,3-4", "--threads", "1"]
+    assert cli.main(["eval", *argv, "--run-dir", str(tmp_path / "cli")]) == 0
+    tables = run_eval(EvalRun(str(ckpt), split="id", samples=6, heads="1.0", buckets="1-2,3-4", threads=1,
+                              run_dir=str(tmp_path / "call")))
+    assert tables["by_bucket"].n.tolist() == [6, 6]
+    records = [pd.read_json(tmp_path / d / "records.jsonl", lines=True) for d in ("cli", "call")]
+    assert len(records[0]) > 12 and records[0].equals(records[1])
+    summaries = [json.loads((tmp_path / d / "summary.json").read_text()) for d in ("cli", "call")]
+    assert summaries[0] == summaries[1]
+    runs = [json.loads((tmp_path / d / "run.json").read_text()) for d in ("cli", "call")]
+    assert runs[0] == runs[1] and runs[0]["heads"] == [[1, 0]]
+    assert all((tmp_path / d / "figures" / "by_bucket.json").exists() for d in ("cli", "call"))
