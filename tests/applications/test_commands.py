@@ -7,6 +7,7 @@ import sys
 import pandas as pd
 
 from aspan import cli
+from aspan.applications.abc import ABCRun, abc_run
 from aspan.applications.eval import EvalRun, run_eval
 
 from ..test_layering import GRAPH
@@ -23,9 +24,6 @@ PENDING = {
     "aspan.commands.studies.abc": {"torch"},
     "aspan.commands.studies.qk": {"aspan.buckets", "torch"},
     "aspan.commands.studies.parity": {"aspan.tasks.parity"},
-    "aspan.commands.abc": {"aspan.environment", "aspan.experiments.abc", "aspan.experiments.sweep", "aspan.io",
-                           "aspan.models", "aspan.models.checkpoint", "aspan.models.trained", "aspan.tasks",
-                           "aspan.training", "hooks"},
     "aspan.commands.data": {"aspan.io", "aspan.tasks", "tqdm"},
     "aspan.commands.show": {"aspan.tasks"},
     "aspan.commands.demo": {"aspan.io", "aspan.models.backend"},
@@ -60,3 +58,15 @@ def test_a_notebook_evaluates_what_the_eval_command_evaluates(ckpt, tmp_path, ca
     runs = [json.loads((tmp_path / d / "run.json").read_text()) for d in ("cli", "call")]
     assert runs[0] == runs[1] and runs[0]["heads"] == [[1, 0]]
     assert all((tmp_path / d / "figures" / "by_bucket.json").exists() for d in ("cli", "call"))
+
+
+def test_a_notebook_biases_what_the_abc_command_biases(ckpt, tmp_path, capsys):
+    argv = [str(ckpt), "--task", "reversal", "--abs", "anti:1:0", "--heads", "1.0,1.1", "--id-samples", "3",
+            "--ood-samples", "3", "--ood-param", "length=11-12", "--device", "cpu", "--no-progress"]
+    assert cli.main(["abc", *argv, "--out", str(tmp_path / "cli")]) == 0
+    summary = abc_run(ABCRun(str(ckpt), "reversal", abs="anti:1:0", heads="1.0,1.1", id_samples=3, ood_samples=3,
+                             ood_params=("length=11-12",), device="cpu", out=str(tmp_path / "call"), progress=False))
+    assert "bias ood exact" in summary and "baseline ood exact" in summary
+    for name in ("abc.csv", "abc_lines.jsonl", "summary.json", "run.json", "figures/abc_bias_L1H1.json"):
+        assert (tmp_path / "cli" / name).read_text() == (tmp_path / "call" / name).read_text(), name
+    assert json.loads((tmp_path / "call" / "summary.json").read_text())["bias ood exact"] == summary["bias ood exact"]
