@@ -204,3 +204,59 @@ def test_did_not_fit_claims_nothing_beyond_the_finetuned_lengths():
     s, rows, curves = _synthetic({0.001: (0.8, 1.0), 0.01: (0.3, 0.5)})  # chosen rate fits: its numbers stand
     row = aggregate(s, rows, curves).set_index("condition").loc["qk-column:0"]
     assert row.fit == "fit" and row["exact_21-30"] == 1.0 and row.steps_to_target == 4  # 0.9 first reached at 4
+
+
+TINY_BASE = {"n_layers": 1, "n_heads": 1, "d_model": 16, "length": [1, 10], "cap": 4, "curve_every": 2,
+             "n_curve": 4, "batch_size": 8, "warmup": 0}
+
+
+def test_base_is_trained_first_once_and_fine_tuned(tmp_path, monkeypatch):
+    from aspan import training
+    from aspan.applications.studies.qk import run_study
+
+    cfg = QKStudyConfig.quick(protocol="curves", base=TINY_BASE, seeds=(0,), replays=(0.0,))
+    out = tmp_path / "run"
+    res = run_study(cfg, out, progress=False)
+    record = json.loads((out / "base" / "base.json").read_text())
+    assert record["base"]["d_model"] == 16 and record["stop"]["reason"] in ("cap", "target")
+    assert record["stop"]["step"] <= 4 and record["fitted"] == (record["id_exact"] >= 0.99)
+    model = models.load(out / "base", device="cpu").model
+    assert (model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_model) == (1, 1, 16)
+    assert all(r["base"]["d_model"] == 16 for r in res.rows)  # the base is part of every row's key
+    qk = res.table.set_index("condition").loc["qk-column:0", "trainable"]
+    assert qk == 2 * 1 * 1 * 16  # one column of W_Q and of W_K in the single head of the base's one layer
+    weights = (out / "base" / "model.safetensors").read_bytes()
+
+    def no_training(*a, **k):
+        raise AssertionError("the base or a finished run was trained again")
+
+    monkeypatch.setattr(training, "train", no_training)
+    again = run_study(cfg, out, progress=False)
+    assert len(again.rows) == len(res.rows)
+    assert (out / "base" / "model.safetensors").read_bytes() == weights
+
+
+def test_bad_base_key_one_line_before_work(tmp_path, capsys):
+    config = tmp_path / "bad.toml"
+    config.write_text('protocol = "curves"\n[base]\nn_layerz = 2\n')
+    out = tmp_path / "run"
+    assert cli.main(["study", "qk", "--quick", "--config", str(config), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "n_layerz" in err and "base" in err and len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_paper_shape_config_holds_the_paper_model_and_lengths():
+    import argparse
+
+    from aspan.applications.studies.qk import base_spec
+    from aspan.commands.studies.qk import add_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = config_from_args(p.parse_args(["--out", "x", "--config", "configs/qk_paper_shape_gpu.toml"]))
+    spec = base_spec(cfg)
+    assert (spec.n_layers, spec.n_heads, spec.d_model, spec.positional) == (4, 1, 256, "rotary")
+    assert spec.length == (1, 20) and spec.fit_exact == 0.99
+    assert cfg.finetune == (21, 40) and cfg.buckets == ((1, 20), (21, 40), (41, 60))
+    assert cfg.protocol == "curves" and cfg.cap >= 3000 and all(len(g) == 3 for g in (cfg.lr_large, cfg.lr_qk,
+                                                                                      cfg.lr_small))

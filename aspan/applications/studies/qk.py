@@ -17,12 +17,14 @@ exact and per-token accuracy per bucket, ID cost), `selection.csv`, `summary.jso
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...buckets import Bucket, bucket_name, bucket_sets, parse_buckets
+from ...models.tiny import POSITIONAL
 
 
 @dataclass
@@ -60,6 +62,9 @@ class QKStudyConfig:
     n_curve: int = 100
     curve_seed: int = 3_000_003
     fit_exact: float = 0.9
+    # a model to fine-tune trained here first, from scratch, instead of loading `init` (keys of `BaseSpec`, e.g.
+    # the shape of the paper's public model); {}: load `init`
+    base: dict = field(default_factory=dict)
 
     @classmethod
     def quick(cls, **kw: Any) -> "QKStudyConfig":
@@ -85,9 +90,53 @@ class QKStudyConfig:
                 raise ValueError(f"replay shares must be in [0, 1), got {r}")
         if not 0 < self.fit_exact <= 1:
             raise ValueError(f"fit_exact must be in (0, 1], got {self.fit_exact}")
+        if self.base:
+            base_spec(self)
         for grid in (self.lr_large, self.lr_qk, self.lr_small):
             if not grid or any(not lr > 0 for lr in grid):
                 raise ValueError(f"learning-rate grids must be non-empty and positive, got {grid}")
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    """The model `base` trains from scratch before the study (its checkpoint: RUN_DIR/base): a tiny model of this
+    shape on the task's lengths `length`, until exact on held-out samples of those lengths reaches `fit_exact`
+    (the target stop rule, checked every `curve_every` steps) or `cap` steps. Its lengths are the study's ID
+    lengths (replay and `id_cost`)."""
+
+    n_layers: int = 4
+    n_heads: int = 1
+    d_model: int = 256
+    positional: str = "rotary"
+    length: tuple[int, int] = (1, 20)
+    cap: int = 20_000
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup: int = 200
+    fit_exact: float = 0.99
+    curve_every: int = 250
+    n_curve: int = 200
+    seed: int = 0
+
+
+def base_spec(cfg: "QKStudyConfig") -> BaseSpec:
+    """The checked `BaseSpec` of `cfg.base`; ValueError naming an unknown key or a bad value."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(BaseSpec)}
+    unknown = sorted(set(cfg.base) - known)
+    if unknown:
+        raise ValueError(f"base: unknown key {unknown[0]!r} (keys: {', '.join(sorted(known))})")
+    spec = BaseSpec(**{k: tuple(v) if k == "length" else v for k, v in cfg.base.items()})
+    parse_buckets([spec.length])
+    for name in ("n_layers", "n_heads", "d_model", "cap", "batch_size", "curve_every", "n_curve"):
+        if isinstance(getattr(spec, name), bool) or not isinstance(getattr(spec, name), int) or getattr(spec, name) < 1:
+            raise ValueError(f"base.{name} must be an int >= 1, got {getattr(spec, name)!r}")
+    if spec.positional not in POSITIONAL:
+        raise ValueError(f"base.positional must be one of {', '.join(POSITIONAL)}, got {spec.positional!r}")
+    if not spec.lr > 0 or not 0 < spec.fit_exact <= 1:
+        raise ValueError(f"base.lr must be > 0 and base.fit_exact in (0, 1], got {spec.lr}, {spec.fit_exact}")
+    return spec
 
 
 PROTOCOLS = ("budget", "curves")
@@ -143,15 +192,21 @@ class Setup:
     curves: dict[str, list] = field(default_factory=dict)  # curve sets per bucket name (curves protocol)
 
 
-def setup(cfg: QKStudyConfig, device: str = "cpu") -> Setup:
-    """Load the checkpoint, build the fine-tuning task and the selection and report sets (disjoint seeds)."""
+def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> Setup:
+    """Load the checkpoint (with `base`: train it into `out`/base first), build the fine-tuning task and the
+    selection and report sets (disjoint seeds)."""
     from ... import models, tasks
     from ...tokenization import check_tokenizer
 
     cfg.check()
-    model, tokenizer, _ = models.load(cfg.init, device=device)
+    if cfg.base:
+        if out is None:
+            raise ValueError("a study with a base trains it into its run directory: give one")
+        model, tokenizer, _ = base_model(cfg, Path(out) / "base", device)
+    else:
+        model, tokenizer, _ = models.load(cfg.init, device=device)
     ft_task = tasks.preset(cfg.task, "id", length=cfg.finetune)
-    id_task = tasks.preset(cfg.task, "id")
+    id_task = tasks.preset(cfg.task, "id", **({"length": base_spec(cfg).length} if cfg.base else {}))
     report = bucket_sets(id_task, cfg.buckets, cfg.n_report, cfg.report_seed)
     for t in (ft_task, id_task, *(tasks.preset(cfg.task, "id", length=b) for b in cfg.buckets)):
         check_tokenizer(tokenizer, t.alphabet)
@@ -160,6 +215,39 @@ def setup(cfg: QKStudyConfig, device: str = "cpu") -> Setup:
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     curves = bucket_sets(id_task, curve_buckets(cfg), cfg.n_curve, cfg.curve_seed) if cfg.protocol == "curves" else {}
     return Setup(cfg, model, tokenizer, base, ft_task, id_task, select, report, conditions(cfg, model), curves)
+
+
+BASE_RECORD = "base.json"  # in RUN_DIR/base: the base's settings, where and why its training stopped, its fit
+
+
+def base_model(cfg: QKStudyConfig, path: Path, device: str):
+    """The study's base model from `path`, trained there first (from scratch, `BaseSpec`) unless its record exists:
+    a tiny model whose context holds the longest bucket, trained on the task at the base's lengths until exact on
+    held-out samples of them reaches the base's `fit_exact`, or its cap."""
+    from ... import models, tasks
+    from ...io import write_json
+    from ...tokenization import CharTokenizer
+    from ...training import TrainConfig, train
+
+    spec = base_spec(cfg)
+    if not (path / BASE_RECORD).exists():
+        task = tasks.preset(cfg.task, "id", length=spec.length)
+        longest = max(spec.length[1], cfg.finetune[1], *(b[1] for b in cfg.buckets))
+        tok = CharTokenizer.for_alphabets(task.alphabet)
+        n_ctx = models.check_context(10**9, tasks.preset(cfg.task, "id", length=(1, longest)), tok.offset)
+        model = models.tiny(tok, n_layers=spec.n_layers, n_heads=spec.n_heads, d_model=spec.d_model, n_ctx=n_ctx,
+                            seed=spec.seed, device=device, positional=spec.positional)
+        config = TrainConfig.scratch(steps=spec.cap, batch_size=spec.batch_size, lr=spec.lr, warmup=spec.warmup,
+                                     seed=spec.seed, device=device, log_every=max(1, spec.cap // 20),
+                                     curve_every=spec.curve_every, stop="target", stop_bucket="id",
+                                     target=spec.fit_exact)
+        held_out = task.generate(spec.n_curve, seed=cfg.curve_seed + 1)  # apart from every set of the study
+        result = train(model, tok, task, config, progress=False, curve_data={"id": held_out})
+        exact = [r["exact"] for r in result.history if r.get("kind") == "curve"][-1]
+        models.save(model, path, tok, task=cfg.task, study="qk base")
+        write_json(path / BASE_RECORD, {"base": asdict(spec), "stop": result.stop, "id_exact": exact,
+                                        "fitted": exact >= spec.fit_exact})
+    return models.load(path, device=device)
 
 
 def curve_buckets(cfg: QKStudyConfig) -> list[Bucket]:
@@ -175,7 +263,8 @@ def run_settings(s: Setup, cond: Condition, replay: float, lr: float | None, see
             "train_only": cond.train_only, "replay": replay, "lr": lr, "seed": seed, "steps": c.steps,
             "batch_size": c.batch_size, "warmup": c.warmup, "weight_decay": c.weight_decay,
             "select": [c.n_select, c.select_seed], "report": [[list(b) for b in c.buckets], c.n_report, c.report_seed],
-            **(_curve_settings(c) if c.protocol == "curves" else {})}
+            **(_curve_settings(c) if c.protocol == "curves" else {}),
+            **({"base": asdict(base_spec(c))} if c.base else {})}
 
 
 def _curve_settings(c: QKStudyConfig) -> dict:
@@ -282,7 +371,7 @@ def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, de
     out = Path(out_dir)
     writer = RowWriter(out / "runs.jsonl", RUN_FIELDS, "qk study")  # a corrupt file is refused before any work
     curve_writer = RowWriter(out / CURVES_ROWS, CURVE_FIELDS, "qk study learning-curve")
-    s = setup(cfg, device)
+    s = setup(cfg, device, out)
     t0 = time.perf_counter()
     bar = tqdm(desc="qk study", unit="run", disable=not progress, dynamic_ncols=True)
     while todo := plan(s, read_rows(out / "runs.jsonl", RUN_FIELDS, "qk study")):
@@ -461,6 +550,8 @@ def write_outputs(cfg: QKStudyConfig, res: StudyResult, out_dir: str | Path, com
     out.write_csv("selection.csv", res.selection)
     summary = {"findings": findings(cfg, res.table), "table": res.table.to_dict("records"), "runs": len(res.rows),
                "wall_s_this_invocation": res.wall_s, "train_s_total": sum(r["wall_s"] for r in res.rows)}
+    if cfg.base:  # the model the study started from: where and why its training stopped, whether it fit
+        summary["base"] = json.loads((Path(out_dir) / "base" / BASE_RECORD).read_text())
     out.write_json("summary.json", summary)
     out.write_json("run.json", {"command": command, "config": asdict(cfg), "selection_rule": SELECTION_RULE,
                                 **run_environment(device=device)})

@@ -69,5 +69,10 @@ def run(args: argparse.Namespace, cfg) -> int:
               f"{f['gap_exact_pp']:.1f} pp (exact) / {f['gap_partial_pp']:.1f} pp (per-token) below full fine-tuning; "
               f"full fine-tuning gains {f['full_gain_exact_pp']:.1f} pp exact over no training; "
               f"claim met: {f['claim_met']}")
+    if "base" in summary:
+        b = summary["base"]
+        print(f"base ({b['base']['n_layers']} layers x {b['base']['n_heads']} heads, d_model {b['base']['d_model']}): "
+              f"ID exact {b['id_exact']:.3g} at step {b['stop']['step']} ({b['stop']['reason']}); "
+              f"{'fit' if b['fitted'] else 'did not fit'}")
     print(f"{len(res.rows)} runs; this invocation {res.wall_s:.0f} s; report: {Path(args.out) / 'report.html'}")
     return 0
