@@ -55,8 +55,13 @@ def _direction_bias(attn: Tensor, shape: tuple[int, int], kappa: float, directio
     (M, N), (m, n) = shape, attn.shape[1:]
     shift = N - n if direction == "anti-diagonal" else 0
     means, low = line_means(attn, line_keys(direction, m, n))
+    top = means.amax(-1, keepdim=True)
     threshold = means.mean(-1, keepdim=True) + kappa * means.std(-1, unbiased=False, keepdim=True)
-    value = torch.where(means > threshold, means - means.amax(-1, keepdim=True), -torch.inf)
+    # `d_l > mu + kappa sigma` as exact arithmetic decides it: a line that ties the threshold (a line at the mean
+    # for kappa 0, or every line of a constant head) can land a few ulps either side of it in floating point, so a
+    # line must pass it by more than that rounding to count
+    rounding = 64 * torch.finfo(means.dtype).eps * top.abs().clamp(min=1.0)
+    value = torch.where(means > threshold + rounding, means - top, -torch.inf)
     big = line_keys(direction, M, N, shift) - low
     on_a_line = (big >= 0) & (big < means.shape[1])
     picked = value[:, big.clamp(0, means.shape[1] - 1)]
