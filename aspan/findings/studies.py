@@ -216,10 +216,15 @@ def parity(summary: dict, settings: dict) -> Finding:
     multiples = sorted(rows.multiple.unique())
     cell = {(r["format"], r["multiple"]): r for r in rows.to_dict("records")}
     formats = list(dict.fromkeys(rows.format))
-    headline = pd.DataFrame([{"format": fmt, **{f"exact {m}x ({cell[fmt, m]['bits']} bits)":
-                                                _plus_minus(cell[fmt, m]["exact_mean"], cell[fmt, m]["exact_sd"])
+
+    def shown(fmt: str, m: int, text: str) -> str:  # the curves protocol claims nothing past a format that did not fit
+        unfit = cell[fmt, m].get("fit") == "did not fit" and cell[fmt, m]["exact_mean"] != cell[fmt, m]["exact_mean"]
+        return "did not fit" if unfit else text
+
+    exact = {k: shown(*k, _plus_minus(c["exact_mean"], c["exact_sd"])) for k, c in cell.items()}
+    headline = pd.DataFrame([{"format": fmt, **{f"exact {m}x ({cell[fmt, m]['bits']} bits)": exact[fmt, m]
                                                 for m in multiples if (fmt, m) in cell},
-                              **{f"per-token {m}x": sig(cell[fmt, m]["partial_mean"]) for m in multiples
+                              **{f"per-token {m}x": shown(fmt, m, sig(cell[fmt, m]["partial_mean"])) for m in multiples
                                  if (fmt, m) in cell}} for fmt in formats])
     target = 5 if 5 in multiples else multiples[-1]
     at = {fmt: cell[fmt, target]["exact_mean"] for fmt in formats if (fmt, target) in cell}
@@ -227,9 +232,9 @@ def parity(summary: dict, settings: dict) -> Finding:
     goal = bool(fixed) and all(at[f] >= 0.9 for f in fixed) and at.get("scratchpad", 0) < 0.1
     second = multiples[1] if len(multiples) > 1 else multiples[0]
     answer = (f"{'Yes' if goal else 'No'}. Exact accuracy at {target}x the training length: "
-              + ", ".join(f"{f} {sig(v)}" for f, v in at.items())
-              + f"; at {second}x: " + ", ".join(f"{f} {sig(cell[f, second]['exact_mean'])}" for f in formats
-                                                 if (f, second) in cell) + ".")
+              + ", ".join(f"{f} {shown(f, target, sig(v))}" for f, v in at.items())
+              + f"; at {second}x: " + ", ".join(f"{f} {shown(f, second, sig(cell[f, second]['exact_mean']))}"
+                                                 for f in formats if (f, second) in cell) + ".")
     claims = [
         Claim("Exact accuracy by length", "Exact accuracy of each format at multiples of the training length "
               f"({config.get('train_length', '?')} bits), mean over seeds.", ["exact_vs_length"]),

@@ -233,3 +233,14 @@ def test_bad_curves_settings_one_line(tmp_path, capsys):
     assert main(["study", "parity", "--quick", "--protocol", "curves", "--cap", "0", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert "cap" in err and len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_finding_says_did_not_fit_instead_of_a_number(curves_run):
+    from aspan.findings.studies import parity
+
+    finding = parity(json.loads((curves_run / "summary.json").read_text()),
+                     json.loads((curves_run / "run.json").read_text()))
+    assert "at 5x the training length: plain did not fit" in finding.answer and "–" not in finding.answer
+    beyond = finding.headline[[c for c in finding.headline if " 1x" not in c and c != "format"]]
+    assert (beyond == "did not fit").all().all()
+    assert not (finding.headline["per-token 1x"] == "did not fit").any()  # the training lengths are reported
