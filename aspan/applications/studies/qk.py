@@ -6,14 +6,18 @@ model perform well at those lengths (and not beyond), and blames fast-rotating R
 claim on a trained checkpoint (the shipped reversal model by default): it fine-tunes on the lengths of
 `finetune` (11-20) under each condition (no training, everything, all attention weights, all of W_Q and W_K,
 each RoPE rotation pair, a set of single columns), with and without a replay share of the ID preset, at an equal
-step budget. The learning rate of every (condition, replay) is chosen from a small grid on a selection set (seed 0,
-per-token accuracy on held-out strings of the fine-tuned lengths), then every seed is trained at that rate and
-reported on other held-out samples of every length bucket (training lengths, fine-tuned lengths, beyond).
+step budget (protocol "budget"), or each run until its learning curve on the fine-tuned lengths plateaus or a cap
+(protocol "curves"). With a `base` table the model is first trained here from scratch (`BaseSpec`). The learning
+rate of every (condition, replay) is chosen from a small grid on a selection set (seed 0, per-token accuracy on
+held-out strings of the fine-tuned lengths), then every seed is trained at that rate and reported on other
+held-out samples of every length bucket (training lengths, fine-tuned lengths, beyond).
 
 Outputs (RUN_DIR): `runs.jsonl` (one row per training run, keyed by its settings, so a killed study resumes),
 `table.csv` (per condition and replay: trainable parameters, the chosen learning rate, mean and sd over seeds of
 exact and per-token accuracy per bucket, ID cost), `selection.csv`, `summary.json` (the findings), `figures/`
-(accuracy by bucket per condition; accuracy against the pair's rotation frequency) and `report.html`.
+(accuracy by bucket per condition; accuracy against the pair's rotation frequency) and `report.html`; with the
+curves protocol also `learning_curves.jsonl` (one row per run, step and bucket), the stop and fit columns of
+`table.csv` and a learning-curve figure per condition; with a base, `base/` (its checkpoint and `base.json`).
 """
 from __future__ import annotations
 
