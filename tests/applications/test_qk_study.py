@@ -103,6 +103,8 @@ def _jsonl(path):
 
 
 def test_curves_protocol_trains_to_a_stop_and_tables_it(curves_study):
+    from aspan.curves import Stop, stop_point
+
     cfg = QKStudyConfig.quick(protocol="curves")
     runs = [r for r in _jsonl(curves_study / "runs.jsonl") if r["condition"] != "none"]
     curves = _jsonl(curves_study / "learning_curves.jsonl")
@@ -110,11 +112,15 @@ def test_curves_protocol_trains_to_a_stop_and_tables_it(curves_study):
     buckets = {"length 1-10", "length 11-20", "length 21-30"}
     for r in runs:
         assert r["protocol"] == "curves" and r["stop_reason"] in ("plateau", "cap") and 0 < r["stop_step"] <= cfg.cap
-        assert (r["stop_reason"] == "cap") == (r["stop_step"] == cfg.cap)
+        assert r["stop_reason"] == "plateau" or r["stop_step"] == cfg.cap
         mine = [c for c in curves if c["run"] == r["key"]]
         steps = sorted({c["step"] for c in mine})
         assert steps == sorted({*range(0, r["stop_step"], cfg.curve_every), r["stop_step"]})  # 0, every 2, the stop
         assert {c["bucket"] for c in mine} == buckets and len(mine) == len(steps) * len(buckets)
+        # the run stopped where the plateau rule on the fine-tuned lengths' per-token accuracy fires, or at the cap
+        fired = stop_point(mine, Stop("plateau", "length 11-20", metric="partial"))
+        assert (fired[0] if fired else cfg.cap) == r["stop_step"] and r["stop_metric"] == "partial"
+        assert (fired is not None) == (r["stop_reason"] == "plateau")
     table = pd.read_csv(curves_study / "table.csv")
     trained = table[table.condition != "none"]
     assert trained.stop_reason.str.fullmatch(r"(cap \d|plateau \d)(, plateau \d)?").all()

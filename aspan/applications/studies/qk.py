@@ -29,6 +29,7 @@ from typing import Any
 
 from ...buckets import Bucket, bucket_name, bucket_sets, parse_buckets
 from ...models.tiny import POSITIONAL
+from ...options import CURVE_METRICS, check_option
 
 
 @dataclass
@@ -57,7 +58,8 @@ class QKStudyConfig:
     report_seed: int = 2_000_003
     eval_batch_size: int = 100
     # protocol "budget": every run trains `steps` steps; "curves": every run trains until the plateau rule fires on
-    # the learning curve of the fine-tuned lengths, or `cap` steps (one schedule over `cap`), scored every
+    # the learning curve of the fine-tuned lengths (on `stop_metric`: per-token accuracy by default, which moves
+    # while exact accuracy still sits at 0), or `cap` steps (one schedule over `cap`), scored every
     # `curve_every` steps on `n_curve` held-out samples per bucket (seed `curve_seed`, apart from the selection and
     # report sets); a run whose fine-tuned exact at its stop is below `fit_exact` did not fit
     protocol: str = "budget"
@@ -66,6 +68,7 @@ class QKStudyConfig:
     n_curve: int = 100
     curve_seed: int = 3_000_003
     fit_exact: float = 0.9
+    stop_metric: str = "partial"
     # a model to fine-tune trained here first, from scratch, instead of loading `init` (keys of `BaseSpec`, e.g.
     # the shape of the paper's public model); {}: load `init`
     base: dict = field(default_factory=dict)
@@ -94,6 +97,7 @@ class QKStudyConfig:
                 raise ValueError(f"replay shares must be in [0, 1), got {r}")
         if not 0 < self.fit_exact <= 1:
             raise ValueError(f"fit_exact must be in (0, 1], got {self.fit_exact}")
+        check_option("stop_metric", self.stop_metric, CURVE_METRICS)
         if self.base:
             base_spec(self)
         for grid in (self.lr_large, self.lr_qk, self.lr_small):
@@ -273,7 +277,7 @@ def run_settings(s: Setup, cond: Condition, replay: float, lr: float | None, see
 
 def _curve_settings(c: QKStudyConfig) -> dict:
     """The curves protocol's part of a row's key (the budget protocol's keys stay those of before it existed)."""
-    return {"protocol": "curves", "steps": c.cap, "curve_every": c.curve_every,
+    return {"protocol": "curves", "steps": c.cap, "curve_every": c.curve_every, "stop_metric": c.stop_metric,
             "curve": [[list(b) for b in curve_buckets(c)], c.n_curve, c.curve_seed]}
 
 
@@ -314,7 +318,8 @@ def train_one(s: Setup, settings: dict) -> tuple[dict, list[dict]]:
                                      device=str(s.model.cfg.device), log_every=max(1, settings["steps"]),
                                      curve_every=settings["curve_every"] if by_curves else 0,
                                      stop="plateau" if by_curves else "none",
-                                     stop_bucket=bucket_name(s.cfg.finetune))
+                                     stop_bucket=bucket_name(s.cfg.finetune),
+                                     stop_metric=settings.get("stop_metric", "exact"))
         result = train(s.model, s.tokenizer, data, config, progress=False, curve_data=s.curves if by_curves else None,
                        on_curve=curves.extend)
         if by_curves:
