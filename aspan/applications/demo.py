@@ -47,7 +47,9 @@ from ..tokenization import CharTokenizer
 from ..training import TrainConfig, train
 from ..viz import pareto_figure, story
 from . import causal
+from .claims import claim_config
 
+RUNTIME = ("out", "device", "threads", "shard", "id_budget")  # how the demo runs, not what it computes
 CHECKPOINTS = models.SHIPPED
 TRAIN_STEPS = 1500  # the shipped reversal model (scripts/train_default.py)
 OTHER_TASK_STEPS = 1000  # a modest budget for tasks without a shipped model
@@ -308,13 +310,16 @@ def _label(row: dict) -> str:
 
 # ----------------------------------------------------------------------------------------------- the run
 def run_demo(cfg: DemoConfig, command: str = "aspan demo", log=print) -> dict[str, Any]:
-    """Run the demo end to end; writes `cfg.out` (run dir + report.html) and returns the summary dict."""
+    """Run the demo end to end, holding `cfg.out` for this job and configuration; writes it (run dir + report.html)
+    and returns the summary dict."""
     cfg.check()
     threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    # one job per shard, one configuration per run directory (shards and the ID budget share the rows)
     try:
-        return _run(cfg, command, log)
+        with claim_config(cfg.out, "demo", cfg, RUNTIME, shard=cfg.shard, command=command):
+            return _run(cfg, command, log)
     finally:
         torch.set_num_threads(threads)
 

@@ -35,7 +35,9 @@ from ..tasks.base import Sample
 from ..tokenization import check_tokenizer
 from ..training import TrainConfig, train
 from ..viz import story
+from .claims import claim_config
 
+RUNTIME = ("out", "device", "threads", "shard")  # how it runs, not what it computes
 FEW_SHOT_SEED = 90_001  # few-shot examples: never one of the evaluation seeds (seed + 1, seed + 2)
 
 
@@ -318,8 +320,14 @@ def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log
     """Run every stage; writes `cfg.out` (run.json, summary.json, tables as CSV, figures, report.html).
 
     `loaded` (a `LoadedModel` with an `HFCharAdapter`) skips loading `cfg.model`; the model is fine-tuned in place.
+    `cfg.out` is held for this job (the lock of `cfg.shard`) and this configuration throughout.
     """
     cfg.check()
+    with claim_config(cfg.out, "pretrained", cfg, RUNTIME, shard=cfg.shard, command=command):
+        return _run(cfg, command, log, loaded)
+
+
+def _run(cfg: PretrainedConfig, command: str, log, loaded) -> dict[str, Any]:
     t0, timings, run = time.perf_counter(), {}, RunDir(cfg.out)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -47,12 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from ..applications.demo import DemoConfig, run_demo
     from ..config import load_config
-    from ..io import claim_run
-    from ..models.backend import default_backend
 
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
@@ -69,10 +65,5 @@ def run(args: argparse.Namespace) -> int:
              if v is not None and k != "train"]
     switches = ["--train"] * bool(args.train) + ["--quick"] * bool(args.quick)
     command = " ".join(["aspan demo", *words, *switches])
-    # one job per shard, one configuration per run directory (shards and the ID budget share the rows)
-    runtime = ("out", "device", "threads", "shard", "id_budget")
-    settings = {"command": "demo", **{k: v for k, v in asdict(cfg).items() if k not in runtime},
-                "backend": default_backend()}
-    with claim_run(cfg.out, settings, shard=cfg.shard, command=command):
-        run_demo(cfg, command=command)
+    run_demo(cfg, command=command)  # holds the run directory for this job and configuration
     return 0

@@ -32,15 +32,6 @@ def run(args: argparse.Namespace) -> int:
     given = {k: getattr(args, k) for k in ("model", "out", "device", "threads", "steps")}
     given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
     words = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
-    from dataclasses import asdict
-
-    from ..io import claim_run
-    from ..models.backend import default_backend
-
     command = " ".join(["aspan pretrained", shlex.quote(args.config), *words])
-    runtime = ("out", "device", "threads", "shard")  # how it runs, not what it computes
-    settings = {"command": "pretrained", **{k: v for k, v in asdict(cfg).items() if k not in runtime},
-                "backend": default_backend()}
-    with claim_run(cfg.out, settings, shard=cfg.shard, command=command):
-        run_pretrained(cfg, command=command)
+    run_pretrained(cfg, command=command)  # holds the run directory for this job and configuration
     return 0

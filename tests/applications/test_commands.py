@@ -3,8 +3,10 @@ nothing but the standard library, the other command modules, the parsing and set
 `aspan.applications`, which does the work; and an application called from Python writes what its command writes."""
 import json
 import sys
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from aspan import cli
 from aspan.applications.abc import ABCRun, abc_run
@@ -20,16 +22,14 @@ PENDING = {
     "aspan.commands.train": {"aspan.training", "aspan.curves"},  # TrainConfig, the curve settings
     "aspan.commands.sweep": {"aspan.experiments.sweep"},  # SweepConfig
     "aspan.commands.rank": {"aspan.methods", "aspan.experiments.profiling"},  # rule names, the Edit settings
-    "aspan.commands.study": {"aspan.io", "aspan.models.backend"},
+    "aspan.commands.study": {"aspan.io", "aspan.models.backend"},  # claims the study's run directory itself
     "aspan.commands.studies.abc": {"torch"},
     "aspan.commands.studies.qk": {"aspan.buckets", "torch"},
     "aspan.commands.studies.parity": {"aspan.tasks.parity"},
     "aspan.commands.data": {"aspan.io", "aspan.tasks", "tqdm"},
     "aspan.commands.show": {"aspan.tasks"},
-    "aspan.commands.demo": {"aspan.io", "aspan.models.backend"},
-    "aspan.commands.pretrained": {"aspan.io", "aspan.models.backend"},
-    "aspan.commands.doctor": {"aspan.environment"},
-    "aspan.commands.report": {"aspan.report"},
+    "aspan.commands.doctor": {"aspan.environment"},  # one library call: the environment record
+    "aspan.commands.report": {"aspan.report"},  # one library call: the report page or its images
 }
 
 
@@ -70,3 +70,23 @@ def test_a_notebook_biases_what_the_abc_command_biases(ckpt, tmp_path, capsys):
     for name in ("abc.csv", "abc_lines.jsonl", "summary.json", "run.json", "figures/abc_bias_L1H1.json"):
         assert (tmp_path / "cli" / name).read_text() == (tmp_path / "call" / name).read_text(), name
     assert json.loads((tmp_path / "call" / "summary.json").read_text())["bias ood exact"] == summary["bias ood exact"]
+
+
+def test_the_demo_and_pretrained_applications_hold_their_run_directory(tmp_path):
+    """`run_demo` and `run_pretrained` called from Python claim their run directory as `aspan demo` and
+    `aspan pretrained` do: a directory another job holds is refused (one line naming the holder) before any work."""
+    from aspan.applications.demo import DemoConfig, run_demo
+    from aspan.applications.pretrained import PretrainedConfig, run_pretrained
+    from aspan.config import load_config
+    from aspan.io import LOCK, claim_run
+
+    out = tmp_path / "run"
+    smoke = Path(__file__).resolve().parents[2] / "configs" / "smollm2_smoke.toml"
+    configs = {run_demo: DemoConfig.quick_config(out=str(out)),
+               run_pretrained: load_config(PretrainedConfig, toml_path=smoke, flags={"out": str(out)})}
+    with claim_run(out, command="holder job"):
+        for run, config in configs.items():
+            with pytest.raises(ValueError, match=f"run directory {out} is in use by 'holder job'"):
+                run(config, log=lambda *a: None)
+            assert sorted(p.name for p in out.iterdir()) == [LOCK]
+
