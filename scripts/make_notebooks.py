@@ -67,7 +67,7 @@ def nb01():
         import plotly.graph_objects as go
 
         from aspan import tasks
-        from aspan.commands.show import render
+        from aspan.applications.data import render
 
         def fmt(params):
             """Parameters as `key=value`, long symbol sets shortened."""

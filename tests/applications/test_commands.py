@@ -26,8 +26,6 @@ PENDING = {
     "aspan.commands.studies.abc": {"torch"},
     "aspan.commands.studies.qk": {"aspan.buckets", "torch"},
     "aspan.commands.studies.parity": {"aspan.tasks.parity"},
-    "aspan.commands.data": {"aspan.io", "aspan.tasks", "tqdm"},
-    "aspan.commands.show": {"aspan.tasks"},
     "aspan.commands.doctor": {"aspan.environment"},  # one library call: the environment record
     "aspan.commands.report": {"aspan.report"},  # one library call: the report page or its images
 }
@@ -90,3 +88,18 @@ def test_the_demo_and_pretrained_applications_hold_their_run_directory(tmp_path)
                 run(config, log=lambda *a: None)
             assert sorted(p.name for p in out.iterdir()) == [LOCK]
 
+
+def test_a_notebook_writes_and_shows_the_samples_data_and_show_do(tmp_path, capsys):
+    from aspan.applications.data import show_samples, task_preset, write_samples
+
+    flags = ["reversal", "--split", "ood", "--param", "length=11-13", "--seed", "4"]
+    assert cli.main(["data", *flags, "-n", "5", "-o", str(tmp_path / "cli.jsonl")]) == 0
+    task = task_preset("reversal", "ood", ["length=11-13"])
+    write_samples(task, 5, seed=4, output=str(tmp_path / "call.jsonl"))
+    lines = (tmp_path / "call.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and (tmp_path / "cli.jsonl").read_text().splitlines() == lines
+    capsys.readouterr()
+    assert cli.main(["show", *flags, "-n", "2", "--width", "60"]) == 0
+    by_cli = capsys.readouterr().out
+    show_samples(task, 2, seed=4, width=60, split="ood")
+    assert capsys.readouterr().out == by_cli and by_cli.count("## sample") == 2 and "[ood] seed=4" in by_cli
