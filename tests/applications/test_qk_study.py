@@ -266,3 +266,18 @@ def test_paper_shape_config_holds_the_paper_model_and_lengths():
     assert cfg.finetune == (21, 40) and cfg.buckets == ((1, 20), (21, 40), (41, 60))
     assert cfg.protocol == "curves" and cfg.cap >= 3000 and all(len(g) == 3 for g in (cfg.lr_large, cfg.lr_qk,
                                                                                       cfg.lr_small))
+
+
+def test_curves_protocol_flag_brings_three_point_grids():
+    import argparse
+
+    from aspan.commands.studies.qk import add_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cfg = config_from_args(p.parse_args(["--out", "x", "--protocol", "curves"]))
+    assert cfg.protocol == "curves" and cfg.cap == 3000
+    assert all(len(g) == 3 for g in (cfg.lr_large, cfg.lr_qk, cfg.lr_small))
+    assert config_from_args(p.parse_args(["--out", "x", "--protocol", "curves", "--quick"])) == \
+        QKStudyConfig.quick(protocol="curves")
+    assert config_from_args(p.parse_args(["--out", "x"])) == QKStudyConfig()  # the budget default stays

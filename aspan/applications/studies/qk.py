@@ -81,6 +81,16 @@ class QKStudyConfig:
                     replay_conditions=("all", "qk-pair:0"), cap=8, curve_every=2, n_curve=6)
         return cls(**{**base, **kw})
 
+    @classmethod
+    def curves(cls, quick: bool = False, **kw: Any) -> "QKStudyConfig":
+        """The curves protocol's defaults (`--protocol curves`): 3-point learning-rate grids around the budget
+        protocol's; with `quick`, the tiny settings of the tests."""
+        if quick:
+            return cls.quick(**{"protocol": "curves", **kw})
+        base = dict(protocol="curves", lr_large=(3e-4, 1e-3, 3e-3), lr_qk=(1e-3, 3e-3, 1e-2),
+                    lr_small=(3e-3, 1e-2, 3e-2))
+        return cls(**{**base, **kw})
+
     def check(self) -> None:
         """ValueError on impossible settings, before the model is loaded."""
         parse_buckets([self.finetune])

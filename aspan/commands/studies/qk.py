@@ -45,8 +45,11 @@ def config_from_args(args: argparse.Namespace):
                                                        "protocol", "cap")}
     flags.update(seeds=flag_list(args, "seeds", int), columns=flag_list(args, "columns", int),
                  pairs=flag_list(args, "pairs", int), replays=flag_list(args, "replays", float))
-    return load_config(QKStudyConfig, toml_path=args.config, flags=flags,
-                       base=QKStudyConfig.quick() if args.quick else None, name="qk study")
+    if args.protocol == "curves":
+        base = QKStudyConfig.curves(quick=args.quick)
+    else:
+        base = QKStudyConfig.quick() if args.quick else None
+    return load_config(QKStudyConfig, toml_path=args.config, flags=flags, base=base, name="qk study")
 
 
 def run(args: argparse.Namespace, cfg) -> int:
