@@ -29,7 +29,7 @@ from ..experiments.abc import (
     run_abc,
 )
 from ..experiments.sweep import checkpoint_dims
-from ..io import RunDir
+from ..io import RunDir, claim_run
 from ..models.checkpoint import saved_task
 from ..models.trained import check_task
 from ..tasks.params import parse_params
@@ -170,7 +170,12 @@ def abc_run(run: ABCRun) -> dict:
     """Calibrate (ABC) or place (ABS) the attention biases, evaluate OOD and ID with and without them (and after
     fine-tuning under them with `finetune_steps`), print the summary and write the run directory `run.out`. Every
     setting is checked (one-line ValueError) before the model loads. Returns the flat summary
-    (`"<variant> <split> exact|partial"` -> accuracy)."""
+    (`"<variant> <split> exact|partial"` -> accuracy). `run.out` is held for this job throughout (`claim_run`)."""
+    with claim_run(run.out):
+        return _abc_run(run)
+
+
+def _abc_run(run: ABCRun) -> dict:
     plan = _plan(run)  # validate everything before loading the model
     check_task(saved_task(run.model), [(t.name, t.params()) for t in (plan.id_task, plan.ood_task)],
                f"--task {run.task}", "ABC calibrates a model on the task it was trained on")

@@ -8,6 +8,7 @@ summary.json (for `aspan report`).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from ..buckets import bucket_name, bucket_table, bucket_task, parse_buckets
 from ..checks import check_batch_memory, check_eval_memory, check_offsets
 from ..environment import run_environment
 from ..evaluation import CHUNK, StreamTotals, evaluate_stream, summarize
-from ..io import atomic_write, dump_frame, write_json
+from ..io import atomic_write, claim_run, dump_frame, write_json
 from ..models.trained import check_task, trained_task
 from ..tasks.params import parse_params
 from ..tokenization import check_tokenizer
@@ -87,8 +88,14 @@ def _names_its_task(path: str) -> bool:
 def run_eval(run: EvalRun) -> dict:
     """Evaluate `run.checkpoint` on its task split: print the headline, the tables and (with buckets) the
     per-bucket table; stream the records to `run.output` and `run.run_dir`'s records.jsonl, and write the run
-    directory's run.json and summary.json. Every setting is checked (one-line ValueError) before the model loads,
-    the samples' memory before any is scored. Returns the tables (by_length, correct_vs_error, by_bucket)."""
+    directory's run.json and summary.json, holding `run.run_dir` for this job throughout (`claim_run`). Every
+    setting is checked (one-line ValueError) before the model loads, the samples' memory before any is scored.
+    Returns the tables (by_length, correct_vs_error, by_bucket)."""
+    with claim_run(run.run_dir) if run.run_dir else contextlib.nullcontext():
+        return _run_eval(run)
+
+
+def _run_eval(run: EvalRun) -> dict:
     if run.samples < 1:
         raise ValueError(f"-n must be >= 1, got {run.samples}")
     heads = parse_heads(run.heads)

@@ -8,7 +8,6 @@ from aspan.options import MODES
 
 from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int
 
-RUN_DIR = "out"  # held for the job by the dispatcher (one job per run directory)
 HELP = ("ABC/ABS: extract pre-softmax attention biases from ID attention (or a fixed window) and evaluate/fine-tune "
         "OOD with them")
 

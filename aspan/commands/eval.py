@@ -8,7 +8,6 @@ from aspan.options import MODES
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
 
-RUN_DIR = "run_dir"  # held for the job by the dispatcher (one job per run directory), when given
 HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length, AttnScore correct vs error"
 
 

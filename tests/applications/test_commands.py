@@ -70,9 +70,9 @@ def test_a_notebook_biases_what_the_abc_command_biases(ckpt, tmp_path, capsys):
     assert json.loads((tmp_path / "call" / "summary.json").read_text())["bias ood exact"] == summary["bias ood exact"]
 
 
-def test_the_demo_and_pretrained_applications_hold_their_run_directory(tmp_path):
-    """`run_demo` and `run_pretrained` called from Python claim their run directory as `aspan demo` and
-    `aspan pretrained` do: a directory another job holds is refused (one line naming the holder) before any work."""
+def test_the_applications_hold_their_run_directory(ckpt, tmp_path):
+    """`run_eval`, `abc_run`, `run_demo` and `run_pretrained` called from Python claim their run directory as their
+    commands do: a directory another job holds is refused (one line naming the holder) before any work."""
     from aspan.applications.demo import DemoConfig, run_demo
     from aspan.applications.pretrained import PretrainedConfig, run_pretrained
     from aspan.config import load_config
@@ -80,12 +80,16 @@ def test_the_demo_and_pretrained_applications_hold_their_run_directory(tmp_path)
 
     out = tmp_path / "run"
     smoke = Path(__file__).resolve().parents[2] / "configs" / "smollm2_smoke.toml"
-    configs = {run_demo: DemoConfig.quick_config(out=str(out)),
-               run_pretrained: load_config(PretrainedConfig, toml_path=smoke, flags={"out": str(out)})}
+    calls = [lambda: run_eval(EvalRun(str(ckpt), samples=2, run_dir=str(out))),
+             lambda: abc_run(ABCRun(str(ckpt), "reversal", abs="anti:1:0", id_samples=2, ood_samples=2, device="cpu",
+                                    out=str(out), progress=False)),
+             lambda: run_demo(DemoConfig.quick_config(out=str(out)), log=lambda *a: None),
+             lambda: run_pretrained(load_config(PretrainedConfig, toml_path=smoke, flags={"out": str(out)}),
+                                    log=lambda *a: None)]
     with claim_run(out, command="holder job"):
-        for run, config in configs.items():
+        for call in calls:
             with pytest.raises(ValueError, match=f"run directory {out} is in use by 'holder job'"):
-                run(config, log=lambda *a: None)
+                call()
             assert sorted(p.name for p in out.iterdir()) == [LOCK]
 
 
