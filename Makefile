@@ -27,8 +27,12 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/aspan demo
 
+# The suite runs in parallel (pytest-xdist: one worker per core, at most 4; a test file stays on one worker so its
+# module fixtures are built once).
+XDIST := -n auto --maxprocesses 4 --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # The newest stack pyproject.toml allows (no lock), in a fresh .venv-new: what a user who installs aspan today gets.
 venv-new:
@@ -41,7 +45,7 @@ venv-new:
 	echo newest > $(NEW)/.installed
 
 test-new:
-	$(NEW)/bin/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(NEW)/bin/python -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 
 # Refresh the lock: the newest allowed stack, the whole suite on it, and only if it passes, its versions.
 lock: venv-new test-new

@@ -18,7 +18,10 @@ SMALL = ["--task", "reversal", "--param", "length=1-3", "--param", "charset=abcd
 
 def aspan(*args: str, cwd: Path, code: str | None = None, **kw) -> subprocess.CompletedProcess:
     """`aspan ARGS` in a subprocess (`code`, when given, runs first in the same interpreter, e.g. a monkeypatch);
-    keywords go to `subprocess.run` (env, timeout, input)."""
+    keywords go to `subprocess.run` (env, timeout, input). A plain call (no `code`, the default environment but for
+    ASPAN_BACKEND) runs in a process forked from a warm interpreter (`Zygote`) instead of a fresh one."""
+    if code is None and ZYGOTE_ON and set(kw) <= {"env", "timeout", "input"} and _same_env(kw.get("env", ENV)):
+        return _zygote().run(list(args), cwd, kw.get("env", ENV), kw.get("input"), kw.get("timeout", 300))
     main = "import sys\nfrom aspan.cli import main\nsys.exit(main(sys.argv[1:]))"
     cmd = [sys.executable, "-c", f"{code}\n{main}"] if code else [sys.executable, "-m", "aspan.cli"]
     return subprocess.run([*cmd, *args], cwd=cwd, **{"env": ENV, "capture_output": True, "text": True,
@@ -43,3 +46,116 @@ def aspan_peak(*args: str, cwd: Path, code: str = "") -> tuple[int, str, int]:
     kib = int(peak.read_text().split()[1])
     peak.unlink()
     return r.returncode, r.stderr, kib * 1024
+
+
+# ----------------------------------------------------------------------------------------------- warm start
+# Importing torch and TransformerLens takes 5-8 s of CPU, more than most commands under test spend working. A zygote
+# imports them once per test process; each call forks it, so the child starts warm yet runs `aspan.cli.main` in a
+# process of its own (own cwd, environment, stdin/stdout/stderr files, exit code), as the fresh interpreter would.
+# Calls that run `code` first, or change the environment beyond ASPAN_BACKEND, still start a fresh interpreter.
+# ASPAN_TEST_FRESH=1 turns the zygote off.
+ZYGOTE_ON = os.environ.get("ASPAN_TEST_FRESH", "") != "1" and hasattr(os, "fork")
+_ZYGOTE_SRC = r"""
+import json, os, sys, traceback
+import torch, transformer_lens  # the slow imports, once
+import aspan.cli
+requests = os.fdopen(0, "r")
+replies = os.fdopen(int(sys.argv[1]), "w")
+for line in requests:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(job["cwd"])
+            os.environ.clear()
+            os.environ.update(job["env"])
+            for fd, name, mode in ((0, "stdin", os.O_RDONLY), (1, "stdout", os.O_WRONLY), (2, "stderr", os.O_WRONLY)):
+                os.dup2(os.open(job[name], mode), fd)
+            sys.stdin, sys.stdout, sys.stderr = (open(0, "r", closefd=False), open(1, "w", closefd=False),
+                                                 open(2, "w", closefd=False))
+            sys.argv = ["aspan", *job["args"]]
+            try:
+                code = aspan.cli.main(job["args"])
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, int) and e.code is not None:
+                    print(e.code, file=sys.stderr)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+        finally:
+            for f in (sys.stdout, sys.stderr):
+                try:
+                    f.flush()
+                except Exception:
+                    pass
+            os._exit(code if isinstance(code, int) else 1)
+    replies.write(json.dumps({"pid": pid}) + "\n")
+    replies.flush()
+    _, status = os.waitpid(pid, 0)
+    replies.write(json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n")
+    replies.flush()
+"""
+
+
+def _same_env(env: dict) -> bool:
+    """Whether `env` is the zygote's environment but for ASPAN_BACKEND (read when a command runs, not at import)."""
+    strip = lambda e: {k: v for k, v in e.items() if k != "ASPAN_BACKEND"}  # noqa: E731
+    return strip(env) == strip(ENV)
+
+
+class Zygote:
+    """A warm interpreter that forks one child per command (see above)."""
+
+    def __init__(self):
+        read, write = os.pipe()
+        self.proc = subprocess.Popen([sys.executable, "-c", _ZYGOTE_SRC, str(write)], stdin=subprocess.PIPE,
+                                     env=ENV, text=True, pass_fds=(write,), cwd=ROOT)
+        os.close(write)
+        self.replies, self.buffer = read, b""
+
+    def reply(self, timeout: float | None = None) -> dict | None:
+        """The zygote's next reply line (unbuffered reads, so `select` sees what is not read yet); None on timeout."""
+        import json
+        import select
+
+        while b"\n" not in self.buffer:
+            if not select.select([self.replies], [], [], timeout)[0]:
+                return None
+            chunk = os.read(self.replies, 4096)
+            if not chunk:
+                raise RuntimeError("the test zygote died")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def run(self, args: list[str], cwd: Path, env: dict, stdin: str | None, timeout: float):
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            files = {name: Path(tmp) / name for name in ("stdin", "stdout", "stderr")}
+            for name, path in files.items():
+                path.write_text((stdin or "") if name == "stdin" else "")
+            job = {"args": args, "cwd": str(cwd), "env": env, **{k: str(v) for k, v in files.items()}}
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+            pid = self.reply()["pid"]
+            done = self.reply(timeout)
+            if done is None:
+                os.kill(pid, 9)
+                self.reply()
+                raise subprocess.TimeoutExpired(["aspan", *args], timeout)
+            code = done["status"]
+            out, err = files["stdout"].read_text(), files["stderr"].read_text()
+        return subprocess.CompletedProcess(["aspan", *args], code, out, err)
+
+
+_warm: list[Zygote] = []
+
+
+def _zygote() -> Zygote:
+    if not _warm or _warm[0].proc.poll() is not None:
+        _warm[:] = [Zygote()]
+    return _warm[0]
