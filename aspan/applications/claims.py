@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from ..io import PathLike, RunDir, claim_run
@@ -18,3 +19,14 @@ def claim_config(out: PathLike, name: str, config: Any, runtime: tuple[str, ...]
     settings = {"command": name, **{k: v for k, v in asdict(config).items() if k not in runtime},
                 "backend": default_backend()}
     return claim_run(out, settings, shard=shard, command=command)
+
+
+def claim_study(out: PathLike, study: str, options: dict[str, Any],
+                config_file: PathLike | None = None) -> contextlib.AbstractContextManager[RunDir]:
+    """Hold a study's run directory for this job and its configuration: the study, the backend, its `options` (those
+    that change what it computes) and the content of its TOML `config_file` (the file's content defines the run,
+    not its name)."""
+    settings = {"study": study, "backend": default_backend(), **options}
+    if config_file and Path(config_file).is_file():
+        settings["config"] = Path(config_file).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml said so
+    return claim_run(out, settings)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 from importlib import import_module
-from pathlib import Path
 
 HELP = "run a study that tests a paper's claim (qk, abc, parity); each writes tables, figures and a report"
 
@@ -32,17 +31,12 @@ RUNTIME = ("out", "device", "threads", "no_progress", "no_report", "command", "s
 def run(args: argparse.Namespace) -> int:
     """Build the study's settings (every one checked), then run it holding its run directory: one job at a time, one
     configuration (the study's options)."""
-    from ..io import claim_run
-    from ..models.backend import default_backend
+    from ..applications.claims import claim_study
 
     config = args._study_config(args)  # bad settings are refused before the run directory is touched
     out = getattr(args, "out", None)
     if not out:
         return int(args._study_run(args, config) or 0)
     given = {k: v for k, v in vars(args).items() if k not in RUNTIME and not k.startswith("_") and not callable(v)}
-    settings = {"study": args.study, "backend": default_backend(), **given}
-    path = getattr(args, "config", None)
-    if path and Path(path).is_file():  # the file's content defines the run, not its name
-        settings["config"] = Path(path).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml said so
-    with claim_run(out, settings):
+    with claim_study(out, args.study, given, getattr(args, "config", None)):
         return int(args._study_run(args, config) or 0)

@@ -15,17 +15,13 @@ from aspan.applications.eval import EvalRun, run_eval
 from ..test_layering import GRAPH
 
 PARSING = ("aspan.commands", "aspan.applications", "aspan.options", "aspan.errors", "aspan.config",
-           "aspan.tasks.params",
+           "aspan.tasks",  # task facts for choices and parameters (torch-free; tasks import only themselves)
            "aspan.checks")  # the validators behind the argument types (aspan/commands/argtypes.py)
 # commands that still import more than that, and what (the settings dataclasses they build, or work not moved yet)
 PENDING = {
     "aspan.commands.train": {"aspan.training", "aspan.curves"},  # TrainConfig, the curve settings
     "aspan.commands.sweep": {"aspan.experiments.sweep"},  # SweepConfig
     "aspan.commands.rank": {"aspan.methods", "aspan.experiments.profiling"},  # rule names, the Edit settings
-    "aspan.commands.study": {"aspan.io", "aspan.models.backend"},  # claims the study's run directory itself
-    "aspan.commands.studies.abc": {"torch"},
-    "aspan.commands.studies.qk": {"aspan.buckets", "torch"},
-    "aspan.commands.studies.parity": {"aspan.tasks.parity"},
     "aspan.commands.doctor": {"aspan.environment"},  # one library call: the environment record
     "aspan.commands.report": {"aspan.report"},  # one library call: the report page or its images
 }

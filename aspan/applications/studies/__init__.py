@@ -5,3 +5,11 @@ a TOML file and flags) and a function a notebook can call, `run_study(config, ou
 directory; its command line (`HELP`, the options) lives in `aspan/commands/studies/<name>.py`.
 """
 STUDIES = ("qk", "abc", "parity")
+
+
+def use_threads(threads: int | None) -> None:
+    """Run torch on `threads` CPU threads (None or 0: leave torch's choice)."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)

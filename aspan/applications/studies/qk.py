@@ -557,6 +557,16 @@ def _brief(row, ft: str, beyond: str) -> dict:
     return {k: row[k] for k in keys if k in row}
 
 
+def headline_table(cfg: QKStudyConfig, table) -> str:
+    """The study's table as text: each condition's exact and per-token accuracy per bucket (and, under the curves
+    protocol, its fit, stop and steps-to-target columns)."""
+    cols = ["condition", "replay", "trainable", "lr"] + [f"{m}_{bucket_name(b).removeprefix('length ')}"
+                                                          for b in cfg.buckets for m in ("exact", "partial")]
+    if cfg.protocol == "curves":
+        cols += ["fit", "stop_reason", "stop_step", "plateau_exact", "steps_to_target", "steps_to_full"]
+    return table[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}")
+
+
 def write_outputs(cfg: QKStudyConfig, res: StudyResult, out_dir: str | Path, command: str, device: str = "cpu") -> dict:
     """table.csv, selection.csv, summary.json, run.json, figures/ and report.html in `out_dir` (`device`: the one
     the study ran on)."""

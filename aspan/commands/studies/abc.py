@@ -85,9 +85,9 @@ def paper_config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, cfg) -> int:
-    import torch
+    from ...applications.studies import use_threads
 
-    torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     if args.protocol == "paper":
         from ...applications.studies.abc_paper import run_paper_study
 

@@ -53,20 +53,13 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, cfg) -> int:
-    import torch
+    from ...applications.studies import use_threads
+    from ...applications.studies.qk import headline_table, run_study, write_outputs
 
-    from ...applications.studies.qk import run_study, write_outputs
-    from ...buckets import bucket_name
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads)
     res = run_study(cfg, args.out, progress=not args.no_progress, device=args.device)
     summary = write_outputs(cfg, res, args.out, "aspan " + " ".join(sys.argv[1:]), args.device)
-    cols = ["condition", "replay", "trainable", "lr"] + [f"{m}_{bucket_name(b).removeprefix('length ')}"
-                                                          for b in cfg.buckets for m in ("exact", "partial")]
-    if cfg.protocol == "curves":
-        cols += ["fit", "stop_reason", "stop_step", "plateau_exact", "steps_to_target", "steps_to_full"]
-    print(res.table[cols].to_string(index=False, float_format=lambda x: f"{x:.3g}"))
+    print(headline_table(cfg, res.table))
     for replay, f in summary["findings"]["by_replay"].items():
         print(f"replay {replay}: best single pair/column {f['best_single']['condition']} is "
               f"{f['gap_exact_pp']:.1f} pp (exact) / {f['gap_partial_pp']:.1f} pp (per-token) below full fine-tuning; "
