@@ -10,9 +10,10 @@ only query rows > beyond; see `beyond_row` for the one definition of "past the l
 `below` (edit a head's row only where its attention on the references is below the value), and `eos`
 ("extrapolate": the end-of-sequence row is edited too, on the reference map continued one row).
 
-`heads` is a tuple of (layer, head): the engine resolves a point's symbolic selection (top-k of a ranking) to it
-(`Engine.heads`), profiling puts a template edit (no heads) on one head at a time (`Edit.on`), and a combined
-intervention (the causal search's) is a list of edits of one head each, its "atoms".
+`heads` is a tuple of (layer, head), and `offsets`, when given, one key offset per head (each head's references
+are the columns k + its offset; equal offsets are `delta` itself): the engine resolves a point's symbolic selection
+(top-k of a ranking) to it (`Engine.heads`), profiling puts a template edit (no heads) on one head at a time
+(`Edit.on`), and a combined intervention (the causal search's) is a list of edits of one head each, its "atoms".
 
 A grid point of the experiment engine stores an edit as flat settings (`to_dict` / `from_dict`): method, strength,
 threshold, renormalize, delta, and, only when set, gate ("beyond" or "below:TAU") and eos; the point names its heads
@@ -89,9 +90,11 @@ class Edit:
     eos: EosRefs = "none"  # "extrapolate": the EOS row is edited too, on the reference map continued one row
     threshold: float | None = None  # reinforce only: add C only where A > threshold
     heads: tuple[Head, ...] = ()  # the (layer, head) pairs it edits; () for a template not yet put on heads
+    offsets: tuple[int, ...] = ()  # per-head key offsets, one per head of `heads` (empty: every head at `delta`)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", _heads(self.heads))
+        self._check_offsets()
         check_method(self.method)
         if self.strength is None:
             object.__setattr__(self, "strength", RULES[self.method].strength)
@@ -107,6 +110,23 @@ class Edit:
                 raise ValueError(f"below must be an attention mass in (0, 1], got {self.below}")
         if self.eos not in EOS_REFS:
             raise ValueError(f"eos must be one of {', '.join(map(repr, EOS_REFS))}, got {self.eos!r}")
+
+    def _check_offsets(self) -> None:
+        """`offsets`: integers, one per head; equal ones become `delta` (one edit, one spelling)."""
+        offsets = tuple(self.offsets)
+        if not offsets:
+            return
+        if len(offsets) != len(self.heads) or any(isinstance(o, bool) or not isinstance(o, numbers.Integral)
+                                                  for o in offsets):
+            raise ValueError(f"offsets must be one integer per head ({len(self.heads)} heads), got {offsets!r}")
+        if len(set(offsets)) == 1:
+            object.__setattr__(self, "delta", int(offsets[0]))
+            offsets = ()
+        object.__setattr__(self, "offsets", tuple(int(o) for o in offsets))
+
+    def head_offsets(self) -> tuple[int, ...]:
+        """The key offset of each head of `heads`."""
+        return self.offsets or (self.delta,) * len(self.heads)
 
     def _check_method(self) -> None:
         """The method's own rule (`RULES`): a strength only where it takes one, checked by its kernel's check
@@ -135,6 +155,9 @@ class Edit:
     def to_dict(self) -> dict[str, Any]:
         """The edit's settings in a grid point: method, strength, threshold, renormalize, delta; gate and eos only
         when set (so points without them keep the keys they had before the options existed)."""
+        if self.offsets:
+            raise ValueError("a grid point's edit has one delta for every head: this edit has per-head offsets "
+                             f"{list(self.offsets)}")
         out = {"method": self.method, "strength": self.strength, "threshold": self.threshold,
                "renormalize": self.renormalize, "delta": self.delta}
         if self.gate is not None:
@@ -168,7 +191,7 @@ class Edit:
         written only where set, for that reason."""
         if len(self.heads) != 1:
             raise ValueError(f"an atom edits one head, this edit has {len(self.heads)}: {list(self.heads)}")
-        (layer, head), = self.heads
+        (layer, head), = self.heads  # one head: its offset is `delta` (one offset per head, all equal)
         out = {"layer": layer, "head": head, "method": self.method, "delta": self.delta,
                "strength": 1.0 if self.strength is None else self.strength, "renormalize": self.renormalize,
                "beyond": self.beyond, "below": self.below}
@@ -202,8 +225,8 @@ class Edit:
         return dataclasses.replace(self, **changes)
 
     def on(self, heads: Sequence[Head]) -> "Edit":
-        """This edit on `heads` (a list of (layer, head)) instead of its own."""
-        return dataclasses.replace(self, heads=tuple(heads))
+        """This edit on `heads` (a list of (layer, head)) instead of its own (per-head offsets do not carry over)."""
+        return dataclasses.replace(self, heads=tuple(heads), offsets=())
 
     # ------------------------------------------------------------------------------------------- as hooks
     def apply(self, pattern: Tensor, mask: Tensor) -> Tensor:
@@ -217,6 +240,8 @@ class Edit:
         full[:, k - q:] = mask.to(pattern.device)
         rows = None if self.beyond is None else hooks.rows_beyond(full[..., 0], self.beyond + 1)
         # every head of one layer, on `mask`, which holds the edited references already
+        if self.offsets:
+            raise ValueError("apply edits every head of a layer on one mask: put per-head offsets in edits of one head")
         shifted = dataclasses.replace(self, delta=0, eos="none", heads=tuple((0, h) for h in range(n)))
         (name, hook), = RULES[self.method].hooks(shifted, full, None, rows=rows, gate_below=self.below)
         if name == hooks.pattern_name(0):
@@ -229,7 +254,8 @@ class Edit:
     @property
     def label(self) -> str:
         """The edit in words, e.g. 'patch at ref+2 (rows > 21)'."""
-        ref = f"ref{self.delta:+d}" if self.delta else "ref"
+        ref = (f"ref+({', '.join(f'{o:+d}' for o in self.offsets)})" if self.offsets
+               else f"ref{self.delta:+d}" if self.delta else "ref")
         gates = ([f"rows > {self.beyond}"] if self.beyond is not None else []) + (
             [f"head mass < {self.below:g}"] if self.below is not None else []) + (
             ["EOS row extrapolated"] if self.eos == "extrapolate" else [])
@@ -250,7 +276,15 @@ class Edit:
             raise ValueError(f"the edit {self.label!r} has no heads to edit: put it on heads with `on`")
         rows = None if self.beyond is None else hooks.rows_beyond(ref_mask[..., 0], self.beyond + 1)
         gates = {"rows": rows, "gate_below": self.below}
-        return RULES[self.method].hooks(self, self.refs(ref_mask, attention_mask), model, **gates)
+        refs, rule = self.refs(ref_mask, attention_mask), RULES[self.method]
+        if not self.offsets:
+            return rule.hooks(self, refs, model, **gates)
+        by_offset: dict[int, list[Head]] = {}
+        for head, offset in zip(self.heads, self.offsets):
+            by_offset.setdefault(offset, []).append(head)
+        return [hook for offset, heads in by_offset.items()
+                for hook in rule.hooks(dataclasses.replace(self, heads=tuple(heads), offsets=(), delta=offset), refs,
+                                       model, **gates)]
 
     def batch_hooks(self, batch, model=None) -> HookList:
         """`hooks` for a `Batch` (its reference mask and attention mask)."""

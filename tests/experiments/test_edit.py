@@ -177,3 +177,29 @@ def test_an_edit_carries_its_heads(tiny_model, tok):
     assert eng.edits(plain, eng.heads(plain)) == [Edit("reinforce", 1, 2.0, heads=((1, 0), (1, 2)))]
     atoms = E.point(data, "m", "list:1.0", method=E.ATOMS, atoms=[edit.on([(1, 0)])])
     assert eng.edits(atoms, eng.heads(atoms)) == [edit.on([(1, 0)])]
+
+
+def test_per_head_offsets_edit_each_head_at_its_own_offset(tiny_model, tok):
+    """`Edit.offsets`: one key offset per head, checked at construction (equal offsets are `delta`); its hooks edit
+    exactly as the edits of one head each at their offsets, and differently from every head at one offset."""
+    heads = ((1, 0), (1, 2), (0, 1))
+    edit = Edit("reinforce", strength=3.0, heads=heads, offsets=(0, 1, 0))
+    assert edit.head_offsets() == (0, 1, 0) and "ref+(+0, +1, +0)" in edit.label
+    assert Edit("reinforce", heads=heads, offsets=(2, 2, 2)) == Edit("reinforce", 2, heads=heads)
+    for bad in ((0, 1), (0, 1, 1.5), (0, True, 1)):
+        with pytest.raises(ValueError, match="offsets must be one integer per head"):
+            Edit("reinforce", heads=heads, offsets=bad)
+    with pytest.raises(ValueError, match="per-head offsets"):
+        edit.to_dict()
+    assert edit.on([(1, 1)]).offsets == ()
+    batch = make_batch(tasks.preset("reversal", "ood", length=(11, 12)).generate(4, seed=5), tok)
+    singles = [Edit("reinforce", o, 3.0, heads=(h,)) for h, o in zip(heads, edit.head_offsets())]
+
+    def logits(edits):
+        with tiny_model.hooks(fwd_hooks=[hook for e in edits for hook in e.batch_hooks(batch, tiny_model)]):
+            return tiny_model(batch.tokens, attention_mask=batch.attention_mask)
+
+    combined = logits([edit])
+    assert torch.equal(combined, logits(singles))
+    assert not torch.equal(combined, logits([Edit("reinforce", 0, 3.0, heads=heads)]))
+    assert not torch.equal(combined, logits([]))
