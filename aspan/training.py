@@ -792,7 +792,7 @@ def _curve(run: _Run, step: int) -> bool:
         first = len(run.history)
         for name, samples in run.opts.curve_data.items():
             t0 = time.perf_counter()
-            res = _curve_scores(run, samples)
+            res = _scores(run, samples)
             loss = heldout_loss(run.model, run.tokenizer, samples, run.opts.fwd_hooks, run.config.eval_batch_size)
             run.write(CURVES_FILE, {"kind": "curve", "step": step, "bucket": name, "n": len(samples),
                                     "exact": res["exact"], "partial": res["partial"], "loss": loss,
@@ -809,7 +809,7 @@ def _curve(run: _Run, step: int) -> bool:
     return False
 
 
-def _curve_scores(run: _Run, samples: Sequence[Sample]) -> dict:
+def _scores(run: _Run, samples: Sequence[Sample]) -> dict:
     """`evaluate`'s summary of `samples` under the run's hooks (teacher-forced, no attention scores)."""
     from .evaluation import evaluate
 
@@ -838,14 +838,10 @@ def heldout_loss(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hoo
 
 def _evaluate(run: _Run, step: int) -> None:
     """Evaluate every named set (with the run's hooks) and log one row per set."""
-    from .evaluation import evaluate
-
     if not (run.opts.eval_data and run.main):
         return
     for split, samples in run.opts.eval_data.items():
-        res = evaluate(run.model, run.tokenizer, samples, fwd_hooks=run.opts.fwd_hooks,
-                       batch_size=run.config.eval_batch_size, attn=False)
-        row = {"kind": "eval", "step": step, "split": split, **res.summary()}
+        row = {"kind": "eval", "step": step, "split": split, **_scores(run, samples)}
         row = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
         run.write("eval.jsonl", row)
         if run.opts.progress:
