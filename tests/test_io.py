@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from aspan import io
 from aspan.io import RowWriter, read_rows, settings_key, union_rows
-from tests.cli import ENV, aspan, one_line
+from tests.cli import aspan, one_line
 
 
 def test_key_is_order_independent_and_stable_across_hash_seeds():
@@ -269,32 +269,8 @@ def sweep_args(tmp_path: Path) -> list[str]:
     return ["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--no-progress"]
 
 
-BACKEND_RUNS = {  # command -> (its arguments, the rows file a second run must leave alone)
-    "demo": (lambda d: ["demo", "--quick", "--device", "cpu", "--out", str(d / "run")], "sweep.jsonl"),
-    "study qk": (lambda d: ["study", "qk", "--quick", "--no-progress", "--out", str(d / "run")], "runs.jsonl"),
-    "study abc": (lambda d: ["study", "abc", "--quick", "--no-progress", "--out", str(d / "run")], "runs.jsonl"),
-    "sweep": (sweep_args, "sweep.jsonl"),
-}
-
-
 def files_of(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
-
-
-@pytest.mark.parametrize("command", BACKEND_RUNS)
-def test_a_run_directory_of_one_backend_refuses_the_other(command, tmp_path):
-    make_args, rows = BACKEND_RUNS[command]
-    hooked = {k: v for k, v in ENV.items() if k != "ASPAN_BACKEND"}
-    first = subprocess.run([sys.executable, "-m", "aspan.cli", *make_args(tmp_path)], cwd=tmp_path, env=hooked,
-                           capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr[-2000:]
-    assert (tmp_path / "run" / rows).stat().st_size > 0
-    before = files_of(tmp_path / "run")
-    second = subprocess.run([sys.executable, "-m", "aspan.cli", *make_args(tmp_path)], cwd=tmp_path,
-                            env={**hooked, "ASPAN_BACKEND": "bridge"}, capture_output=True, text=True, timeout=600)
-    assert second.returncode == 2
-    one_line(second.stderr, "another configuration", "backend = 'hooked' there, 'bridge' now")
-    assert files_of(tmp_path / "run") == before  # no row of the other backend mixed in, nothing rewritten
 
 
 def test_a_sweep_whose_model_was_replaced_by_another_of_the_same_shape_is_refused(tmp_path):

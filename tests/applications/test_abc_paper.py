@@ -4,9 +4,6 @@ training, check and test numbers."""
 import argparse
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -29,11 +26,13 @@ from aspan.commands.studies.abc import add_arguments, paper_config_from_args
 from aspan.experiments.abc import NEG
 from aspan.experiments.calibration import calibrate, padded_blocks
 from aspan.findings import finding
+from tests.cli import aspan
 
 
 def cli(*argv, cwd=None):
-    return subprocess.run([sys.executable, "-m", "aspan.cli", "study", "abc", "--protocol", "paper", *argv],
-                          capture_output=True, text=True, cwd=cwd, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    """`aspan study abc --protocol paper ARGV` in a subprocess, warnings off (as PYTHONWARNINGS=ignore)."""
+    return aspan("study", "abc", "--protocol", "paper", *argv, cwd=cwd or Path.cwd(),
+                 code="import warnings\nwarnings.simplefilter('ignore')")
 
 
 def rows_of(out):

@@ -20,7 +20,7 @@ def quick_run(tmp_path_factory):
 
 
 def test_quick_writes_complete_tables(quick_run):
-    cfg = study.StudyConfig.quick_config()
+    cfg = study.StudyConfig.quick()
     summary = pd.read_csv(quick_run / "summary.csv")
     assert len(summary) == len(FORMATS) * len(cfg.multiples)
     assert set(summary.format) == set(FORMATS) and set(summary.multiple) == set(cfg.multiples)
@@ -53,7 +53,7 @@ def test_rows_match_the_saved_models(quick_run):
     from aspan import models
     from aspan.evaluation import evaluate
 
-    cfg = study.StudyConfig.quick_config()
+    cfg = study.StudyConfig.quick()
     results = pd.read_csv(quick_run / "results.csv")
     row = results[(results.format == "scratchpad") & (results.seed == 1)].sort_values("multiple").iloc[-1]
     loaded = models.load(quick_run / "models" / study.run_id("scratchpad", row.lr, 1), device="cpu")
@@ -152,7 +152,7 @@ def _jsonl(path):
 
 
 def test_curves_protocol_writes_curves_stops_and_fits(curves_run):
-    cfg = study.StudyConfig.curves_config(quick=True)
+    cfg = study.StudyConfig.curves(quick=True)
     rows = _jsonl(curves_run / "rows.jsonl")
     curves = _jsonl(curves_run / "learning_curves.jsonl")
     assert len({c["key"] for c in curves}) == len(curves)
@@ -208,7 +208,7 @@ def test_curves_lr_prefers_a_rate_that_fit_and_never_reads_test_rows():
 
 
 def test_a_format_that_fit_keeps_its_extrapolation_numbers(tmp_path):
-    cfg = study.StudyConfig.curves_config(quick=True, formats=("scratchpad", "mnemonic"), seeds=2)
+    cfg = study.StudyConfig.curves(quick=True, formats=("scratchpad", "mnemonic"), seeds=2)
     rows = []
     for fmt, fitted in (("scratchpad", True), ("mnemonic", False)):
         for seed in (0, 1):
@@ -244,3 +244,14 @@ def test_finding_says_did_not_fit_instead_of_a_number(curves_run):
     beyond = finding.headline[[c for c in finding.headline if " 1x" not in c and c != "format"]]
     assert (beyond == "did not fit").all().all()
     assert not (finding.headline["per-token 1x"] == "did not fit").any()  # the training lengths are reported
+
+
+def test_a_run_that_fits_before_its_first_loss_row_still_gets_its_rows(tmp_path):
+    """The target stop rule can fire at a curve check before training logged any loss (here step 8; the loss is
+    logged every cap / 10 = 40 steps): the run still writes its rows, with no final loss (it raised IndexError)."""
+    cfg = study.StudyConfig.curves(quick=True, formats=("plain",), lrs=(3e-3,), seeds=1, cap=400, curve_every=4,
+                                   fit_exact=0.3)
+    study.run_study(cfg, tmp_path, report=False, progress=False)
+    rows = _jsonl(tmp_path / "rows.jsonl")
+    assert rows and {(r["stop_reason"], r["final_loss"]) for r in rows} == {("target", None)}
+    assert {r["stop_step"] for r in rows} < set(range(1, 40))

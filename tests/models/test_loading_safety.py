@@ -5,8 +5,6 @@ import json
 import math
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -162,8 +160,7 @@ def test_a_layer_count_that_does_not_match_the_weights_is_refused(tmp_path, laye
     """Fewer layers than stored dropped the rest silently (ID exact 0.000 instead of 1.000, exit 0); more were
     initialised at random. Either way the load is refused, naming the file and num_hidden_layers."""
     ckpt = hf_edited(tmp_path / "layers", num_hidden_layers=layers)
-    r = subprocess.run([sys.executable, "-m", "aspan.cli", "eval", str(ckpt), *ID], cwd=tmp_path,
-                       env=backend_env(backend), capture_output=True, text=True, timeout=300)
+    r = aspan("eval", str(ckpt), *ID, cwd=tmp_path, env=backend_env(backend))
     assert r.returncode == 2, r.stderr[-2000:]
     one_line(r.stderr, str(ckpt), "num_hidden_layers")
 
@@ -216,8 +213,7 @@ def test_pickled_weights_are_refused_up_front(llama_dir, tmp_path):
     torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
     (pickled / "model.safetensors").unlink()
     for backend in ("hooked", "bridge"):
-        r = subprocess.run([sys.executable, "-m", "aspan.cli", "eval", str(pickled), *ID], cwd=tmp_path,
-                           env=backend_env(backend), capture_output=True, text=True, timeout=300)
+        r = aspan("eval", str(pickled), *ID, cwd=tmp_path, env=backend_env(backend))
         assert r.returncode == 2, r.stderr[-2000:]
         one_line(r.stderr, str(pickled / "pytorch_model.bin"), "safetensors")
 
@@ -228,8 +224,7 @@ def test_truncated_safetensors_in_a_hugging_face_directory_is_one_line(llama_dir
     weights = truncated / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     for backend in ("hooked", "bridge"):
-        r = subprocess.run([sys.executable, "-m", "aspan.cli", "eval", str(truncated), *ID], cwd=tmp_path,
-                           env=backend_env(backend), capture_output=True, text=True, timeout=300)
+        r = aspan("eval", str(truncated), *ID, cwd=tmp_path, env=backend_env(backend))
         assert r.returncode == 2, r.stderr[-2000:]
         one_line(r.stderr, str(weights), "truncated")
 

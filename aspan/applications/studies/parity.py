@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,21 +72,20 @@ class StudyConfig:
     curve_every: int = 200
     n_curve: int = 200
     fit_exact: float = 0.99
-    quick: bool = field(default=False, compare=False)  # tiny settings for tests
 
     @classmethod
-    def quick_config(cls, **kw: Any) -> "StudyConfig":
+    def quick(cls, **kw: Any) -> "StudyConfig":
         """Tiny settings that finish in well under a minute (for the tests), same code path."""
         base = dict(train_length=3, seeds=2, lrs=(1e-3, 3e-3), steps=8, warmup=2, n_layers=1, n_heads=2, d_model=16,
-                    anchors=30, n_select=8, n_test=8, eval_batch_size=16, quick=True)
+                    anchors=30, n_select=8, n_test=8, eval_batch_size=16)
         return cls(**{**base, **kw})
 
     @classmethod
-    def curves_config(cls, quick: bool = False, **kw: Any) -> "StudyConfig":
+    def curves(cls, quick: bool = False, **kw: Any) -> "StudyConfig":
         """The curves protocol's defaults (`--protocol curves`): inputs of up to 20 bits, tested at 1x, 2x and 5x
         (100 bits: within the mnemonic anchors), a 3-point grid; with `quick`, the tiny settings of the tests."""
         if quick:
-            return cls.quick_config(**{"protocol": "curves", "cap": 12, "curve_every": 4, "n_curve": 8,
+            return cls.quick(**{"protocol": "curves", "cap": 12, "curve_every": 4, "n_curve": 8,
                                        "fit_exact": 0.99, **kw})
         base = dict(protocol="curves", train_length=20, multiples=(1, 2, 5), lrs=(3e-4, 1e-3, 3e-3))
         return cls(**{**base, **kw})
@@ -223,7 +222,8 @@ def train_and_evaluate(config: StudyConfig, tok, n_ctx: int, spec: Run, out: Pat
     result = train(model, tok, make_task(config, fmt, (1, config.train_length)), cfg, progress=False,
                    curve_data=curve_sets(config, fmt) if by_curves else None, on_curve=curves.extend)
     seconds = time.perf_counter() - t0
-    loss = [r["loss"] for r in result.history if r.get("kind") == "train"][-1]
+    # the last logged training loss (None when the stop rule ended the run before its first log row)
+    loss = next((r["loss"] for r in reversed(result.history) if r.get("kind") == "train"), None)
     models.save(model, out / "models" / spec.id, tok, task="parity", study="parity", **settings)
     run_key = settings_key(settings)
     outcome = write_curves(config, spec, run_key, curves, result.stop, out) if by_curves else {}
@@ -267,7 +267,8 @@ def _done(rows: list[dict], config: StudyConfig, fmt: str, lr: float, seed: int)
     return mine if len(mine) == 2 + len(config.multiples) else []
 
 
-def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = True) -> pd.DataFrame:
+def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = True,
+              progress: bool = True) -> pd.DataFrame:
     """Every run (grid on seed 0, then the other seeds at each format's chosen rate), tables, figures, report."""
     import torch
     from tqdm.auto import tqdm
@@ -287,7 +288,8 @@ def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = 
     out.mkdir(parents=True, exist_ok=True)
     writer = RowWriter(out / "rows.jsonl")
     plan = [(f, lr, 0) for f in config.formats for lr in config.lrs]
-    bar = tqdm(total=len(plan) + len(config.formats) * (config.seeds - 1), desc="parity study runs")
+    bar = tqdm(total=len(plan) + len(config.formats) * (config.seeds - 1), desc="parity study runs",
+               disable=not progress)
 
     def do(fmt: str, lr: float, seed: int) -> None:
         bar.set_postfix_str(run_id(fmt, lr, seed))

@@ -19,3 +19,11 @@ def flag_list(args: argparse.Namespace, name: str, kind: type) -> tuple | None:
         return comma_list(text, kind)
     except ValueError as e:
         raise UsageError(f"--{name.replace('_', '-')}: {e}") from None
+
+
+def preset(cls: type, args: argparse.Namespace):
+    """The settings a study starts from before its config file and flags: the curves protocol's defaults (tiny
+    with --quick) under `--protocol curves`, else the --quick preset, else None (the dataclass's defaults)."""
+    if getattr(args, "protocol", None) == "curves":
+        return cls.curves(quick=args.quick)
+    return cls.quick() if args.quick else None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ...tasks.parity import FORMATS
 from ..argtypes import output_dir
-from . import flag_list
+from . import flag_list, preset
 
 HELP = "parity formats (Ebrahimi et al. 2024): train each from scratch, test at 1x/2x/5x/10x the training length"
 
@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu (default), cuda or auto")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default 1)")
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -40,17 +41,15 @@ def config_from_args(args: argparse.Namespace):
     flags = {name: getattr(args, name) for name in ("train_length", "steps", "seeds", "device", "threads",
                                                     "positional", "protocol", "cap")}
     flags.update(formats=flag_list(args, "formats", str), lrs=flag_list(args, "lrs", float))
-    if args.protocol == "curves":
-        base = StudyConfig.curves_config(quick=args.quick)
-    else:
-        base = StudyConfig.quick_config() if args.quick else None
-    return load_config(StudyConfig, toml_path=args.config, flags=flags, base=base, name="parity study")
+    return load_config(StudyConfig, toml_path=args.config, flags=flags, base=preset(StudyConfig, args),
+                       name="parity study")
 
 
 def run(args: argparse.Namespace, config) -> int:
     from ...applications.studies.parity import run_study
 
-    run_study(config, Path(args.out), command=command(args), report=not args.no_report)
+    run_study(config, Path(args.out), command=command(args), report=not args.no_report,
+              progress=not args.no_progress)
     return 0
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..argtypes import output_dir
-from . import flag_list
+from . import flag_list, preset
 
 HELP = "fine-tune only some attention parameters (qk, RoPE pairs, single columns) on longer lengths; per-bucket table"
 
@@ -45,11 +45,8 @@ def config_from_args(args: argparse.Namespace):
                                                        "protocol", "cap")}
     flags.update(seeds=flag_list(args, "seeds", int), columns=flag_list(args, "columns", int),
                  pairs=flag_list(args, "pairs", int), replays=flag_list(args, "replays", float))
-    if args.protocol == "curves":
-        base = QKStudyConfig.curves(quick=args.quick)
-    else:
-        base = QKStudyConfig.quick() if args.quick else None
-    return load_config(QKStudyConfig, toml_path=args.config, flags=flags, base=base, name="qk study")
+    return load_config(QKStudyConfig, toml_path=args.config, flags=flags, base=preset(QKStudyConfig, args),
+                       name="qk study")
 
 
 def run(args: argparse.Namespace, cfg) -> int:
