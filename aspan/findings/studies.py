@@ -59,8 +59,9 @@ def qk(summary: dict, settings: dict) -> Finding:
                                for key in ("full", "best_single")]
     table = pd.DataFrame(summary["table"])
     headline = pd.DataFrame([_qk_row(table, cond, replay, buckets, id_bucket) for cond, replay in dict.fromkeys(rows)])
-    claims = [_qk_groups(f, ft, summary["runs"]), _qk_frequency(f), _qk_replay(f, ft, id_bucket),
-              _qk_beyond(table, beyond)]
+    curves = (settings.get("config") or {}).get("protocol") == "curves"
+    claims = [_qk_groups(f, ft, summary["runs"], curves), _qk_frequency(f), _qk_replay(f, ft, id_bucket),
+              _qk_beyond(table, beyond)] + ([_qk_curves(table, f, ft)] if curves and "fit" in table else [])
     return Finding(
         question=(f"Does fine-tuning one column (or one RoPE pair) of W_Q and W_K on lengths {ft} make the model work "
                   "at those lengths, as the later abstract of Spiegel et al. claims?"),
@@ -85,11 +86,13 @@ def _replay_stem(replay: str) -> str:
     return f"replay{float(replay):g}"
 
 
-def _qk_groups(f: dict, ft: str, runs: int) -> Claim:
+def _qk_groups(f: dict, ft: str, runs: int, curves: bool = False) -> Claim:
     r = f["by_replay"].get("0.0") or next(iter(f["by_replay"].values()))
     stem = _replay_stem("0.0" if "0.0" in f["by_replay"] else next(iter(f["by_replay"])))
+    budget = "each trained until its learning curve stopped rising (or its cap)" if curves else \
+        "at an equal step budget"
     return Claim("Full fine-tuning against one parameter group", (
-        f"Over {runs} runs at an equal step budget, full fine-tuning gains {sig(r['full_gain_exact_pp'])} pp of exact "
+        f"Over {runs} runs {budget}, full fine-tuning gains {sig(r['full_gain_exact_pp'])} pp of exact "
         f"accuracy on {ft} and {sig(r['full_gain_partial_pp'])} pp per-token; the best single group falls "
         f"{sig(r['gap_exact_pp'])} pp (exact) and {sig(r['gap_partial_pp'])} pp (per-token) short of it."),
         [f"by_bucket_exact_{stem}", f"by_bucket_partial_{stem}"])
@@ -111,6 +114,17 @@ def _qk_replay(f: dict, ft: str, id_bucket: str) -> Claim:
                                                                   f"by_bucket_partial_{_replay_stem(k)}")]
     return Claim("What fine-tuning costs on the training lengths", (
         f"Replaying ID samples (lengths {id_bucket}) while fine-tuning keeps them: {'; '.join(parts)}."), others)
+
+
+def _qk_curves(table: pd.DataFrame, f: dict, ft: str) -> Claim:
+    """Curves protocol: where each condition (no replay) stopped, whether it fit, and the steps it took."""
+    stem = _replay_stem("0.0" if "0.0" in f["by_replay"] else next(iter(f["by_replay"])))
+    rows = table[(table.condition != "none") & (table.replay == float(stem.removeprefix("replay")))]
+    said = "; ".join(f"{r.condition} {r.fit} (stopped: {r.stop_reason}, mean step {sig(r.stop_step)}, "
+                     f"plateau exact {sig(r.plateau_exact)})" for r in rows.itertuples())
+    return Claim("Learning curves: trained to the plateau", (
+        f"Every run trained until its learning curve on {ft} stopped rising or its cap: {said}."),
+        [f"curves_finetuned_exact_{stem}", f"curves_finetuned_partial_{stem}"])
 
 
 def _qk_beyond(table: pd.DataFrame, beyond: str) -> Claim:
@@ -244,6 +258,13 @@ def parity(summary: dict, settings: dict) -> Finding:
         Claim("Attention at the failure", "One head of each format's model on a sample past the training length.",
               [f"head_{f}" for f in sorted(formats, key=lambda f: f != "interleaved")]),
     ]
+    if config.get("protocol") == "curves" and "convergence" in summary["tables"]:
+        conv = summary["tables"]["convergence"]
+        claims.append(Claim("Learning curves: trained until each format fits", "Every run trained until exact "
+                            f"accuracy on held-out training-length inputs reached {config.get('fit_exact')} or "
+                            f"{config.get('cap')} steps: " + "; ".join(
+                                f"{c['format']} {c['fit']} ({c['stop_reason']}, mean step {sig(c['stop_step'])})"
+                                for c in conv) + ".", ["curves_fit"]))
     return Finding(
         question=("Does the scratchpad's format decide length generalization on parity (Ebrahimi, Panchal & "
                   "Memisevic 2024): do interleaved or mnemonic scratchpads reach ≥ 0.9 exact accuracy at 5x the "

@@ -176,6 +176,11 @@ def test_curves_protocol_writes_curves_stops_and_fits(curves_run):
         assert beyond.exact_mean.isna().all() and (beyond.exact == "did not fit").all()
     assert summary[summary.multiple == 1].exact_mean.notna().all()
     assert {f"curves_{f}.json" for f in FORMATS} <= {p.name for p in (curves_run / "figures").iterdir()}
+    overview = json.loads((curves_run / "figures" / "curves_fit.json").read_text())  # every format, one figure
+    assert [t["name"] for t in overview["data"]] == [f"{f}: 1-{cfg.train_length} bits" for f in FORMATS]
+    from aspan.report import key_figures
+
+    assert "curves_fit" in {p.stem for p in key_figures(curves_run)}
 
 
 def test_curves_rerun_retrains_nothing(curves_run, monkeypatch):

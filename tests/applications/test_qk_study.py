@@ -1,8 +1,10 @@
 """`aspan study qk --quick`: a complete table (every condition and replay, every bucket, seeds, trainable counts),
 the learning rate chosen on the selection set, figures and report, exact resumption, bad input before any work."""
+import base64
 import json
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -133,6 +135,20 @@ def test_curves_protocol_trains_to_a_stop_and_tables_it(curves_study):
     figs = {p.name for p in (curves_study / "figures").iterdir()}
     assert {"curves_all_replay0.json", "curves_qk-pair0_replay0.5.json", "curves_qk-column0_replay0.json"} <= figs
     assert "curves_all_replay0" in (curves_study / "report.html").read_text()
+    # every condition's mean curve on the fine-tuned lengths on one figure: one line per trained condition, the
+    # mean over seeds of the curve rows at each step; it is the first figure of the finding's learning-curve claim
+    overview = json.loads((curves_study / "figures" / "curves_finetuned_exact_replay0.json").read_text())
+    lines = {t["name"]: t for t in overview["data"]}
+    assert set(lines) == {f"{c}: length 11-20" for c in trained[trained.replay == 0].condition}
+    mine = [c for r in runs if (r["condition"], r["replay"]) == ("all", 0.0) and r["lr"] == trained.set_index(
+        ["condition", "replay"]).loc[("all", 0.0), "lr"] for c in curves if c["run"] == r["key"]
+            and c["bucket"] == "length 11-20" and c["step"] == 0]
+    y = lines["all: length 11-20"]["y"]  # plotly stores arrays as base64 (dtype, bdata)
+    y = np.frombuffer(base64.b64decode(y["bdata"]), dtype=y["dtype"]) if isinstance(y, dict) else y
+    assert y[0] == pytest.approx(sum(c["exact"] for c in mine) / len(mine))
+    from aspan.report import key_figures
+
+    assert "curves_finetuned_exact_replay0" in {p.stem for p in key_figures(curves_study)}
 
 
 def test_curves_study_resumed_retrains_nothing(curves_study, tmp_path, monkeypatch):

@@ -402,7 +402,8 @@ def write_figures(summary: pd.DataFrame, config: StudyConfig, out: Path) -> None
 
 
 def write_curve_figures(config: StudyConfig, chosen: dict[str, float], out: Path) -> None:
-    """Curves protocol: per format, the learning curves (exact per curve set) of every seed at the chosen rate."""
+    """Curves protocol: per format, the learning curves (exact per curve set) of every seed at the chosen rate; and
+    every format's mean curve on the training lengths on one figure (`curves_fit`)."""
     from ...io import read_rows, save_figure
     from ...viz.curves import learning_curves
 
@@ -413,6 +414,12 @@ def write_curve_figures(config: StudyConfig, chosen: dict[str, float], out: Path
                               title=f"{fmt}: exact accuracy on held-out sets while training (lr {chosen[fmt]:g}; "
                                     f"target {config.fit_exact:g} on {FIT_SET})")
         save_figure(fig, out / "figures" / f"curves_{fmt}.json")
+    fit = rows[rows.bucket == FIT_SET]  # every format on one figure: mean over the seeds still training
+    means = {fmt: fit[(fit.format == fmt) & (fit.lr == chosen[fmt])].groupby("step", as_index=False)["exact"].mean()
+             .assign(bucket=f"1-{config.train_length} bits") for fmt in config.formats}
+    fig = learning_curves(means, title=f"exact accuracy on held-out 1-{config.train_length} bit inputs while training "
+                                       "(mean of the seeds still training)")
+    save_figure(fig, out / "figures" / "curves_fit.json")
 
 
 def _pattern(model, tok, sample, head: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

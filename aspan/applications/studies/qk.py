@@ -630,7 +630,8 @@ def figures(cfg: QKStudyConfig, table) -> dict:
 
 def curve_figures(cfg: QKStudyConfig, table, curves: list[dict]) -> dict:
     """Curves protocol: per (condition, replay), the learning curves (exact per bucket) of every seed at the chosen
-    rate, one figure each (`viz.learning_curves`)."""
+    rate, one figure each (`viz.learning_curves`); per replay share, every condition's mean curve on the fine-tuned
+    lengths, exact and per-token (`curves_finetuned_{exact,partial}_replayR`)."""
     import pandas as pd
 
     from ...viz.curves import learning_curves
@@ -639,6 +640,8 @@ def curve_figures(cfg: QKStudyConfig, table, curves: list[dict]) -> dict:
     rows = pd.DataFrame(curves)
     if rows.empty:
         return figs
+    ft = bucket_name(cfg.finetune)
+    means: dict[float, dict[str, pd.DataFrame]] = {}
     for _, t in table[table.condition != "none"].iterrows():
         mine = rows[(rows.condition == t.condition) & (rows.replay == t.replay) & (rows.lr == t.lr)]
         runs = {f"seed {seed}": d for seed, d in mine.groupby("seed")}
@@ -646,4 +649,11 @@ def curve_figures(cfg: QKStudyConfig, table, curves: list[dict]) -> dict:
             figs[f"curves_{t.condition.replace(':', '')}_replay{t.replay:g}"] = learning_curves(
                 runs, title=f"{t.condition}, replay {t.replay:g}, lr {t.lr:g}: exact accuracy on held-out buckets "
                             f"({t.get('fit', '')}; stopped: {t.get('stop_reason', '')})")
+            on_ft = mine[mine.bucket == ft].groupby("step", as_index=False)[["exact", "partial"]].mean()
+            means.setdefault(t.replay, {})[t.condition] = on_ft.assign(bucket=ft)
+    for replay, by_condition in means.items():  # every condition on one figure: mean over the seeds still running
+        for metric, what in (("exact", "exact"), ("partial", "per-token")):
+            figs[f"curves_finetuned_{metric}_replay{replay:g}"] = learning_curves(
+                by_condition, y=metric, title=f"{what}, held-out lengths {cfg.finetune[0]}-{cfg.finetune[1]}, "
+                                              f"replay {replay:g} (mean of the seeds still training)")
     return figs
