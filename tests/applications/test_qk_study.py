@@ -258,6 +258,35 @@ def test_base_is_trained_first_once_and_fine_tuned(tmp_path, monkeypatch):
     assert (out / "base" / "model.safetensors").read_bytes() == weights
 
 
+def test_a_base_stopped_mid_training_resumes_to_the_same_weights(tmp_path, monkeypatch):
+    """The base trains checkpointed (every curve_every steps, in RUN_DIR/base-training): a study killed after the
+    base's step 2 of 4 resumes it from that checkpoint and ends with exactly the weights of an uninterrupted run."""
+    from aspan import training
+    from aspan.applications.studies.qk import base_training_dir, run_study
+
+    cfg = QKStudyConfig.quick(protocol="curves", base=TINY_BASE, seeds=(0,), replays=(0.0,), columns=(),
+                              pairs=(0,), lr_large=(1e-3,), lr_small=(1e-3,))
+    whole = tmp_path / "whole"
+    run_study(cfg, whole, progress=False)
+    real = training.train
+
+    def killed(*a, **k):
+        real(*a, **{**k, "stop_after": 2})
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "train", killed)
+    out = tmp_path / "killed"
+    with pytest.raises(KeyboardInterrupt):
+        run_study(cfg, out, progress=False)
+    assert not (out / "base").exists() and training.latest_checkpoint(base_training_dir(out / "base")) is not None
+    monkeypatch.setattr(training, "train", real)
+    run_study(cfg, out, progress=False)
+    assert (out / "base" / "model.safetensors").read_bytes() == (whole / "base" / "model.safetensors").read_bytes()
+    steps = [json.loads(line)["step"] for line in (base_training_dir(out / "base") / "curves.jsonl").open()
+             if json.loads(line).get("kind") == "curve"]
+    assert steps == sorted(steps) and len(steps) == len(set(steps))  # no curve row repeated by the resume
+
+
 def test_bad_base_key_one_line_before_work(tmp_path, capsys):
     config = tmp_path / "bad.toml"
     config.write_text('protocol = "curves"\n[base]\nn_layerz = 2\n')

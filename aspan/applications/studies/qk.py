@@ -238,6 +238,11 @@ def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> S
 BASE_RECORD = "base.json"  # in RUN_DIR/base: the base's settings, where and why its training stopped, its fit
 
 
+def base_training_dir(path: Path) -> Path:
+    """Where the base model at `path` trains (log, curves, checkpoints every `curve_every` steps) until it is done."""
+    return path.with_name(path.name + "-training")
+
+
 def base_model(cfg: QKStudyConfig, path: Path, device: str):
     """The study's base model from `path`, trained there first (from scratch, `BaseSpec`) unless its record exists:
     a tiny model whose context holds the longest bucket, trained on the task at the base's lengths until exact on
@@ -245,7 +250,7 @@ def base_model(cfg: QKStudyConfig, path: Path, device: str):
     from ... import models, tasks
     from ...io import write_json
     from ...tokenization import CharTokenizer
-    from ...training import TrainConfig, train
+    from ...training import TrainConfig, latest_checkpoint, train
 
     spec = base_spec(cfg)
     if not (path / BASE_RECORD).exists():
@@ -258,9 +263,11 @@ def base_model(cfg: QKStudyConfig, path: Path, device: str):
         config = TrainConfig.scratch(steps=spec.cap, batch_size=spec.batch_size, lr=spec.lr, warmup=spec.warmup,
                                      seed=spec.seed, device=device, log_every=max(1, spec.cap // 20),
                                      curve_every=spec.curve_every, stop="target", stop_bucket="id",
-                                     target=spec.fit_exact)
+                                     target=spec.fit_exact, ckpt_every=spec.curve_every)
         held_out = task.generate(spec.n_curve, seed=cfg.curve_seed + 1)  # apart from every set of the study
-        result = train(model, tok, task, config, progress=False, curve_data={"id": held_out})
+        work = base_training_dir(path)  # checkpointed as it trains: a study stopped mid-base resumes it exactly
+        result = train(model, tok, task, config, out_dir=work, resume=latest_checkpoint(work) is not None,
+                       progress=False, curve_data={"id": held_out})
         exact = [r["exact"] for r in result.history if r.get("kind") == "curve"][-1]
         models.save(model, path, tok, task=cfg.task, study="qk base")
         write_json(path / BASE_RECORD, {"base": asdict(spec), "stop": result.stop, "id_exact": exact,
