@@ -85,8 +85,8 @@ class StudyConfig:
         """The curves protocol's defaults (`--protocol curves`): inputs of up to 20 bits, tested at 1x, 2x and 5x
         (100 bits: within the mnemonic anchors), a 3-point grid; with `quick`, the tiny settings of the tests."""
         if quick:
-            return cls.quick(**{"protocol": "curves", "cap": 12, "curve_every": 4, "n_curve": 8,
-                                       "fit_exact": 0.99, **kw})
+            return cls.quick(**{"protocol": "curves", "cap": 12, "curve_every": 4, "n_curve": 8, "fit_exact": 0.99,
+                                **kw})
         base = dict(protocol="curves", train_length=20, multiples=(1, 2, 5), lrs=(3e-4, 1e-3, 3e-3))
         return cls(**{**base, **kw})
 
