@@ -86,9 +86,14 @@ def _replay_stem(replay: str) -> str:
     return f"replay{float(replay):g}"
 
 
+def _headline_replay(f: dict) -> str:
+    """The replay share the headline claims speak of: no replay when it was run, else the first one run."""
+    return "0.0" if "0.0" in f["by_replay"] else next(iter(f["by_replay"]))
+
+
 def _qk_groups(f: dict, ft: str, runs: int, curves: bool = False) -> Claim:
-    r = f["by_replay"].get("0.0") or next(iter(f["by_replay"].values()))
-    stem = _replay_stem("0.0" if "0.0" in f["by_replay"] else next(iter(f["by_replay"])))
+    r = f["by_replay"][_headline_replay(f)]
+    stem = _replay_stem(_headline_replay(f))
     budget = "each trained until its learning curve stopped rising (or its cap)" if curves else \
         "at an equal step budget"
     return Claim("Full fine-tuning against one parameter group", (
@@ -118,8 +123,9 @@ def _qk_replay(f: dict, ft: str, id_bucket: str) -> Claim:
 
 def _qk_curves(table: pd.DataFrame, f: dict, ft: str) -> Claim:
     """Curves protocol: where each condition (no replay) stopped, whether it fit, and the steps it took."""
-    stem = _replay_stem("0.0" if "0.0" in f["by_replay"] else next(iter(f["by_replay"])))
-    rows = table[(table.condition != "none") & (table.replay == float(stem.removeprefix("replay")))]
+    replay = _headline_replay(f)
+    stem = _replay_stem(replay)
+    rows = table[(table.condition != "none") & (table.replay == float(replay))]
     said = "; ".join(f"{r.condition} {r.fit} (stopped: {r.stop_reason}, mean step {sig(r.stop_step)}, "
                      f"plateau exact {sig(r.plateau_exact)})" for r in rows.itertuples())
     return Claim("Learning curves: trained to the plateau", (

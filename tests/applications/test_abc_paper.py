@@ -123,20 +123,20 @@ def test_a_config_key_the_protocol_does_not_have_is_named(tmp_path):
     assert "Traceback" not in res.stderr and not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("name", ["successor", "addition"])
-def test_the_bias_in_every_layer_is_calibrate_of_the_last_layers_averaged_blocks(name):
+@pytest.mark.parametrize("name,layer", [("successor", -1), ("addition", -1), ("addition", 0)])
+def test_the_bias_in_every_layer_is_calibrate_of_the_chosen_layers_averaged_blocks(name, layer):
     data = paper_data(name, PaperConfig.quick())
     model = models.tiny(data.tokenizer, n_layers=3, n_heads=2, d_model=16, n_ctx=data.n_ctx, seed=1)
     samples = data.calib
     with pytest.raises(ValueError, match="interpolates"):  # an untrained model answers none of them
         abc_calibration(model, data.tokenizer, samples, correct_only=True)
     m = training_rows(name, PaperConfig.quick().number_bits)  # successor 65: 2 digits; addition 128: 3
-    cal = abc_calibration(model, data.tokenizer, samples, correct_only=False, calib_rows=m)
+    cal = abc_calibration(model, data.tokenizer, samples, correct_only=False, calib_rows=m, layer=layer)
     # direct: the paper's blocks written out for width 4 (BOS at 0; successor "dddd," then 5 digits, no EOS row;
     # addition "dddd+dddd=" then 5 digits and the EOS row)
     tokens = make_batch(samples, data.tokenizer).tokens
     _, cache = model.run_with_cache(tokens)
-    mean = cache["pattern", 2].mean(0)  # the last layer, [head, q, k]
+    mean = cache["pattern", layer % 3].mean(0)  # -1: the last layer, [head, q, k]
     sep, n_rows = (5, 5) if name == "successor" else (10, 6)
     rows, cross_cols, self_cols = torch.arange(sep, sep + n_rows), torch.arange(1, sep), torch.arange(sep, sep + n_rows)
     want = torch.zeros_like(mean)
@@ -268,3 +268,17 @@ def test_a_fitted_base_that_answers_no_calibration_sample_gets_a_skipped_row(tmp
     assert len(said) == 1 and "answers none" in said[0]
     assert cli("--quick", "--config", str(config), "--out", str(out), "--no-progress").returncode == 0  # resumed
     assert json.loads((out / "summary.json").read_text())["not_run"] == said and len(rows_of(out)) == 2
+
+
+def test_calib_layer_keys_only_abc_rows_and_only_when_it_is_not_the_last_layer(tmp_path):
+    from aspan.applications.studies.abc_paper import _Ctx
+
+    def keys(**kw) -> tuple[str, str]:
+        ctx = _Ctx(PaperConfig.quick(n_layers=2, **kw), tmp_path, {}, None, {}, {})
+        return ctx.key("addition", "vanilla", 0)[1], ctx.key("addition", "abc", 0)[1]
+
+    default, last, first = keys(), keys(calib_layer=1), keys(calib_layer=0)
+    assert default == last  # -1 and 1 name the same layer of two: rows written before the field stay found
+    assert first[0] == default[0] and first[1] != default[1]  # the base is not retrained; its ABC row is new
+    with pytest.raises(ValueError, match="calib_layer"):
+        PaperConfig.quick(n_layers=2, calib_layer=2).check()

@@ -14,11 +14,12 @@ Point by point (the README of the committed run says which points are adapted an
   every sample of a task has the same positions and the attention blocks are fixed sub-matrices.
 - Vanilla base: trained until ID exact >= `fit_exact` on the check set, checked every `check_every` steps (one
   schedule over `max_steps`, the cap); a base that never gets there is reported "did not fit" and gets no ABC row.
-- ABC (Algorithm 1): the base's last layer's attention averaged over the calibration samples (training numbers) it
-  answers correctly; `calibrate` on the cross block (target rows x operand columns) with kappa 4.5 and on the self
-  block (target rows x target columns) with 0.87 (`padded_blocks`); -inf becomes -1e4. The same `[head, pos, pos]`
-  bias is added to the pre-softmax scores of every layer of a fresh model, trained on the training numbers for
-  floor(retrain_fraction x the base's steps) steps (the paper: 1/100 to 1/10 of the base's time).
+- ABC (Algorithm 1): the attention of the base's last layer (or the layer `calib_layer` names) averaged over the
+  calibration samples (training numbers) it answers correctly; `calibrate` on the cross block (target rows x
+  operand columns) with kappa 4.5 and on the self block (target rows x target columns) with 0.87 (`padded_blocks`);
+  -inf becomes -1e4. The same `[head, pos, pos]` bias is added to the pre-softmax scores of every layer of a fresh
+  model, trained on the training numbers for floor(retrain_fraction x the base's steps) steps (the paper: 1/100 to
+  1/10 of the base's time).
 - ABS (Appendix A.4, w = 1): every head of every layer; target row t reads, in each operand, its aligned digit
   (digit t, or bit t for the running parity: the line through the first two target rows' references) and the
   `abs_width` digits either side, and itself and the `abs_width` target rows before it; trained like the base.
@@ -73,6 +74,7 @@ class PaperConfig:
     batch_size: int = 64
     warmup: int = 100
     n_layers: int = 2
+    calib_layer: int = -1  # the layer Algorithm 1 reads (-1: the last, the paper's; see `calibration_layer`)
     n_heads: int = 4
     d_model: int = 64
     positional: str = "learned"  # vanilla and ABC models (absolute positions, as the paper's sinusoidal ones)
@@ -117,6 +119,9 @@ class PaperConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.seeds or not self.lr > 0 or self.warmup < 0:
             raise ValueError("seeds must be non-empty, lr > 0 and warmup >= 0")
+        if not -self.n_layers <= self.calib_layer < self.n_layers:
+            raise ValueError(f"calib_layer must name one of the {self.n_layers} layers (-1: the last), "
+                             f"got {self.calib_layer}")
         if not 0 <= self.fit_exact <= 1 or not 0 < self.retrain_fraction <= 10:
             raise ValueError("fit_exact must be in [0, 1] and retrain_fraction in (0, 10]")
         longest = len(str(2**self.number_bits))
@@ -262,7 +267,7 @@ def layout_batch(samples: Sequence[Sample], tokenizer):
 
 @dataclass
 class Calibration:
-    """ABC of one base model: its last layer's averaged attention, the blocks and the `[head, pos, pos]` bias."""
+    """ABC of one base model: the averaged attention of the layer it reads, the blocks, the `[head, pos, pos]` bias."""
 
     attn: Any  # [head, pos, pos], averaged over the calibration samples used
     bias: Any  # [head, pos, pos], what every layer's scores get
@@ -272,13 +277,14 @@ class Calibration:
     n_samples: int
 
 
-def mean_last_layer_attention(model, tokenizer, samples: Sequence[Sample], batch_size: int = 64):
-    """The last layer's attention `[head, pos, pos]` averaged over `samples` (one padded layout: no padding)."""
+def mean_layer_attention(model, tokenizer, samples: Sequence[Sample], layer: int = -1, batch_size: int = 64):
+    """One layer's attention `[head, pos, pos]` (-1: the last layer's) averaged over `samples` (one padded layout:
+    no padding)."""
     import torch
 
     import hooks
 
-    layer = model.cfg.n_layers - 1
+    layer = layer % model.cfg.n_layers
     total = None
     for i in range(0, len(samples), batch_size):
         batch = layout_batch(samples[i : i + batch_size], tokenizer).to(model.cfg.device)
@@ -317,16 +323,16 @@ def calibrate_padded(attn, batch, calib_rows: int | None = None) -> Calibration:
 
 
 def abc_calibration(base, tokenizer, samples: Sequence[Sample], correct_only: bool = True,
-                    calib_rows: int | None = None) -> Calibration:
-    """ABC from a trained base model: its last layer's attention averaged over the `samples` it answers correctly
-    (all of them with `correct_only=False`), calibrated on its first `calib_rows` target rows (`calibrate_padded`).
-    ValueError when it answers none."""
+                    calib_rows: int | None = None, layer: int = -1) -> Calibration:
+    """ABC from a trained base model: the attention of its `layer` (-1: the last, the paper's) averaged over the
+    `samples` it answers correctly (all of them with `correct_only=False`), calibrated on its first `calib_rows`
+    target rows (`calibrate_padded`). ValueError when it answers none."""
     from ...experiments.abc import correct_samples
 
     used = correct_samples(base, tokenizer, list(samples)) if correct_only else list(samples)
     if not used:
         raise ValueError("the base model answers none of the calibration samples: ABC needs a model that interpolates")
-    attn = mean_last_layer_attention(base, tokenizer, used)
+    attn = mean_layer_attention(base, tokenizer, used, layer)
     return calibrate_padded(attn, layout_batch(used, tokenizer), calib_rows)
 
 
@@ -453,12 +459,23 @@ class _Ctx:
         from ...io import settings_key
 
         settings = {"protocol": "paper", "task": name, "condition": condition, "seed": seed, **self.shared}
+        layer = calibration_layer(self.cfg)
+        if condition == "abc" and layer != self.cfg.n_layers - 1:  # only ABC reads it; the last layer keeps old keys
+            settings["calib_layer"] = layer
         return settings, settings_key(settings)
 
     def write(self, row: dict) -> dict:
         self.writer.write(row)
         self.rows[row["key"]] = row
         return row
+
+
+def calibration_layer(cfg: PaperConfig) -> int:
+    """The layer (0-based) whose attention ABC calibrates on: the last by default, as Duan & Shi's Algorithm 1 reads
+    the last decoder layer. Their decoder reads the encoder's input through cross-attention in every layer, so its
+    last layer can read the operands; in a decoder-only model the operand lookup may sit in an earlier layer, which
+    `calib_layer` names."""
+    return cfg.calib_layer % cfg.n_layers
 
 
 def _model(ctx: _Ctx, name: str, positional: str, seed: int):
@@ -509,9 +526,9 @@ def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
 
 
 def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
-    """The ABC row of a fitted base: calibrate on its last layer, retrain a fresh model under the bias in every layer
-    until it fits, at most floor(retrain_fraction x its steps), test. None (and a stderr line) when the base did not
-    fit."""
+    """The ABC row of a fitted base: calibrate on its `calibration_layer`, retrain a fresh model under the bias in
+    every layer until it fits, at most floor(retrain_fraction x its steps), test. None (and a stderr line) when the
+    base did not fit."""
     import torch
 
     from ... import models
@@ -528,7 +545,8 @@ def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
     t0 = time.perf_counter()
     base = models.load(model_dir(ctx.out, name, "vanilla", seed), device=cfg.device).model
     try:
-        cal = abc_calibration(base, data.tokenizer, data.calib, cfg.correct_only, training_rows(name, cfg.number_bits))
+        cal = abc_calibration(base, data.tokenizer, data.calib, cfg.correct_only, training_rows(name, cfg.number_bits),
+                              calibration_layer(cfg))
     except ValueError as e:  # a fitted base that answers no calibration sample (training numbers): stated, not fatal
         ctx.skipped.append(f"{name} seed {seed}: no ABC row, {e}")
         return ctx.write({**settings, "key": key, "status": f"skipped: {e}"})  # no "steps": not in the table
@@ -563,7 +581,8 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True) ->
     runs = cfg.runs()
     names = list(dict.fromkeys(t for t, _ in runs))
     data = {name: paper_data(name, cfg) for name in names}  # every set drawn and checked before any training
-    shared = {k: v for k, v in asdict(cfg).items() if k not in ("plan", "seeds", "device", "eval_batch_size")}
+    shared = {k: v for k, v in asdict(cfg).items()
+              if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer")}  # calib_layer: `_Ctx.key`
     writer = RowWriter(out / "runs.jsonl", ("key",), "abc study")
     rows = {r["key"]: r for r in read_rows(out / "runs.jsonl", ("key",), "abc study")}
     ctx = _Ctx(cfg, out, data, writer, rows, shared)
@@ -721,8 +740,8 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         first = calibration_file(ctx.out, name, ctx.cfg.seeds[0])
         if first.exists():
             cal = torch.load(first, weights_only=True)  # tensors and an int: no pickled objects
-            run.figure(bias_figure(cal, f"{name}, seed {ctx.cfg.seeds[0]}: last-layer attention and ABC bias (cross "
-                                        "block)"), f"abc_bias_{name}")
+            run.figure(bias_figure(cal, f"{name}, seed {ctx.cfg.seeds[0]}: layer {calibration_layer(ctx.cfg)} "
+                                        "attention and ABC bias (cross block)"), f"abc_bias_{name}")
     run.write_json("run.json", {
         "command": "study abc --protocol paper", "argv": sys.argv, "config": asdict(ctx.cfg),
         "wall_s_this_invocation": wall_s, "train_eval_s_all_rows": sum(r.get("wall_s", 0.0) for r in ctx.rows.values()),
