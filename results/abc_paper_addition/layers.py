@@ -19,7 +19,8 @@ raw = read_toml("configs/abc_paper_addition_cpu.toml")
 cfg = PaperConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()})
 data = paper_data("addition", cfg)
 rows = training_rows("addition", cfg.number_bits)
-print("| seed | layer | heads with a kept cross line | mean over heads of the largest attention on one operand digit (rows 0-6) |")
+print("| seed | layer | heads with a kept cross line | mean over heads of the largest attention on one operand digit "
+      "(rows 0-6) |")
 print("|---|---|---|---|")
 for seed in cfg.seeds:
     base = models.load(run / "models" / f"addition-vanilla-seed{seed}").model
