@@ -92,8 +92,8 @@ def _headline_replay(f: dict) -> str:
 
 
 def _qk_groups(f: dict, ft: str, runs: int, curves: bool = False) -> Claim:
-    r = f["by_replay"][_headline_replay(f)]
-    stem = _replay_stem(_headline_replay(f))
+    replay = _headline_replay(f)
+    r, stem = f["by_replay"][replay], _replay_stem(replay)
     budget = "each trained until its learning curve stopped rising (or its cap)" if curves else \
         "at an equal step budget"
     return Claim("Full fine-tuning against one parameter group", (
