@@ -282,3 +282,13 @@ def test_calib_layer_keys_only_abc_rows_and_only_when_it_is_not_the_last_layer(t
     assert first[0] == default[0] and first[1] != default[1]  # the base is not retrained; its ABC row is new
     with pytest.raises(ValueError, match="calib_layer"):
         PaperConfig.quick(n_layers=2, calib_layer=2).check()
+
+
+def test_a_calib_layer_the_model_does_not_have_fails_in_one_line_naming_the_file(tmp_path):
+    config = tmp_path / "layer.toml"
+    config.write_text("calib_layer = 5\n")  # the quick model has 2 layers
+    out = tmp_path / "x"
+    res = cli("--quick", "--config", str(config), "--out", str(out))
+    assert res.returncode == 2 and str(config) in res.stderr
+    assert "calib_layer must name one of the 2 layers" in res.stderr
+    assert "Traceback" not in res.stderr and not out.exists()
