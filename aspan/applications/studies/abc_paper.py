@@ -412,7 +412,8 @@ def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch
     `check_every` steps (and at the cap): one schedule over `cap` steps (`max_steps` when None) whose learning curve
     on the check set drives the target stop rule (`train_config`); its run directory `scratch` holds it until it
     ends (`aspan.training.train_resumable`). `log`: (JSONL file, fields) to append every check to as it happens (a
-    long run shows how far it got). Returns steps, fitted, the last ID exact and every check (the curve before training, step 0, is not a check)."""
+    long run shows how far it got). Returns steps, fitted, the last ID exact and every check (the curve before
+    training, step 0, is not a check)."""
     from ...io import append_line
     from ...training import train_resumable
 
