@@ -505,7 +505,7 @@ class BudgetSpent(Exception):
     `out_dir`)."""
 
     def __init__(self, step: int, out_dir: Path | None = None):
-        where = f" (checkpointed in {out_dir})" if out_dir is not None else ""
+        where = f" (checkpointed in {out_dir})" if out_dir is not None else " (nothing new to save)"
         super().__init__(f"time budget spent after step {step}{where}; run again to continue")
         self.step, self.out_dir = step, out_dir
 
@@ -847,7 +847,7 @@ def _loop(run: _Run) -> None:
     last_ckpt = budget.clock() if budget is not None else 0.0
     if budget is not None and run.start < run.end and _agree(run, int(budget.spent())):
         bar.close()
-        raise BudgetSpent(run.start, run.opts.out_dir)  # spent before this run began: nothing done, nothing saved
+        raise BudgetSpent(run.start)  # spent before this run took a step: nothing new to save
     if run.every and run.start == 0:
         _curve(run, 0)  # where training starts from (a stop rule never fires here)
     with bar:

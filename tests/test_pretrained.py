@@ -270,7 +270,7 @@ def test_smollm2_one_finetuning_step_with_the_paper_defaults_changes_the_weights
 
 
 @pytest.mark.parametrize("name", ["smollm2_reversal.toml", "smollm2_cpu.toml", "smollm2_cpu_lr1e-4.toml",
-                                  "smollm2_smoke.toml", "smollm2_cpu_table3.toml"])
+                                  "smollm2_smoke.toml", "smollm2_cpu_table3.toml", "gpu/smollm2_reversal.toml"])
 def test_shipped_configs_parse(name):
     from pathlib import Path
 
@@ -314,3 +314,18 @@ def test_shards_reuse_the_same_rows(run, hf_dir, tmp_path):
     for r in (r for p in parts for r in p):
         assert (r["exact"], r["partial"], r["id_cost"]) == pytest.approx(
             (full[r["key"]]["exact"], full[r["key"]]["partial"], full[r["key"]]["id_cost"]))
+
+
+def test_the_fit_gate_stops_on_held_out_id_exact_and_labels_by_accuracy(hf_dir, tmp_path):
+    """[finetune] stop = "target": learning curves on a held-out ID set drive the stop; the label compares their
+    last ID exact with the target (here 0: it fires at the first check; 1.01: never, so the cap ends it)."""
+    for target, reason, fitted in ((0.0, "target", True), (1.0, "cap", None)):
+        finetune = {"steps": 4, "lr": 1e-3, "stop": "target", "stop_bucket": "id", "target": target,
+                    "curve_every": 2}
+        cfg = PretrainedConfig(model=str(hf_dir), out=str(tmp_path / f"t{target}"), **{**TINY, "finetune": finetune})
+        fit = run_pretrained(cfg, log=lambda *a: None)["finetune_fit"]
+        assert fit["stop_reason"] == reason and fit["steps"] == (2 if reason == "target" else 4)
+        assert fit["n"] == TINY["eval_samples"] and 0 <= fit["id_exact"] <= 1
+        assert fit["fitted"] == (fit["id_exact"] >= target if fitted is None else fitted)
+        curves = [json.loads(x) for x in (tmp_path / f"t{target}" / "finetune_curves.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in curves] == [0, 2] + ([] if reason == "target" else [4])

@@ -130,6 +130,7 @@ class Slice:
 
     campaign: Path  # the campaign directory (changed in place)
     out: Path  # where run.json and the state archive go
+    run_command: Callable[[list[str]], int]  # runs an `aspan` command line in this process (`aspan.cli.main`)
     device: str = "cuda"
     clock: Callable[[], float] = time.monotonic  # tests pass a step counter here
     record: dict[str, Any] = field(default_factory=dict)
@@ -140,7 +141,6 @@ def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> di
     trainings checkpointed), "skipped" (a required package is missing) or "failed" (its exit code)."""
     from importlib.util import find_spec
 
-    from .. import cli
     from ..training import BudgetSpent, TimeBudget, time_budget
 
     missing = [p for p in entry.requires if find_spec(p) is None]
@@ -150,7 +150,7 @@ def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> di
     t0 = time.perf_counter()
     try:
         with time_budget(TimeBudget(deadline, plan.checkpoint_s, s.clock)):
-            code = cli.main(argv)
+            code = s.run_command(argv)
     except BudgetSpent as e:
         return {"name": entry.name, "status": "paused", "why": str(e), "seconds": time.perf_counter() - t0}
     seconds = time.perf_counter() - t0

@@ -39,6 +39,7 @@ from .claims import claim_config
 
 RUNTIME = ("out", "device", "threads", "shard")  # how it runs, not what it computes
 FEW_SHOT_SEED = 90_001  # few-shot examples: never one of the evaluation seeds (seed + 1, seed + 2)
+FIT_SEED = 80_001  # the fit gate's held-out ID set (seed FIT_SEED + seed): apart from every evaluation seed
 
 
 def few_shot_examples(task: str, k: int, seed: int = FEW_SHOT_SEED, **id_params: Any) -> list[Sample]:
@@ -202,6 +203,7 @@ class Finetuned:
     tok: HFCharAdapter
     history: list
     weight_change: float
+    fit: dict | None = None  # the fit gate ([finetune] stop = "target"): where and why it stopped, ID exact there
 
 
 @dataclass
@@ -273,11 +275,27 @@ def finetune(p: Prepared, cfg: PretrainedConfig, run: RunDir) -> Finetuned:
     """Fine-tune on the ID preset (the paper's defaults, Appendix D, with the config's overrides)."""
     before = {n: q.detach().clone() for n, q in p.model.named_parameters()}
     tok = p.adapter(cfg.train_shots)
-    result = train(p.model, tok, p.id_task, p.train_config, progress=True)
+    config = p.train_config
+    gated = config.stop != "none"  # the fit gate: learning curves on a held-out ID set drive the stop rule
+    curves = {config.stop_bucket: p.id_task.generate(cfg.eval_samples, seed=FIT_SEED + cfg.seed)} if gated else None
+    result = train(p.model, tok, p.id_task, config, progress=True, curve_data=curves)
     model = result.model.eval()
     history = [r for r in result.history if r.get("kind") == "train"]
     run.records("train_log.jsonl", history)
-    return Finetuned(model, tok, history, _relative_change(model, before))
+    fit = _fit(result, config) if gated else None
+    if fit is not None:
+        run.records("finetune_curves.jsonl", [r for r in result.history if r.get("kind") == "curve"])
+    return Finetuned(model, tok, history, _relative_change(model, before), fit)
+
+
+def _fit(result, config: TrainConfig) -> dict:
+    """The fit gate's outcome: the step and rule that ended fine-tuning and the held-out ID exact there; "fitted"
+    compares that accuracy with the target (never which rule stopped it)."""
+    last = [r for r in result.history if r.get("kind") == "curve" and r["bucket"] == config.stop_bucket][-1]
+    target = config.target if config.target is not None else float("nan")
+    return {"stop_reason": result.stop["reason"], "steps": result.stop["step"], "id_exact": last["exact"],
+            "id_partial": last["partial"], "n": last["n"], "target": config.target,
+            "fitted": bool(last["exact"] >= target)}
 
 
 def analyse(p: Prepared, f: Finetuned, cfg: PretrainedConfig) -> Analysis:
@@ -434,6 +452,7 @@ def _summary(cfg: PretrainedConfig, table2: pd.DataFrame, a: Analysis, s: Swept,
     flat["train_loss_first"] = f.history[0]["loss"] if f.history else float("nan")
     flat["train_loss_last"] = f.history[-1]["loss"] if f.history else float("nan")
     flat["relative_weight_change"] = f.weight_change
+    flat["finetune_fit"] = f.fit
     flat["rule"], flat["id_budget"] = s.selection.rule, cfg.id_budget
     keep = ("heads", "head_names", "strength", "delta", "exact", "partial", "gain_exact", "gain_partial", "id_exact",
             "id_cost")

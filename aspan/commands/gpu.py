@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
         plan = replace(plan, budget_s=args.budget)
     if args.no_checks:
         plan = replace(plan, checks=())
-    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), args.device))
+    from ..cli import main
+
+    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device))
     print(json.dumps({k: record[k] for k in ("runs", "wall_s", "parts")}, default=str))
     print(c.format_status(record["status"]))
     return 0

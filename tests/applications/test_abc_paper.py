@@ -292,3 +292,29 @@ def test_a_calib_layer_the_model_does_not_have_fails_in_one_line_naming_the_file
     assert res.returncode == 2 and str(config) in res.stderr
     assert "calib_layer must name one of the 2 layers" in res.stderr
     assert "Traceback" not in res.stderr and not out.exists()
+
+
+def test_without_keep_models_the_models_go_once_their_rows_are_recorded(tmp_path):
+    kept, pruned = tmp_path / "kept", tmp_path / "pruned"
+    config = tmp_path / "prune.toml"
+    config.write_text("keep_models = false\n")
+    assert cli("--quick", "--out", str(kept), "--no-progress").returncode == 0
+    res = cli("--quick", "--config", str(config), "--out", str(pruned), "--no-progress")
+    assert res.returncode == 0, res.stderr
+    assert not list((pruned / "models").iterdir()), "every model's position rows and ABC row are written"
+    assert list((kept / "models").iterdir())
+    assert rows_of(kept) == [{**r, "wall_s": k["wall_s"]} for r, k in zip(rows_of(pruned), rows_of(kept))]
+    assert pd.read_csv(kept / "positions.csv").equals(pd.read_csv(pruned / "positions.csv"))
+
+
+def test_the_gpu_campaign_configs_carry_the_cpu_runs_corrections():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    root = Path(__file__).resolve().parents[2]
+    for name in ("abc_paper", "abc_paper_abs"):
+        cfg = paper_config_from_args(parser.parse_args(["--protocol", "paper", "--config",
+                                                        str(root / "configs" / "gpu" / f"{name}.toml")]))
+        assert (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.number_bits) == (6, 8, 128, 20)
+        assert cfg.n_test == 10_000 and cfg.buckets == (6, 10, 20, 60) and len(cfg.seeds) == 3
+        assert cfg.retrain_fraction == 1.0 and cfg.calib_layer == 0 and cfg.abc_positional == "none"
+        assert not cfg.keep_models

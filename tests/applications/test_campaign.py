@@ -48,7 +48,9 @@ def _weights(run: Path) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def _slice(campaign: Path, out: Path, plan=PLAN, clock=None) -> dict:
-    s = c.Slice(campaign, out, "cpu", clock or c.time.monotonic)
+    from aspan.cli import main
+
+    s = c.Slice(campaign, out, main, "cpu", clock or c.time.monotonic)
     return c.run_slice(plan, s)
 
 
@@ -170,3 +172,66 @@ def test_device_checks_pass_on_cpu():
     got = run_checks("cpu", ("hooks", "generation", "distributed"))
     assert got["all_ok"], got
     assert got["generation"]["compared_tokens"] > 0 and got["distributed"]["backend"] == "gloo"
+
+
+def test_the_campaign_readme_quotes_its_rows():
+    """Every number results/gpu_campaign/README.md states about the finished successor rows and the device checks
+    is recomputed here from the committed rows and slice records."""
+    import math
+
+    from scipy import stats
+
+    from aspan.applications.studies.abc_paper import wilson
+
+    root = Path(__file__).resolve().parents[2] / "results" / "gpu_campaign"
+    readme = (root / "README.md").read_text()
+    rows = [json.loads(x) for x in (root / "state" / "abc_paper" / "runs.jsonl").read_text().splitlines()]
+    succ = {(r["condition"], r["seed"]): r for r in rows if r["task"] == "successor"}
+    assert len(succ) == 6
+    for (condition, _), r in succ.items():
+        assert r["n_10"] == 10_000 and f"{r['correct_6'] / 1e4:.4f}" in readme
+        if condition == "abc":
+            lo, hi = wilson(r["correct_10"], r["n_10"])
+            assert f"{r['exact_10']:.4f} [{lo:.4f}, {hi:.4f}]" in readme
+            assert f"{r['exact_20']:.4f}" in readme
+    for condition in ("vanilla", "abc"):
+        steps = ", ".join(str(succ[(condition, s)]["steps"]) for s in (0, 1, 2))
+        assert f"| {steps} |" in readme
+        for n in (10, 20, 60):
+            total = sum(succ[(condition, s)][f"correct_{n}"] for s in (0, 1, 2))
+            if total == 0:
+                assert "0 / 30,000 [0, 0.0001]" in readme and wilson(0, 30_000)[1] < 0.00015
+    ten = [succ[("abc", s)]["exact_10"] for s in (0, 1, 2)]
+    mean, se = sum(ten) / 3, stats.sem(ten)
+    low = mean - stats.t.ppf(0.975, 2) * se
+    assert f"mean {mean:.2f}" in readme and f"[{low:.2f}, 1.0]" in readme and mean + 4.3 * se > 1
+    project = (root.parents[1] / "README.md").read_text()  # the project README quotes the finished claim
+    six = sorted(succ[("vanilla", s)]["exact_6"] for s in (0, 1, 2))
+    assert f"({six[0]:.4f}-{six[-1]:.4f} exact at 6 digits)" in project
+    assert f"ABC reaches\n{min(ten):.2f}-{max(ten):.2f} at 10 digits" in project
+    assert f"at most {max(succ[('abc', s)]['exact_20'] for s in (0, 1, 2)):.3f} at 20" in project
+    slice1 = json.loads((root / "slices" / "slice-2026-11-27T081839Z.json").read_text())
+    checks = slice1["checks"]
+    assert checks["all_ok"] and slice1["environment"]["device"] == "cuda:0 (NVIDIA H200)"
+    assert f"{checks['hooks']['max_abs_diff']:.1e}" in readme and f"{checks['hooks']['rows']} rows" in readme
+    assert f"{checks['generation']['compared_tokens']} tokens compared" in readme
+    t = checks["training"]
+    assert f"{t['aspan_tokens_per_s']:,.0f}" in readme and f"{t['plain_tokens_per_s']:,.0f}" in readme
+    assert f"**{t['aspan_over_plain']:.2f}x**" in readme and checks["distributed"]["backend"] == "nccl"
+    assert f"{slice1['wall_s']:.1f} s wall" in readme and math.isclose(slice1["checks_s"], 23.71)
+
+
+def test_the_command_line_status_and_a_bad_budget(capsys, tmp_path):
+    from aspan.cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    plan = c.load_plan(root / "configs" / "gpu" / "campaign.toml")
+    assert main(["gpu", "status", "--plan", str(root / "configs/gpu/campaign.toml"),
+                 "--campaign", str(root / "results/gpu_campaign/state")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith(f"of {len(plan.runs)} runs done")
+    assert [line.split()[0] for line in lines[1:]] == [e.name for e in plan.entries()]
+    assert main(["gpu", "slice", "--out", str(tmp_path / "o"), "--budget", "10", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--budget must exceed the plan's reserve_s" in err[0]
+    assert not (tmp_path / "o").exists()

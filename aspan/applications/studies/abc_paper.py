@@ -90,6 +90,9 @@ class PaperConfig:
     correct_only: bool = True  # ABC averages over correctly answered samples only (False: all, for --quick)
     eval_batch_size: int = 100
     device: str = "cpu"
+    # False: delete a saved model once nothing in the study needs it (its position rows recorded and, for a vanilla
+    # base, its ABC row written), so a run directory carried between machines stays small (configs/gpu)
+    keep_models: bool = True
 
     @classmethod
     def quick(cls, **kw: Any) -> "PaperConfig":
@@ -582,7 +585,7 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True) ->
     names = list(dict.fromkeys(t for t, _ in runs))
     data = {name: paper_data(name, cfg) for name in names}  # every set drawn and checked before any training
     shared = {k: v for k, v in asdict(cfg).items()
-              if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer")}  # calib_layer: `_Ctx.key`
+              if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer", "keep_models")}
     writer = RowWriter(out / "runs.jsonl", ("key",), "abc study")
     rows = {r["key"]: r for r in read_rows(out / "runs.jsonl", ("key",), "abc study")}
     ctx = _Ctx(cfg, out, data, writer, rows, shared)
@@ -598,6 +601,7 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True) ->
                     run_trained(ctx, name, condition, seed)
                 elif row["status"].startswith("skipped"):  # resumed: still said in summary.json
                     ctx.skipped.append(f"{name} seed {seed}: no ABC row, {row['status'].split(': ', 1)[-1]}")
+                record_positions(ctx, name, condition, seed)
                 bar.update(1)
             table = write_paper_outputs(ctx, time.perf_counter() - t0)  # a cut run still reports
     shutil.rmtree(out / "scratch", ignore_errors=True)
@@ -631,21 +635,60 @@ def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) 
     return out
 
 
-def write_position_table(ctx: _Ctx) -> None:
-    """positions.csv: `position_rows` at the first test length past the ID one, for every saved vanilla and ABC
-    model of the plan (where extrapolation breaks: which rows fail, and whether they fail by writing 0)."""
-    import pandas as pd
+POSITIONS = "positions.jsonl"  # position_rows of every saved vanilla and ABC model, recorded as soon as it exists
 
-    from ...io import RunDir
+
+def _position_key(name: str, condition: str, seed: int, digits: int) -> str:
+    return f"{name}/{condition}/{seed}/{digits}"
+
+
+def record_positions(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
+    """Append `position_rows` of one saved model (at the first test length past the ID one) to positions.jsonl
+    unless they are there; then, without `keep_models`, delete the models nothing needs any more."""
+    from ...io import append_line, read_rows
 
     past = [n for n in ctx.cfg.buckets if n > ctx.cfg.id_digits]
-    if not past:
-        return
-    rows = []
+    if condition != "abs" and past and model_dir(ctx.out, name, condition, seed).exists():
+        key = _position_key(name, condition, seed, past[0])
+        if not any(r["key"] == key for r in read_rows(ctx.out / POSITIONS, ("key",), "abc study positions")):
+            for r in position_rows(ctx, name, condition, seed, past[0]):
+                append_line(ctx.out / POSITIONS, {"key": key, **r})
+    if not ctx.cfg.keep_models:
+        prune_models(ctx)
+
+
+def prune_models(ctx: _Ctx) -> None:
+    """Delete every saved model whose position rows are recorded and, for a vanilla base whose task has ABC in the
+    plan, whose ABC row (or its skip) is written."""
+    from ...io import read_rows
+
+    done = {r["key"].rsplit("/", 1)[0] for r in read_rows(ctx.out / POSITIONS, ("key",), "abc study positions")}
+    runs = ctx.cfg.runs()
+    for name, condition in runs:
+        for seed in ctx.cfg.seeds:
+            path = model_dir(ctx.out, name, condition, seed)
+            if not path.exists() or f"{name}/{condition}/{seed}" not in done:
+                continue
+            waits = condition == "vanilla" and (name, "abc") in runs and ctx.key(name, "abc", seed)[1] not in ctx.rows
+            if not waits:
+                shutil.rmtree(path)
+
+
+def write_position_table(ctx: _Ctx) -> None:
+    """positions.csv: the recorded `position_rows` of every vanilla and ABC model of the plan (where extrapolation
+    breaks: which rows fail, and whether they fail by writing 0); models saved before positions.jsonl existed are
+    recorded first."""
+    import pandas as pd
+
+    from ...io import RunDir, read_rows
+
     for name, condition in ctx.cfg.runs():
         for seed in ctx.cfg.seeds:
-            if condition != "abs" and model_dir(ctx.out, name, condition, seed).exists():
-                rows += position_rows(ctx, name, condition, seed, past[0])
+            record_positions(ctx, name, condition, seed)
+    wanted = {f"{n}/{c}/{s}" for n, c in ctx.cfg.runs() for s in ctx.cfg.seeds}
+    rows = [{k: v for k, v in r.items() if k != "key"}
+            for r in read_rows(ctx.out / POSITIONS, ("key",), "abc study positions")
+            if r["key"].rsplit("/", 1)[0] in wanted]
     if rows:
         RunDir(ctx.out).write_csv("positions.csv", pd.DataFrame(rows))
 
