@@ -6,12 +6,9 @@ import json
 import pytest
 import torch
 
-from aspan import models, tasks
-from aspan.tokenization import CharTokenizer
 from aspan.training import (
     BudgetSpent,
     TimeBudget,
-    TrainConfig,
     current_budget,
     latest_checkpoint,
     time_budget,
@@ -19,18 +16,12 @@ from aspan.training import (
     train_resumable,
 )
 
-TOK = CharTokenizer()
-TASK = tasks.get("reversal", length=(1, 3), charset="abcd")
-
-
-def tiny(seed=0):
-    torch.set_num_threads(1)
-    return models.tiny(TOK, n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=32, seed=seed, device="cpu")
+from .test_training import TASK, TOK, tiny
+from .test_training import cfg as base_cfg
 
 
 def cfg(**kw):
-    return TrainConfig.scratch(**{"steps": 8, "batch_size": 8, "lr": 3e-3, "warmup": 2, "log_every": 1,
-                                  "device": "cpu", **kw})
+    return base_cfg(**{"steps": 8, "device": "cpu", **kw})
 
 
 def ticks(start=0.0):
