@@ -1,6 +1,6 @@
 """Every run.json records what produced it: the versions of the stack, the backend (hooked or bridge) and the device
-actually used (never "auto"); `aspan --version` and `aspan doctor` print the same. One quick run per command; a run
-directory of one backend refuses the other."""
+actually used (never "auto"); `aspan doctor` prints the same (`aspan --version`: the version alone). One quick run
+per command; a run directory of one backend refuses the other."""
 import json
 import platform
 import subprocess
@@ -113,9 +113,8 @@ def test_the_backend_recorded_is_the_one_used(ckpt, tmp_path):
     assert (run["backend"], run["device"]) == ("bridge", "cpu")
 
 
-def test_version_and_doctor_print_the_same_record(tmp_path):
+def test_doctor_prints_the_record_and_version_the_version(tmp_path):
     doctor = aspan("doctor", cwd=tmp_path, env={**ENV, "ASPAN_BACKEND": "bridge"}).stdout.splitlines()
     expected = [*(f"{k}: {v}" for k, v in STACK.items()), "backend: bridge", f"device: {auto_device()}"]
     assert doctor == expected
-    line = aspan("--version", cwd=tmp_path).stdout.strip()
-    assert line == f"aspan {STACK['aspan']} ({', '.join([*expected[1:-2], 'backend: hooked', expected[-1]])})"
+    assert aspan("--version", cwd=tmp_path).stdout == f"aspan {STACK['aspan']}\n"  # the rest is doctor's

@@ -13,7 +13,6 @@ import torch
 from ..checks import check_device
 from ..errors import UsageError
 from ..io import atomic_dir, clean, sha256_of, to_json
-from ..offline import force_offline
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
@@ -277,7 +276,6 @@ def _load(
     """
     from . import hf
 
-    force_offline()  # in case transformers was imported before aspan (aspan.offline)
     device = default_device() if device in (None, "auto") else check_device(device)
     backend = default_backend() if backend is None else check_option("backend", backend, BACKENDS)
     if backend == "hooked" and not has_hooked():
