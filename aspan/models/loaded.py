@@ -47,19 +47,30 @@ def quiet_hf():
             hf_logging.enable_progress_bar()
 
 
-def bridge(source: str | os.PathLike | Any, device: str, tokenizer: Any = None):
+def bridge(source: str | os.PathLike | Any, device: str | None, tokenizer: Any = None, *, dtype: Any = None,
+           device_map: Any = None):
     """`TransformerBridge.boot_transformers` in compatibility mode (TransformerLens hook names), quietly: over a
     checkpoint directory, or over an in-memory Hugging Face model (e.g. dequantised from a GGUF file) with its
-    tokenizer (the bridge gets a copy: it configures padding on the one it holds)."""
+    tokenizer (the bridge gets a copy: it configures padding on the one it holds). `dtype`: a `torch.dtype` (None:
+    float32); `device_map` (a directory only; an in-memory model keeps the placement it was loaded with): spread
+    over several devices by Hugging Face's placement (`"auto"`, a dict), instead of `device`."""
     import copy
 
+    import torch
     from transformer_lens.model_bridge import TransformerBridge
 
+    dtype = dtype or torch.float32
     if isinstance(source, (str, os.PathLike)):
-        boot = {"model_name": str(source)}
+        boot = {"model_name": str(source), "dtype": dtype}
+        if device_map is not None:
+            boot, device = {**boot, "device_map": device_map}, None
     else:  # eager attention, so the pattern and score hooks fire (TransformerLens 3.9 keeps the model as given)
         source.set_attn_implementation("eager")
-        boot = {"model_name": "in-memory", "hf_model": source.to(device).eval(), "tokenizer": copy.deepcopy(tokenizer)}
+        placed = getattr(source, "hf_device_map", None) is not None
+        source = source if placed else source.to(device)
+        device = None if placed else device
+        boot = {"model_name": "in-memory", "hf_model": source.eval(), "tokenizer": copy.deepcopy(tokenizer),
+                "dtype": dtype}
     with quiet_hf():
         model = TransformerBridge.boot_transformers(device=device, **boot)
         # no weight processing: the weights HookedTransformer gets, so the same edits act the same (folding value
