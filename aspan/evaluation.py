@@ -48,7 +48,7 @@ from .models.backend import backend_of
 from .models.trained import check_task, task_of, trained_task
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
-from .tokenization import Tokenizer, check_tokenizer, require_tokenizer  # (check_tokenizer:) the check `aspan eval` makes on a task's alphabet
+from .tokenization import Tokenizer, check_tokenizer, require_tokenizer  # check_tokenizer: `aspan eval`'s check
 
 HookList = Sequence[tuple[str, Callable]]
 FwdHooks = HookList | Callable[[Batch], HookList]
