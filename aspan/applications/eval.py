@@ -49,6 +49,7 @@ class EvalRun:
     buckets: str | None = None  # length ranges each evaluated on its own samples, e.g. "1-10,11-20"
     bucket: int | None = None  # length bucket width of the table (default: 1, or 5 beyond 15 lengths)
     device: str = "auto"
+    dtype: str = "float32"  # precision the model is loaded in (float32, bfloat16, float16)
     threads: int | None = None
     output: str | None = None  # per-token records JSONL
     run_dir: str | None = None  # also run.json, summary.json and records.jsonl here
@@ -131,7 +132,7 @@ def _model_and_task(run: EvalRun):
     path = resolve_checkpoint(run.checkpoint)
     if not run.task and not _names_its_task(path):
         raise ValueError(f"--task is required: {run.checkpoint} does not name the task it was trained on")
-    model, tokenizer, meta = models.load(path, device=str(device))
+    model, tokenizer, meta = models.load(path, device=str(device), dtype=run.dtype)
     name = run.task or meta.get("task")
     if not name:
         raise ValueError("--task is required (the checkpoint does not name its task)")
