@@ -5,7 +5,8 @@ One record, `run_environment`, goes into every `run.json` aspan writes and is wh
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 PACKAGES = ("torch", "transformer-lens", "transformers")  # distributions every result depends on, besides aspan
 
@@ -70,6 +71,21 @@ def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
     return {"versions": versions(*extra), "backend": backend, "dtype": dtype, "device": device_name(device),
             "machine": machine}
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch on `threads` CPU threads inside the block (None or 0: torch's own choice), the caller's number restored
+    afterwards: an application called from Python leaves its host process as it found it."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def describe_environment() -> list[str]:

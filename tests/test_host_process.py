@@ -220,3 +220,29 @@ def test_plain_pytest_runs_without_pytest_xdist():
                            "tests/test_layering.py"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "passed" in done.stdout and "INTERNALERROR" not in done.stdout + done.stderr
+
+
+def test_applications_called_from_python_restore_torch_threads(tmp_path):
+    """`run_eval` and `train_run` with `threads` run torch on that many threads and hand the caller's number back."""
+    from aspan.applications.eval import EvalRun, run_eval
+    from aspan.applications.train import TrainRun, train_run
+    from aspan.training import TrainConfig
+
+    before = torch.get_num_threads()
+    wanted = 2 if before != 2 else 3
+    seen = []
+    original = torch.set_num_threads
+
+    def spy(n):
+        seen.append(n)
+        original(n)
+
+    torch.set_num_threads = spy
+    try:
+        run_eval(EvalRun("reversal", split="id", samples=2, attn=False, device="cpu", threads=wanted))
+        train_run(TrainRun(task="reversal", params=("length=1-3", "charset=abcd"), progress=False, threads=wanted,
+                           train=TrainConfig.scratch(steps=1, batch_size=4, device="cpu", eval_samples=2),
+                           n_layers=1, n_heads=2, d_model=16), str(tmp_path / "run"))
+    finally:
+        torch.set_num_threads = original
+    assert seen.count(wanted) == 2 and torch.get_num_threads() == before

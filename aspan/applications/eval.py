@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pandas as pd
-import torch
 
 from .. import models, tasks, viz
 from ..buckets import bucket_name, bucket_table, bucket_task, parse_buckets
 from ..checks import check_batch_memory, check_eval_memory, check_offsets
-from ..environment import run_environment
+from ..environment import run_environment, torch_threads
 from ..evaluation import CHUNK, StreamTotals, evaluate_stream, summarize
 from ..io import atomic_write, claim_run, dump_frame, write_json
 from ..models.trained import check_task, trained_task
@@ -92,7 +91,7 @@ def run_eval(run: EvalRun) -> dict:
     directory's run.json and summary.json, holding `run.run_dir` for this job throughout (`claim_run`). Every
     setting is checked (one-line ValueError) before the model loads, the samples' memory before any is scored.
     Returns the tables (by_length, correct_vs_error, by_bucket)."""
-    with claim_run(run.run_dir) if run.run_dir else contextlib.nullcontext():
+    with claim_run(run.run_dir) if run.run_dir else contextlib.nullcontext(), torch_threads(run.threads):
         return _run_eval(run)
 
 
@@ -101,8 +100,6 @@ def _run_eval(run: EvalRun) -> dict:
         raise ValueError(f"-n must be >= 1, got {run.samples}")
     heads = parse_heads(run.heads)
     buckets = parse_buckets(run.buckets)
-    if run.threads:
-        torch.set_num_threads(run.threads)
     model, tokenizer, name, task = _model_and_task(run)
     samples, names, longest = _samples(model, task, buckets, run, tokenizer.offset)
     check_offsets(run.delta, tokenizer.offset + longest + 1, "--delta")

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from .. import evaluation, models, tasks
 from ..checks import check_device, check_output_dir
-from ..environment import run_environment
+from ..environment import run_environment, torch_threads
 from ..experiments import ranking
 from ..experiments.engine import ID_BUDGET, Data, Engine, Ranking, Selection, on_set, point, run_in_dir, select
 from ..hf_tokenization import HFCharAdapter
@@ -323,14 +323,13 @@ def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log
     `cfg.out` is held for this job (the lock of `cfg.shard`) and this configuration throughout.
     """
     cfg.check()
-    with claim_config(cfg.out, "pretrained", cfg, RUNTIME, shard=cfg.shard, command=command):
+    with claim_config(cfg.out, "pretrained", cfg, RUNTIME, shard=cfg.shard, command=command), \
+            torch_threads(cfg.threads):  # the caller's number of threads restored afterwards
         return _run(cfg, command, log, loaded)
 
 
 def _run(cfg: PretrainedConfig, command: str, log, loaded) -> dict[str, Any]:
     t0, timings, run = time.perf_counter(), {}, RunDir(cfg.out)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     p = prepare(cfg, log, loaded)
     if cfg.shard is not None:  # a job-array member: the same fine-tune (same seed and data), one part of the grid
         rows = sweep(p, finetune(p, cfg, run), cfg, run).rows
