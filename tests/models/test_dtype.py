@@ -138,3 +138,31 @@ def test_the_command_line_dtype_reaches_the_model_and_run_json(kinds, kind, tmp_
     r = cli.aspan("eval", str(kinds[kind]), "--dtype", "float64", cwd=tmp_path)
     assert r.returncode == 2
     cli.one_line(r.stderr, "--dtype", "float64", "'bfloat16'")
+
+
+def test_pretrained_takes_the_dtype_from_its_config_or_flag(tmp_path):
+    """`aspan pretrained` loads (and fine-tunes) in the config's `dtype` or `--dtype`; a float32 run keeps the settings
+    of the runs made before the option (it resumes them), and another dtype is another configuration."""
+    from aspan.applications.pretrained import PretrainedConfig
+    from aspan.config import load_config
+
+    toml = tmp_path / "c.toml"
+    toml.write_text('model = "smollm2"\ndtype = "bfloat16"\n')
+    assert load_config(PretrainedConfig, toml_path=toml).dtype == "bfloat16"
+    assert load_config(PretrainedConfig, toml_path=toml, flags={"dtype": "float16"}).dtype == "float16"
+    toml.write_text('model = "smollm2"\ndtype = "float64"\n')
+    with pytest.raises(ValueError, match="dtype"):
+        load_config(PretrainedConfig, toml_path=toml)
+    from aspan.applications.claims import claim_config
+    from aspan.applications.pretrained import RUNTIME
+    from aspan.io import SETTINGS
+
+    out = tmp_path / "run"
+    with claim_config(out, "pretrained", PretrainedConfig(), RUNTIME):
+        (out / "rows.jsonl").write_text("{}\n")
+    assert "dtype" not in json.loads((out / SETTINGS).read_text())  # as before the option: such runs resume
+    with claim_config(out, "pretrained", PretrainedConfig(), RUNTIME):
+        pass
+    with pytest.raises(ValueError, match=r"another configuration \(dtype = None there, 'bfloat16' now\)"):
+        with claim_config(out, "pretrained", PretrainedConfig(dtype="bfloat16"), RUNTIME):
+            pass
