@@ -1,6 +1,7 @@
 """Bring your own model: a HookedTransformer the user builds from a HookedTransformerConfig (not through
 `aspan.models`) goes through training, evaluation, head ranking, every edit (reinforce, patch, steer) and the sweep
-engine as it is; a tokenizer that is not aspan's is refused in one line saying what to pass."""
+engine as it is, and so does a TransformerBridge the user boots; a tokenizer that is not aspan's is refused in one
+line saying what to pass."""
 from __future__ import annotations
 
 import warnings
@@ -38,9 +39,12 @@ def user_model(tok: CharTokenizer) -> torch.nn.Module:
 @pytest.fixture(scope="module")
 def mine():
     """(model, tokenizer): the user's model, trained with aspan's loop on reversal of 1-3 symbols over 'abcd'."""
+    from aspan.environment import torch_threads
+
     tok = CharTokenizer()
     model = user_model(tok)
-    train(model, tok, TASK, TrainConfig.scratch(steps=150, batch_size=32, lr=3e-3, warmup=10), progress=False)
+    with torch_threads(1):  # a tiny model: one thread is fastest on a busy machine
+        train(model, tok, TASK, TrainConfig.scratch(steps=150, batch_size=32, lr=3e-3, warmup=10), progress=False)
     return model.eval(), tok
 
 
@@ -120,3 +124,28 @@ def test_a_tokenizer_that_is_not_aspans_says_what_to_pass(mine, samples, what):
         assert "\n" not in text and text.startswith(f"{where}: tokenizer: got {type(wrong).__name__}")
         assert "aspan.CharTokenizer()" in text and "HFCharAdapter(hf_tokenizer)" in text
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # refused before any work
+
+
+def test_a_bridge_the_user_boots_goes_through_the_same_calls(tmp_path):
+    """A TransformerBridge the user boots from a Hugging Face directory (TransformerLens's defaults: weights processed
+    in compatibility mode), with its tokenizer behind aspan's character adapter: evaluation, ranking and every edit."""
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import AutoTokenizer
+
+    from aspan.hf_tokenization import HFCharAdapter
+
+    from .models.hf_fixtures import save_random_model
+
+    save_random_model("llama", tmp_path / "llama")
+    bridge = TransformerBridge.boot_transformers(str(tmp_path / "llama"), device="cpu")
+    bridge.enable_compatibility_mode(disable_warnings=True)
+    tok = HFCharAdapter(AutoTokenizer.from_pretrained(str(tmp_path / "llama")))
+    samples = tasks.get("reversal", length=(2, 4), charset="abcd").generate(4, seed=0)
+    heads = select_heads(rank_heads(bridge, tok, samples), top=2)
+    base = evaluate(bridge, tok, samples, heads=heads).summary()["attn_heads_sample"]
+    for edit in (lambda b: hooks.reinforce(heads, mask=b.ref_mask, strength=2.0),
+                 lambda b: hooks.patch_pattern(heads, mask=b.ref_mask),
+                 lambda b: hooks.steer(heads, mask=b.ref_mask, alpha=0.01)):
+        assert evaluate(bridge, tok, samples, fwd_hooks=edit, heads=heads).summary()["attn_heads_sample"] > base + 0.2
+    with pytest.raises(TypeError, match="HFCharAdapter"):
+        evaluate(bridge, AutoTokenizer.from_pretrained(str(tmp_path / "llama")), samples)
