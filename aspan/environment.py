@@ -23,6 +23,10 @@ def versions(*extra: str) -> dict[str, str]:
             out[name.replace("-", "_")] = version(name)
         except PackageNotFoundError:
             out[name.replace("-", "_")] = "unknown"
+    if out["aspan"] == "unknown":  # run from a source tree that was never installed (e.g. on a lent GPU machine)
+        from . import __version__
+
+        out["aspan"] = f"{__version__} (source tree)"
     return out
 
 

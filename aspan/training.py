@@ -25,10 +25,11 @@ import re
 import shutil
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 import torch.distributed as dist
@@ -480,6 +481,70 @@ def target_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 
+# ----------------------------------------------------------------------------------------------- time budget
+@dataclass(frozen=True)
+class TimeBudget:
+    """A wall-clock limit on every `train` call made inside `time_budget(...)` (e.g. a GPU slice of a few minutes).
+
+    A run checks the budget after every optimiser step (all DDP ranks agree): once `clock()` reaches `deadline` it
+    writes a checkpoint at that step (when it has an `out_dir`) and raises `BudgetSpent`, so `train(...,
+    resume=True)` later continues it exactly; while it runs, a run with an `out_dir` is checkpointed whenever
+    `checkpoint_s` seconds passed since its last checkpoint, so a process killed from outside loses at most that
+    much. A run without an `out_dir` is simply stopped (its caller reruns it whole)."""
+
+    deadline: float  # clock() value at which training pauses
+    checkpoint_s: float = 120.0  # the oldest a running checkpoint may get (seconds of clock())
+    clock: Callable[[], float] = time.monotonic  # tests pass a step counter here
+
+    def spent(self) -> bool:
+        return self.clock() >= self.deadline
+
+
+class BudgetSpent(Exception):
+    """The time budget ran out inside `train`: the run stopped after `step` steps (checkpointed if it had an
+    `out_dir`)."""
+
+    def __init__(self, step: int, out_dir: Path | None = None):
+        where = f" (checkpointed in {out_dir})" if out_dir is not None else ""
+        super().__init__(f"time budget spent after step {step}{where}; run again to continue")
+        self.step, self.out_dir = step, out_dir
+
+
+_BUDGET: ContextVar[TimeBudget | None] = ContextVar("aspan_time_budget", default=None)
+
+
+@contextmanager
+def time_budget(budget: TimeBudget | None) -> Iterator[TimeBudget | None]:
+    """Every `train` call inside the block (this thread or task only) honours `budget` (None: no limit)."""
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def current_budget() -> TimeBudget | None:
+    """The budget `time_budget` set for this context, if any."""
+    return _BUDGET.get()
+
+
+def _budget_step(run: "_Run", done: int, last_ckpt: float) -> float:
+    """After step `done`: pause (checkpoint, BudgetSpent) when the budget is spent, or checkpoint when the last one
+    is older than the budget's `checkpoint_s`. Returns the clock time of the last checkpoint."""
+    budget = _BUDGET.get()
+    if budget is None:
+        return last_ckpt
+    now = budget.clock()
+    if _agree(run, int(now >= budget.deadline)):
+        if run.saved != done:
+            _checkpoint(run, done)
+        raise BudgetSpent(done, run.opts.out_dir)
+    if run.opts.out_dir is not None and now - last_ckpt >= budget.checkpoint_s and run.saved != done:
+        _checkpoint(run, done)
+        return now
+    return last_ckpt
+
+
 # ----------------------------------------------------------------------------------------------- the loop
 @dataclass
 class RunOptions:
@@ -573,6 +638,9 @@ def train(
     opts = RunOptions(None if out_dir is None else Path(out_dir), eval_data, resume, fwd_hooks, progress,
                       stop_after, dict(meta or {}), curve_data, on_curve)
     run = _prepare(model, tokenizer, data, config or TrainConfig.scratch(), opts)
+    # gradients an earlier run (or a run stopped mid-step) left on tensors this run does not train would enter its
+    # gradient clipping norm: every run starts from none
+    model.zero_grad(set_to_none=True)
     run.freezer = _freezer(model, parse_train_only(run.config.train_only))
     try:
         _setup_optimizer(run)
@@ -583,6 +651,23 @@ def train(
         if run.freezer:
             run.freezer.close()
     return TrainResult(model, run.history, opts.out_dir, stop)
+
+
+def train_resumable(scratch: str | os.PathLike, model, tokenizer: Tokenizer, data: Data | Replay,
+                    config: TrainConfig, **options: Any) -> TrainResult:
+    """`train` into the scratch directory `scratch`: a checkpoint there (a run paused by `time_budget`, or killed
+    after a checkpoint) is continued exactly, anything else there is cleared first, and `scratch` is removed once the
+    run ends, so it only ever holds an unfinished run. `options` are `train`'s keywords (not out_dir or resume);
+    ValueError, naming the setting, when the checkpoint there was trained with other settings."""
+    scratch = Path(scratch)
+    ckpt = latest_checkpoint(scratch) if scratch.is_dir() else None
+    if ckpt is None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        check_resume(ckpt, config, options.get("meta"), model)
+    result = train(model, tokenizer, data, config, out_dir=scratch, resume=ckpt is not None, **options)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return result._replace(out_dir=None)
 
 
 def _freezer(model, spec: TrainOnly | None) -> Freezer | None:
@@ -759,9 +844,21 @@ def _loop(run: _Run) -> None:
     run.model.train()
     bar = tqdm(total=run.total, initial=run.start, desc="train", disable=not (run.main and run.opts.progress),
                dynamic_ncols=True)
-    tokens_seen, busy = 0, 0.0  # tokens/s counts training time only (evaluation and checkpoints excluded)
+    budget = _BUDGET.get()
+    last_ckpt = budget.clock() if budget is not None else 0.0
+    if budget is not None and run.start < run.end and _agree(run, int(budget.spent())):
+        bar.close()
+        raise BudgetSpent(run.start, run.opts.out_dir)  # spent before this run began: nothing done, nothing saved
     if run.every and run.start == 0:
         _curve(run, 0)  # where training starts from (a stop rule never fires here)
+    with bar:
+        _steps(run, amp, bar, last_ckpt)
+
+
+def _steps(run: _Run, amp, bar, last_ckpt: float) -> None:
+    """The optimiser steps of `_loop`, each followed by its logging, evaluation, curve, checkpoint and budget check."""
+    config = run.config
+    tokens_seen, busy = 0, 0.0  # tokens/s counts training time only (evaluation and checkpoints excluded)
     for step in range(run.start, run.end):
         t0 = time.perf_counter()
         loss_value, n_tok, grad_norm = _train_step(run, step, amp)
@@ -781,7 +878,8 @@ def _loop(run: _Run) -> None:
             _checkpoint(run, done)
         if stopped:
             break
-    bar.close()
+        if done != run.end:
+            last_ckpt = _budget_step(run, done, last_ckpt)
 
 
 def _curve(run: _Run, step: int) -> bool:

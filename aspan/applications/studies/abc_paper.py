@@ -410,22 +410,22 @@ def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch
                     log: tuple[Path, dict] | None = None, cap: int | None = None) -> dict:
     """Train on the training numbers until ID exact on the check set reaches `fit_exact`, checked every
     `check_every` steps (and at the cap): one schedule over `cap` steps (`max_steps` when None) whose learning curve
-    on the check set drives the target stop rule (`train_config`); its run directory `scratch` is removed at the
-    end. `log`: (JSONL file, fields) to append every check to as it happens (a long run shows how far it got).
-    Returns steps, fitted, the last ID exact and every check (the curve before training, step 0, is not a check)."""
+    on the check set drives the target stop rule (`train_config`); its run directory `scratch` holds it until it
+    ends (`aspan.training.train_resumable`). `log`: (JSONL file, fields) to append every check to as it happens (a
+    long run shows how far it got). Returns steps, fitted, the last ID exact and every check (the curve before
+    training, step 0, is not a check)."""
     from ...io import append_line
-    from ...training import train
+    from ...training import train_resumable
 
     def logged(rows: list[dict]) -> None:
         for r in rows:
             if log is not None and r["step"] > 0:
                 append_line(log[0], {**log[1], "step": r["step"], "id_exact": r["exact"], "time": time.time()})
 
-    shutil.rmtree(scratch, ignore_errors=True)  # a cut earlier run's files must not be continued
     cap = cfg.max_steps if cap is None else cap
-    result = train(model, data.tokenizer, data.train, train_config(cfg, seed, cap), out_dir=scratch,
-                   fwd_hooks=bias_hooks, progress=False, curve_data={CHECK: data.check}, on_curve=logged)
-    shutil.rmtree(scratch, ignore_errors=True)
+    # in `scratch` (removed at the end): a run paused by a time budget (aspan.training.time_budget) continues exactly
+    result = train_resumable(scratch, model, data.tokenizer, data.train, train_config(cfg, seed, cap),
+                             fwd_hooks=bias_hooks, progress=False, curve_data={CHECK: data.check}, on_curve=logged)
     checks = [[r["step"], r["exact"]] for r in result.history if r.get("kind") == "curve" and r["step"] > 0]
     return {"steps": result.stop["step"], "fitted": checks[-1][1] >= cfg.fit_exact, "id_exact": checks[-1][1],
             "checks": checks}

@@ -205,7 +205,7 @@ def train_and_evaluate(config: StudyConfig, tok, n_ctx: int, spec: Run, out: Pat
     from ... import models
     from ...evaluation import evaluate
     from ...io import settings_key
-    from ...training import TrainConfig, train
+    from ...training import TrainConfig, train_resumable
 
     settings = run_settings(config, fmt, lr, seed)
     model = models.tiny(tok, n_layers=config.n_layers, n_heads=config.n_heads, d_model=config.d_model, n_ctx=n_ctx,
@@ -217,10 +217,11 @@ def train_and_evaluate(config: StudyConfig, tok, n_ctx: int, spec: Run, out: Pat
                               curve_every=config.curve_every if by_curves else 0,
                               stop="target" if by_curves else "none", stop_bucket=FIT_SET,
                               target=config.fit_exact if by_curves else None)
-    curves: list[dict] = []
     t0 = time.perf_counter()
-    result = train(model, tok, make_task(config, fmt, (1, config.train_length)), cfg, progress=False,
-                   curve_data=curve_sets(config, fmt) if by_curves else None, on_curve=curves.extend)
+    # in RUN_DIR/scratch/ID until it ends: a run paused by a time budget (aspan.training.time_budget) continues there
+    result = train_resumable(out / "scratch" / spec.id, model, tok, make_task(config, fmt, (1, config.train_length)),
+                             cfg, progress=False, curve_data=curve_sets(config, fmt) if by_curves else None)
+    curves = [r for r in result.history if r.get("kind") == "curve"]
     seconds = time.perf_counter() - t0
     # the last logged training loss (None when the stop rule ended the run before its first log row)
     loss = next((r["loss"] for r in reversed(result.history) if r.get("kind") == "train"), None)

@@ -208,6 +208,7 @@ class Setup:
     report: dict[str, list]  # report samples per bucket name
     conds: list[Condition] = field(default_factory=list)
     curves: dict[str, list] = field(default_factory=dict)  # curve sets per bucket name (curves protocol)
+    out: Path | None = None  # the run directory: each run trains in its scratch/KEY there (resumable), if given
 
 
 def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> Setup:
@@ -232,7 +233,8 @@ def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> S
     select = ft_task.generate(cfg.n_select, seed=cfg.select_seed)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
     curves = bucket_sets(id_task, curve_buckets(cfg), cfg.n_curve, cfg.curve_seed) if cfg.protocol == "curves" else {}
-    return Setup(cfg, model, tokenizer, base, ft_task, id_task, select, report, conditions(cfg, model), curves)
+    return Setup(cfg, model, tokenizer, base, ft_task, id_task, select, report, conditions(cfg, model), curves,
+                 None if out is None else Path(out))
 
 
 BASE_RECORD = "base.json"  # in RUN_DIR/base: the base's settings, where and why its training stopped, its fit
@@ -317,7 +319,7 @@ def train_one(s: Setup, settings: dict) -> tuple[dict, list[dict]]:
     import torch
 
     from ...param_groups import trainable_count
-    from ...training import Replay, TrainConfig, train
+    from ...training import Replay, TrainConfig, train, train_resumable
 
     with torch.no_grad():
         s.model.load_state_dict(s.base)
@@ -337,8 +339,13 @@ def train_one(s: Setup, settings: dict) -> tuple[dict, list[dict]]:
                                      stop="plateau" if by_curves else "none",
                                      stop_bucket=bucket_name(s.cfg.finetune),
                                      stop_metric=settings.get("stop_metric", "exact"))
-        result = train(s.model, s.tokenizer, data, config, progress=False, curve_data=s.curves if by_curves else None,
-                       on_curve=curves.extend)
+        options = dict(progress=False, curve_data=s.curves if by_curves else None)
+        if s.out is None:
+            result = train(s.model, s.tokenizer, data, config, **options)
+        else:  # a run paused by a time budget (aspan.training.time_budget) continues from its checkpoint
+            result = train_resumable(s.out / "scratch" / settings["key"], s.model, s.tokenizer, data, config,
+                                     **options)
+        curves = [r for r in result.history if r.get("kind") == "curve"]
         if by_curves:
             stop = {"stop_reason": result.stop["reason"], "stop_step": result.stop["step"]}
     train_s = time.perf_counter() - t0

@@ -1,0 +1,172 @@
+"""The GPU campaign's slices on CPU: a slice stopped by its time budget, merged into a fresh directory and
+continued, ends with exactly the rows and weights of an uninterrupted run; the budget is honoured; bad plans are
+refused in one line."""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from aspan.applications import campaign as c
+from aspan.errors import UsageError
+
+RUNS = (
+    {"name": "abc", "command": ["study", "abc", "--protocol", "paper", "--quick", "--no-progress"]},
+    {"name": "qk", "command": ["study", "qk", "--quick", "--protocol", "curves", "--no-progress"]},
+)
+PLAN = c.CampaignPlan(runs=RUNS, budget_s=10_000, reserve_s=0, checkpoint_s=1_000, checks=())
+TIMING = ("wall_s", "seconds", "train_s", "time", "train_seconds", "eval_s", "wall")
+
+
+class Ticks:
+    """A clock that advances one second per reading: the budget then runs out at a fixed point of the work."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 1
+        return self.now
+
+
+def _rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows = [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
+    # keyed rows as a set (a resumed study plans its remaining runs afresh, so their order may differ)
+    return sorted(rows, key=lambda r: r["key"]) if rows and "key" in rows[0] else rows
+
+
+def _weights(run: Path) -> dict[str, dict[str, torch.Tensor]]:
+    return {str(p.relative_to(run)): load_file(str(p)) for p in sorted(run.rglob("model.safetensors"))}
+
+
+def _slice(campaign: Path, out: Path, plan=PLAN, clock=None) -> dict:
+    s = c.Slice(campaign, out, "cpu", clock or c.time.monotonic)
+    return c.run_slice(plan, s)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("whole")
+    record = _slice(root / "campaign", root / "out")
+    assert [r["status"] for r in record["runs"]] == ["done", "done"]
+    return root / "campaign"
+
+
+def test_paused_slices_add_up_to_one_run(uninterrupted, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = tmp_path / "device1"
+    ticks = Ticks()
+    record = _slice(first, tmp_path / "out1", replace(PLAN, budget_s=40), ticks)
+    assert record["runs"][-1]["status"] == "paused", record["runs"]
+    paused = [r for r in record["status"] if r["paused_trainings"]]
+    assert paused, "the budget ran out inside a training, which left a checkpoint"
+    # the next slice runs elsewhere: a fresh directory given what the first slice returned
+    here = tmp_path / "here"
+    c.merge_slice(tmp_path / "out1", here)
+    assert c.snapshot(here).keys() - {".aspan.lock"} >= {k for k in c.snapshot(first) if not k.endswith(".aspan.lock")
+                                                        and not k.endswith("report.html")}
+    second = _slice(here, tmp_path / "out2")
+    assert [r["status"] for r in second["runs"]][-1] == "done"
+    assert all(r["state"] == "done" for r in second["status"])
+    for name in ("abc", "qk"):
+        for rows in ("runs.jsonl", "checks.jsonl", "learning_curves.jsonl"):
+            assert _rows(here / name / rows) == _rows(uninterrupted / name / rows), (name, rows)
+    got, want = _weights(here / "abc"), _weights(uninterrupted / "abc")
+    assert got.keys() == want.keys() and got
+    for k in want:
+        for t in want[k]:
+            assert torch.equal(got[k][t], want[k][t]), (k, t)
+    assert not list(here.glob("*/scratch/*")), "no paused training is left once the runs are done"
+
+
+def test_budget_stops_the_slice_and_status_says_where(tmp_path):
+    ticks = Ticks()
+    record = _slice(tmp_path / "camp", tmp_path / "out", replace(PLAN, budget_s=12), ticks)
+    assert record["runs"] and record["runs"][0]["status"] == "paused"
+    assert len(record["runs"]) == 1, "nothing starts after a run paused"
+    text = c.format_status(c.status(PLAN, tmp_path / "camp"))
+    assert text.splitlines()[0] == "0 of 2 runs done" and "started" in text
+    out = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert out["parts"] == [c.STATE] and (tmp_path / "out" / c.STATE).is_file()
+    assert out["environment"]["device"] == "cpu" and "versions" in out["environment"]
+
+
+def test_a_run_needing_a_missing_package_is_skipped_with_the_reason(tmp_path):
+    plan = replace(PLAN, runs=({"name": "x", "command": ["doctor"], "requires": ["no_such_package_here"]},))
+    record = _slice(tmp_path / "camp", tmp_path / "out", plan)
+    assert record["runs"] == [{"name": "x", "status": "skipped",
+                               "why": "needs no_such_package_here, not installed here"}]
+
+
+def test_archive_parts_and_hostile_members(tmp_path, monkeypatch):
+    camp = tmp_path / "camp"
+    (camp / "a").mkdir(parents=True)
+    (camp / "a" / "big.bin").write_bytes(torch.randint(0, 255, (3000,), dtype=torch.uint8).numpy().tobytes())
+    (camp / "old.txt").write_text("x")
+    before = c.snapshot(camp)
+    (camp / "old.txt").unlink()
+    (camp / "a" / "new.txt").write_text("new")
+    monkeypatch.setattr(c, "PART_BYTES", 100)
+    names = c.pack(camp, {**before, "a/big.bin": "changed"}, tmp_path)
+    assert len(names) > 1 and all(n.startswith(c.STATE + ".part") for n in names)
+    (tmp_path / "run.json").write_text(json.dumps({"parts": names, "started": "t"}))
+    dest = tmp_path / "dest"
+    shutil.copytree(camp, dest)
+    (dest / "old.txt").write_text("x")
+    c.merge_slice(tmp_path, dest)
+    assert c.snapshot(dest) == c.snapshot(camp)
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../escape.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / c.STATE).write_bytes(buf.getvalue())
+    (tmp_path / "evil" / "run.json").write_text(json.dumps({"parts": [c.STATE], "started": "t"}))
+    with pytest.raises(ValueError, match="not a plain file inside"):
+        c.merge_slice(tmp_path / "evil", tmp_path / "dest2")
+    assert not (tmp_path / "escape.txt").exists()
+
+
+@pytest.mark.parametrize("runs, message", [
+    ((), "at least one run"),
+    (({"name": "a b", "command": ["doctor"]},), "runs\\[0\\].name"),
+    (({"name": "a", "command": ["doctor"], "nope": 1},), "unknown key 'nope'"),
+    (({"name": "a", "command": ["doctor", "--out", "x"]},), "must not set --out"),
+    (({"name": "a", "command": ["doctor"]}, {"name": "a", "command": ["doctor"]}), "used twice"),
+])
+def test_bad_plans_are_refused_naming_the_key(tmp_path, runs, message):
+    path = tmp_path / "plan.toml"
+    body = "".join("[[runs]]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in r.items()) for r in runs)
+    path.write_text("budget_s = 100\n" + body)
+    with pytest.raises(UsageError, match=message):
+        c.load_plan(path)
+
+
+def test_the_shipped_plan_loads_and_names_existing_configs():
+    plan = c.load_plan("configs/gpu/campaign.toml")
+    for e in plan.entries():
+        for arg in e.command:
+            if arg.endswith(".toml"):
+                assert Path(arg).is_file(), (e.name, arg)
+    assert [e.name for e in plan.entries()][0] == "abc_paper"
+    assert plan.budget_s <= 480
+
+
+def test_device_checks_pass_on_cpu():
+    from aspan.applications.device_checks import run_checks
+
+    got = run_checks("cpu", ("hooks", "generation", "distributed"))
+    assert got["all_ok"], got
+    assert got["generation"]["compared_tokens"] > 0 and got["distributed"]["backend"] == "gloo"
