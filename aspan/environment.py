@@ -55,9 +55,10 @@ def model_dtype(model: Any) -> str:
                 "float32")
 
 
-def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...] = (),
+                    dtype: str = "float32") -> dict[str, Any]:
     """`versions` (with `extra` distributions), `backend` ("hooked" or "bridge"), `dtype` and `device` of a run:
-    `model`'s own when given, else the backend `aspan.models.load` uses now (`ASPAN_BACKEND`), float32 (the
+    `model`'s own when given, else the backend `aspan.models.load` uses now (`ASPAN_BACKEND`), `dtype` (float32, the
     precision models are trained and loaded in unless asked otherwise) and `device` as it resolves; `machine`: the
     platform, its CPU count and torch's threads."""
     import os
@@ -67,7 +68,6 @@ def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...
 
     from .models.backend import backend_of, default_backend
 
-    dtype = "float32"
     if model is not None:
         backend, device, dtype = backend_of(model).name, model_device(model), model_dtype(model)
     else:
