@@ -265,8 +265,12 @@ def load(
     path_or_name: str | os.PathLike, device: str | None = None, backend: Backend | None = None,
     dtype: ModelDtype | torch.dtype | None = None, device_map: str | dict[str, Any] | None = None, **adapter: Any,
 ) -> LoadedModel:
-    """`_load`, with the training task its metadata names recorded on the model (`aspan.models.trained`): evaluating
-    it on another task's samples is then refused unless asked for. Pretrained models name none."""
+    """A model of any kind (`_load`) on `device` (None or "auto": CUDA when present) with `backend`, in `dtype`
+    (float32 by default, bfloat16 or float16, as a name or a `torch.dtype`), or spread over several devices by
+    `device_map` (Hugging Face's placement: "auto", "balanced" or a dict; Hugging Face checkpoints, GGUF files and
+    SmolLM2 on the bridge backend). The training task its metadata names is recorded on the model
+    (`aspan.models.trained`): evaluating it on another task's samples is then refused unless asked for. Pretrained
+    models name none."""
     loaded = _load(path_or_name, Placement.of(device, backend, dtype, device_map), **adapter)
     record_task(loaded.model, from_meta(loaded.meta))
     return loaded
