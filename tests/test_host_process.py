@@ -180,8 +180,8 @@ def test_version_prints_at_once_without_importing_torch(tmp_path):
 
 
 def test_one_version_and_the_changelog_names_it():
-    """pyproject.toml takes the version from `aspan.__version__` (one place), and CHANGELOG.md's first release
-    heading is that version."""
+    """pyproject.toml takes the version from `aspan.__version__` (one place); CHANGELOG.md's first release heading
+    and CITATION.cff name that version; the licence is MIT everywhere."""
     import re
     import tomllib
 
@@ -192,6 +192,12 @@ def test_one_version_and_the_changelog_names_it():
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "aspan.__version__"}
     first = re.search(r"^## \[?(\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"), re.M)
     assert first and first[1] == __version__
+    import yaml
+
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert citation["cff-version"] == "1.2.0" and citation["version"] == __version__
+    assert citation["license"] == project["project"]["license"] == "MIT"
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
 
 
 @pytest.mark.parametrize("shadow", ["hooks.py", "hooks/__init__.py"])
