@@ -100,15 +100,58 @@ print(json.dumps({"names": len(NAMES), "diff": sorted(k for k in before if befor
     assert result["diff"] == [] and result["environ"] == [], result
 
 
+def test_importing_and_using_aspan_in_a_fresh_process_changes_nothing(tmp_path):
+    """In a fresh interpreter that has torch and transformers (as a user's would): import aspan, load every kind of
+    model (the shipped one and a Llama directory, on both backends), evaluate with an edit, rank heads, train and save.
+    Nothing of the snapshot changes: TransformerLens, imported on first use, sets an environment variable (through
+    torch's inductor), the `transformers` logger's level and warning filters, all undone by aspan; loggers that modules
+    create on import are new, not changed, and are left out."""
+    code = SNAPSHOT + f"""
+import sys
+from pathlib import Path
+from tests.models.hf_fixtures import save_random_model
+save_random_model("llama", Path({str(tmp_path / "llama")!r}))
+before = snapshot()
+import hooks
+from aspan import models, tasks
+from aspan.evaluation import evaluate
+from aspan.experiments.ranking import rank_heads, select_heads
+from aspan.tokenization import CharTokenizer
+from aspan.training import TrainConfig, train
+model, tok, _ = models.load("reversal", device="cpu")
+samples = tasks.preset("reversal", "ood", length=(11, 12)).generate(4, seed=0)
+heads = select_heads(rank_heads(model, tok, samples, deltas=[2]), top=2, by="score_row_d2")
+evaluate(model, tok, samples, fwd_hooks=lambda b: hooks.reinforce(heads, mask=b.ref_mask, strength=2.0, delta=2))
+for source in ("reversal", {str(tmp_path / "llama")!r}):
+    for backend in ("hooked", "bridge"):
+        loaded = models.load(source, device="cpu", backend=backend, dtype="bfloat16")
+        evaluate(loaded.model, loaded.tokenizer, samples[:2], any_task=True)
+small = models.tiny(CharTokenizer(), n_layers=1, n_heads=2, d_model=16, n_ctx=32, device="cpu")
+train(small, CharTokenizer(), tasks.get("reversal", length=(1, 3), charset="abcd"),
+      TrainConfig.scratch(steps=2, batch_size=4), progress=False)
+models.save(small, {str(tmp_path / "small")!r}, CharTokenizer())
+after = snapshot()
+after["loggers"] = {{k: v for k, v in after["loggers"].items() if k in before["loggers"]}}
+diff = {{k: [str(before[k])[:300], str(after[k])[:300]] for k in before if before[k] != after[k]}}
+print(json.dumps(diff))
+"""
+    assert json.loads(_python(code)) == {}
+
+
 def _state() -> tuple:
+    import logging
+    import warnings
+
+    root = logging.getLogger()
     return (dict(os.environ), random.getstate(), repr(np.random.get_state()), torch.random.get_rng_state(),
-            torch.get_num_threads(), torch.is_grad_enabled())
+            torch.get_num_threads(), torch.is_grad_enabled(), root.level, list(root.handlers), list(warnings.filters),
+            torch.get_default_dtype())
 
 
 def test_using_aspan_leaves_the_environment_and_random_states_alone(tmp_path):
     """Load (aspan format, the shipped model, a Hugging Face directory on both backends), evaluate with an edit,
-    rank heads, train a step and save: `os.environ`, Python's, numpy's and torch's random states, torch's threads and
-    grad mode are as they were."""
+    rank heads, train a step and save: `os.environ`, Python's, numpy's and torch's random states, torch's threads,
+    grad mode and default dtype, the root logger and the warning filters are as they were."""
     from aspan.training import TrainConfig, train
 
     from .models.hf_fixtures import save_random_model

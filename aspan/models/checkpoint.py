@@ -17,7 +17,7 @@ from ..options import BACKENDS, Backend, ModelDtype, check_option, dtype_name
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
 from .backend import backend_of, default_backend, has_hooked
-from .loaded import LoadedModel, bridge
+from .loaded import LoadedModel, bridge, import_transformer_lens, process_kept
 from .safety import ALL_GPUS, check_aspan_config, check_hf_checkpoint, check_hf_config, check_tl_memory
 from .tiny import build
 from .trained import TrainedTask, from_meta, record_task
@@ -271,7 +271,12 @@ def load(
     SmolLM2 on the bridge backend). The training task its metadata names is recorded on the model
     (`aspan.models.trained`): evaluating it on another task's samples is then refused unless asked for. Pretrained
     models name none."""
-    loaded = _load(path_or_name, Placement.of(device, backend, dtype, device_map), **adapter)
+    import_transformer_lens()
+    where = Placement.of(device, backend, dtype, device_map)
+    # a load leaves the caller's random state, environment, warning filters and logging as they were
+    with process_kept(), \
+            torch.random.fork_rng(devices=range(torch.cuda.device_count()) if where.device.startswith("cuda") else []):
+        loaded = _load(path_or_name, where, **adapter)
     record_task(loaded.model, from_meta(loaded.meta))
     return loaded
 

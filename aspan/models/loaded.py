@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from ..tokenization import Tokenizer
 
@@ -25,9 +25,46 @@ class LoadedModel(NamedTuple):
 
 
 @contextlib.contextmanager
+def process_kept() -> Iterator[None]:
+    """What runs inside leaves the process's environment variables, warning filters, root logger (its level and
+    handlers) and the `transformers` logger's level as they were. TransformerLens changes each: importing it, torch's
+    inductor sets `TORCHINDUCTOR_CACHE_DIR`, it silences the `transformers` logger and adds warning filters; its
+    config conversion logs through the root logger, which gives that logger a handler (`logging.basicConfig`). None
+    of that is aspan's to change in its host process."""
+    import logging
+    import warnings
+
+    env, logger, root = dict(os.environ), logging.getLogger("transformers"), logging.getLogger()
+    level, root_level, root_handlers = logger.level, root.level, list(root.handlers)
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        for name in set(os.environ) - set(env):
+            del os.environ[name]
+        os.environ.update({k: v for k, v in env.items() if os.environ.get(k) != v})
+        logger.setLevel(level)
+        root.setLevel(root_level)
+        root.handlers[:] = root_handlers
+
+
+def import_transformer_lens() -> None:
+    """`import transformer_lens` the first time, under `process_kept`; the entry points of `aspan.models` call it
+    before anything else of TransformerLens is imported."""
+    import sys
+
+    if "transformer_lens" not in sys.modules:
+        with process_kept():
+            import transformer_lens  # noqa: F401
+
+
+@contextlib.contextmanager
 def quiet_hf():
     """Hugging Face's progress bars off while loading (its weight loading, and the GGUF dequantisation's own tqdm
-    bar, which ignores that switch), restored afterwards."""
+    bar, which ignores that switch), and its logger's warnings (e.g. on the generation flags TransformerLens sets),
+    all restored afterwards."""
+    import logging
+
     from transformers.utils import logging as hf_logging
 
     try:
@@ -35,6 +72,9 @@ def quiet_hf():
     except ImportError:  # pragma: no cover - transformers without its GGUF support
         gguf_utils = None
     was, bar = hf_logging.is_progress_bar_enabled(), getattr(gguf_utils, "tqdm", None)
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(max(level, logging.ERROR))
     hf_logging.disable_progress_bar()
     if bar is not None:
         gguf_utils.tqdm = functools.partial(bar, disable=True)
@@ -45,6 +85,7 @@ def quiet_hf():
             gguf_utils.tqdm = bar
         if was:
             hf_logging.enable_progress_bar()
+        logger.setLevel(level)
 
 
 def bridge(source: str | os.PathLike | Any, device: str | None, tokenizer: Any = None, *, dtype: Any = None,
@@ -57,6 +98,8 @@ def bridge(source: str | os.PathLike | Any, device: str | None, tokenizer: Any =
     import copy
 
     import torch
+
+    import_transformer_lens()
     from transformer_lens.model_bridge import TransformerBridge
 
     dtype = dtype or torch.float32
