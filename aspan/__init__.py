@@ -13,10 +13,37 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .offline import force_offline as _force_offline
+__version__ = "0.2.0"
 
-__version__ = "0.1.0"
-_force_offline()  # before anything imports transformers or huggingface_hub (aspan.offline)
+
+def _shadowed_hooks() -> str | None:
+    """Why the `hooks` package beside `aspan` would not be the one imported, or None: a `hooks.py` (or another
+    `hooks` package) earlier on `sys.path`, e.g. in the working directory, takes its place."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    ours = Path(__file__).resolve().parent.parent / "hooks" / "__init__.py"
+    module = sys.modules.get("hooks")
+    try:
+        spec = module.__spec__ if module is not None else importlib.util.find_spec("hooks")
+    except (ImportError, ValueError, AttributeError):
+        spec = None
+    if spec is None:
+        where = "nothing (no `hooks` package is installed)"
+    elif spec.origin and spec.origin not in ("namespace", "built-in", "frozen"):
+        if Path(spec.origin).resolve() == ours:
+            return None
+        where = spec.origin
+    else:  # a directory named hooks without an __init__.py: a namespace package
+        where = f"the directory {next(iter(spec.submodule_search_locations or []), '?')}"
+    return f"aspan needs its own `hooks` package ({ours.parent}), but `import hooks` finds {where}: rename that " \
+           f"file or take its directory off sys.path"
+
+
+_SHADOWED = _shadowed_hooks()
+if _SHADOWED is not None:
+    raise ImportError(_SHADOWED, name="hooks")
 
 # public name -> (module, attribute); attribute None means the module itself
 _EXPORTS: dict[str, tuple[str, str | None]] = {

@@ -16,7 +16,7 @@ from torch import Tensor
 from hooks import shift_mask  # noqa: F401  re-exported: shifted references, one implementation
 
 from .tasks.base import Sample
-from .tokenization import Tokenizer
+from .tokenization import Tokenizer, require_tokenizer
 
 IGNORE = -100
 
@@ -73,6 +73,7 @@ def make_batch(
     """Tokenise `samples` with right padding; ValueError if a sample does not fit `n_ctx`."""
     if not samples:
         raise ValueError("make_batch needs at least one sample")
+    require_tokenizer(tokenizer, "make_batch: tokenizer")
     offset = tokenizer.offset
     seqs = [encode_sample(s, tokenizer, eos) for s in samples]
     longest = max(len(s) for s in seqs)

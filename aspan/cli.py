@@ -36,17 +36,21 @@ class Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
-    """`aspan --version`: one line with what `aspan doctor` prints (versions, backend, device), then exit 0."""
+    """`aspan --version`: `aspan X.Y.Z`, then exit 0 (`main` answers it before building the parser; the environment,
+    which needs torch and TransformerLens, is `aspan doctor`'s)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from .environment import describe_environment
-
-        first, *rest = describe_environment()
-        print(f"{first.replace(':', '')} ({', '.join(rest)})")
+        print(version_line())
         parser.exit(0)
+
+
+def version_line() -> str:
+    from . import __version__
+
+    return f"aspan {__version__}"
 
 
 def _load(name: str):
@@ -58,7 +62,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     may import heavy modules, e.g. the studies', which `aspan data` should not wait for)."""
     chosen = next((a for a in argv if not a.startswith("-")), None) if argv else None
     parser = Parser(prog="aspan", description="Study and edit attention on AttentionSpan tasks.")
-    parser.add_argument("--version", action=_Version, help="print the versions, backend and device, then exit")
+    parser.add_argument("--version", action=_Version, help="print aspan's version, then exit (`aspan doctor`: the "
+                        "versions of the stack, the backend and the device)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -139,8 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r"HookedTransformer(\.from_pretrained)? is deprecated",
                             category=DeprecationWarning)
     name = "aspan"
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["--version"]:  # at once: building the parser imports every command's module
+        print(version_line())
+        return 0
     try:
-        parser = build_parser(sys.argv[1:] if argv is None else argv)
+        parser = build_parser(given)
         try:
             args = parser.parse_args(argv)
         except SystemExit as e:  # --help (0) or an argument error (2, already printed): a return code, like the rest

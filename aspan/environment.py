@@ -1,11 +1,12 @@
-"""What a result was computed with: package versions, the model backend and the device actually used.
+"""What a result was computed with: package versions, the model backend, its dtype and the device actually used.
 
 One record, `run_environment`, goes into every `run.json` aspan writes and is what `aspan --version` and
 `aspan doctor` print, so a result always says which stack, backend and device produced it.
 """
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 PACKAGES = ("torch", "transformer-lens", "transformers")  # distributions every result depends on, besides aspan
 
@@ -48,10 +49,18 @@ def model_device(model: Any) -> Any:
     return next(model.parameters()).device
 
 
-def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """`versions` (with `extra` distributions), `backend` ("hooked" or "bridge") and `device` of a run: `model`'s
-    own when given, else the backend `aspan.models.load` uses now (`ASPAN_BACKEND`) and `device` as it resolves;
-    `machine`: the platform, its CPU count and torch's threads."""
+def model_dtype(model: Any) -> str:
+    """The precision of `model`'s weights ("float32", "bfloat16", ...): its first floating-point parameter's."""
+    return next((str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()),
+                "float32")
+
+
+def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...] = (),
+                    dtype: str = "float32") -> dict[str, Any]:
+    """`versions` (with `extra` distributions), `backend` ("hooked" or "bridge"), `dtype` and `device` of a run:
+    `model`'s own when given, else the backend `aspan.models.load` uses now (`ASPAN_BACKEND`), `dtype` (float32, the
+    precision models are trained and loaded in unless asked otherwise) and `device` as it resolves; `machine`: the
+    platform, its CPU count and torch's threads."""
     import os
     import platform
 
@@ -60,11 +69,27 @@ def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...
     from .models.backend import backend_of, default_backend
 
     if model is not None:
-        backend, device = backend_of(model).name, model_device(model)
+        backend, device, dtype = backend_of(model).name, model_device(model), model_dtype(model)
     else:
         backend = default_backend()
     machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
-    return {"versions": versions(*extra), "backend": backend, "device": device_name(device), "machine": machine}
+    return {"versions": versions(*extra), "backend": backend, "dtype": dtype, "device": device_name(device),
+            "machine": machine}
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch on `threads` CPU threads inside the block (None or 0: torch's own choice), the caller's number restored
+    afterwards: an application called from Python leaves its host process as it found it."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def describe_environment() -> list[str]:

@@ -48,7 +48,7 @@ from .models.backend import backend_of
 from .models.trained import check_task, task_of, trained_task
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
-from .tokenization import Tokenizer, check_tokenizer  # the check `aspan eval` makes on a task's alphabet
+from .tokenization import Tokenizer, check_tokenizer, require_tokenizer  # check_tokenizer: `aspan eval`'s check
 
 HookList = Sequence[tuple[str, Callable]]
 FwdHooks = HookList | Callable[[Batch], HookList]
@@ -184,6 +184,7 @@ def _token_str(tokenizer: Tokenizer, cache: dict, i: int) -> str:
 def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, batch_size: int, any_task: bool) -> None:
     """Fail before any work: no samples, samples of another task than the model's (unless `any_task`), bad mode,
     batch size, or a sample longer than the model's context."""
+    require_tokenizer(tokenizer, "evaluate: tokenizer")
     if not samples:
         raise ValueError("evaluate: no samples (accuracies of an empty set are undefined): give at least one")
     if not any_task:

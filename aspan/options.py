@@ -53,6 +53,18 @@ RANK_BY: tuple[RankBy, ...] = get_args(RankBy)
 Backend = Literal["hooked", "bridge"]
 BACKENDS: tuple[Backend, ...] = get_args(Backend)
 
+# The precision a model is loaded in (`aspan.models.load(dtype=...)`, `--dtype`): float32 (the default), or half the
+# memory in bfloat16 (how the papers' 1B models are usually run) or float16.
+ModelDtype = Literal["float32", "bfloat16", "float16"]
+MODEL_DTYPES: tuple[ModelDtype, ...] = get_args(ModelDtype)
+
+
+def dtype_name(dtype: object) -> ModelDtype:
+    """The name of a load precision given as a name or a `torch.dtype` (None: float32); ValueError otherwise."""
+    name = "float32" if dtype is None else str(dtype).removeprefix("torch.")
+    return check_option("dtype", name, MODEL_DTYPES)
+
+
 # When training stops before its step cap (`aspan.curves`): never, when a named curve set reaches a target, or when
 # it has stopped improving (no new best by at least the plateau gain over the last few evaluations).
 StopRule = Literal["none", "target", "plateau"]

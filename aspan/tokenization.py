@@ -107,6 +107,21 @@ def as_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [tokenizer.encode(t) for t in texts]
 
 
+TOKENIZER_API = ("encode", "decode", "prefix_ids", "offset", "vocab_size", "pad_id", "eos_id")  # `Tokenizer`
+
+
+def require_tokenizer(tokenizer: object, where: str = "tokenizer") -> None:
+    """A one-line TypeError saying what to pass when `tokenizer` is not one of aspan's (a model's own, e.g. a
+    HookedTransformer's `model.tokenizer`, or None): the tasks need one token per character and a known prefix."""
+    if all(hasattr(tokenizer, name) for name in TOKENIZER_API):
+        return
+    raise TypeError(
+        f"{where}: got {type(tokenizer).__name__}, not an aspan tokenizer (tasks need one token per character); pass "
+        f"aspan.CharTokenizer() for a model over aspan's character vocabulary, or "
+        f"aspan.hf_tokenization.HFCharAdapter(hf_tokenizer) to wrap a pretrained model's Hugging Face tokenizer"
+    )
+
+
 def check_tokenizer(tokenizer: Tokenizer, alphabet: str) -> None:
     """ValueError naming the characters the tokenizer does not map to exactly one token (text is character-level)."""
     bad = []

@@ -48,7 +48,7 @@ from .models.trained import TrainedTask, record_task
 from .options import CurveMetric, StopRule
 from .param_groups import Freezer, TrainOnly, group_masks, live_parameters, parse_train_only
 from .tasks.base import Sample, Task
-from .tokenization import Tokenizer, check_tokenizer
+from .tokenization import Tokenizer, check_tokenizer, require_tokenizer
 
 STATE_JSON, STATE_TENSORS = "train_state.json", "train_state.safetensors"  # a checkpoint's training state
 LEGACY_STATE = "train_state.pt"  # earlier versions' pickle: read with torch.load(weights_only=True) only
@@ -683,6 +683,7 @@ def _freezer(model, spec: TrainOnly | None) -> Freezer | None:
 
 def _prepare(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConfig, opts: RunOptions) -> _Run:
     """Check everything before any work; the device, process group and step count; the model on its device."""
+    require_tokenizer(tokenizer, "train: tokenizer")
     config.check()
     if opts.resume and opts.out_dir is None:
         raise ValueError("resume=True needs the out_dir of the run to continue")

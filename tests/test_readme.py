@@ -1,5 +1,6 @@
 """Every fenced code block of README.md runs: ```python blocks in a subprocess, ```bash blocks as `bash -e` scripts
 with the venv's bin first on PATH; all in one temp dir, in document order (later blocks reuse earlier outputs).
+```bibtex blocks (the citing section) are checked for whole, distinct entries.
 
 Two commands are not run as written: `make test` is what runs this suite (running it here would recurse), and
 `make demo` would rebuild the venv and run the full-size demo (minutes). `make demo` is checked instead by
@@ -59,7 +60,7 @@ def workdir(tmp_path_factory) -> Path:
 def test_readme_structure():
     text = README.read_text(encoding="utf-8")
     langs = [lang for lang, _, _ in BLOCKS]
-    assert set(langs) <= {"bash", "python"}, f"README blocks must be bash or python to be tested, got {langs}"
+    assert set(langs) <= {"bash", "python", "bibtex"}, f"README blocks must be bash, python or bibtex, got {langs}"
     first = BLOCKS[0][1].splitlines()
     assert [MAKE.match(line)[1] for line in first] == ["demo", "test"], (
         "the README must open with make demo / make test"
@@ -78,6 +79,12 @@ def test_readme_structure():
 @pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[f"L{line}-{lang}" for lang, _, line in BLOCKS])
 def test_readme_block_runs(index, workdir):
     lang, code, line = BLOCKS[index]
+    if lang == "bibtex":  # the citing section: whole entries, braces balanced, each key once
+        entries = re.findall(r"^@(\w+)\{([\w:-]+),$", code, re.M)
+        assert entries and code.count("{") == code.count("}") and code.count("\n@") == len(entries) - 1, code
+        assert len({key for _, key in entries}) == len(entries)
+        assert all(re.search(r"^\s+(title|author|year)\s*=", entry, re.M) for entry in code.split("\n@"))
+        return
     if lang == "python":
         _run([sys.executable, "-P", "-c", code], workdir, f"README python block at line {line}")
         return

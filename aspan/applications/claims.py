@@ -16,7 +16,9 @@ def claim_config(out: PathLike, name: str, config: Any, runtime: tuple[str, ...]
                  command: str | None = None) -> contextlib.AbstractContextManager[RunDir]:
     """Hold `out` for this job (the lock of `shard`) and for `config`'s settings (a dataclass; `runtime` names its
     fields that may differ between a run and its resumption), recorded as command `name`."""
-    settings = {"command": name, **{k: v for k, v in asdict(config).items() if k not in runtime},
+    # a float32 `dtype` (the default) stays unrecorded: the runs made before the option computed in float32, and resume
+    settings = {"command": name, **{k: v for k, v in asdict(config).items()
+                                    if k not in runtime and not (k == "dtype" and v == "float32")},
                 "backend": default_backend()}
     return claim_run(out, settings, shard=shard, command=command)
 

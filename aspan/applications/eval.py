@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pandas as pd
-import torch
 
 from .. import models, tasks, viz
 from ..buckets import bucket_name, bucket_table, bucket_task, parse_buckets
 from ..checks import check_batch_memory, check_eval_memory, check_offsets
-from ..environment import run_environment
+from ..environment import run_environment, torch_threads
 from ..evaluation import CHUNK, StreamTotals, evaluate_stream, summarize
 from ..io import atomic_write, claim_run, dump_frame, write_json
 from ..models.trained import check_task, trained_task
@@ -49,6 +48,7 @@ class EvalRun:
     buckets: str | None = None  # length ranges each evaluated on its own samples, e.g. "1-10,11-20"
     bucket: int | None = None  # length bucket width of the table (default: 1, or 5 beyond 15 lengths)
     device: str = "auto"
+    dtype: str = "float32"  # precision the model is loaded in (float32, bfloat16, float16)
     threads: int | None = None
     output: str | None = None  # per-token records JSONL
     run_dir: str | None = None  # also run.json, summary.json and records.jsonl here
@@ -91,7 +91,7 @@ def run_eval(run: EvalRun) -> dict:
     directory's run.json and summary.json, holding `run.run_dir` for this job throughout (`claim_run`). Every
     setting is checked (one-line ValueError) before the model loads, the samples' memory before any is scored.
     Returns the tables (by_length, correct_vs_error, by_bucket)."""
-    with claim_run(run.run_dir) if run.run_dir else contextlib.nullcontext():
+    with claim_run(run.run_dir) if run.run_dir else contextlib.nullcontext(), torch_threads(run.threads):
         return _run_eval(run)
 
 
@@ -100,8 +100,6 @@ def _run_eval(run: EvalRun) -> dict:
         raise ValueError(f"-n must be >= 1, got {run.samples}")
     heads = parse_heads(run.heads)
     buckets = parse_buckets(run.buckets)
-    if run.threads:
-        torch.set_num_threads(run.threads)
     model, tokenizer, name, task = _model_and_task(run)
     samples, names, longest = _samples(model, task, buckets, run, tokenizer.offset)
     check_offsets(run.delta, tokenizer.offset + longest + 1, "--delta")
@@ -131,7 +129,7 @@ def _model_and_task(run: EvalRun):
     path = resolve_checkpoint(run.checkpoint)
     if not run.task and not _names_its_task(path):
         raise ValueError(f"--task is required: {run.checkpoint} does not name the task it was trained on")
-    model, tokenizer, meta = models.load(path, device=str(device))
+    model, tokenizer, meta = models.load(path, device=str(device), dtype=run.dtype)
     name = run.task or meta.get("task")
     if not name:
         raise ValueError("--task is required (the checkpoint does not name its task)")

@@ -25,12 +25,12 @@ from tqdm.auto import tqdm
 
 from .. import evaluation, models, tasks
 from ..checks import check_device, check_output_dir
-from ..environment import run_environment
+from ..environment import run_environment, torch_threads
 from ..experiments import ranking
 from ..experiments.engine import ID_BUDGET, Data, Engine, Ranking, Selection, on_set, point, run_in_dir, select
 from ..hf_tokenization import HFCharAdapter
 from ..io import RunDir, settings_key
-from ..options import CONVENTIONS, check_option
+from ..options import CONVENTIONS, MODEL_DTYPES, check_option
 from ..tasks.base import Sample
 from ..tokenization import check_tokenizer
 from ..training import TrainConfig, train
@@ -63,7 +63,7 @@ def prompt_adapter(hf_tokenizer: Any, task: str, shots: int = 0, instruction: st
 
 # ----------------------------------------------------------------------------------------------- settings
 SECTIONS = {
-    "": {"model", "task", "out", "seed", "device", "threads", "save_model"},
+    "": {"model", "task", "out", "seed", "device", "dtype", "threads", "save_model"},
     "prompt": {"instruction", "shots", "train_shots", "few_shot_seed"},
     "data": {"id_params", "ood_params", "eval_samples", "gen_samples", "batch_size"},
     "finetune": set(f.name for f in fields(TrainConfig)) | {"label"},
@@ -80,6 +80,7 @@ class PretrainedConfig:
     out: str = "runs/pretrained"
     seed: int = 0
     device: str | None = None
+    dtype: str = "float32"  # precision the model is loaded (and fine-tuned) in: float32, bfloat16 or float16
     threads: int | None = None
     save_model: bool = False
     instruction: str | None = None
@@ -149,6 +150,7 @@ class PretrainedConfig:
             raise ValueError(f"config: shots and train_shots must be integers >= 0, got {self.shots}, "
                              f"{self.train_shots}")
         check_option("config: analysis.rank_convention", self.rank_convention, CONVENTIONS)
+        check_option("config: dtype", self.dtype, MODEL_DTYPES)
         if not self.id_budget >= 0:
             raise ValueError(f"config: analysis.id_budget must be >= 0 (a fraction), got {self.id_budget}")
         if not self.top or min(self.top) < 1 or not self.strengths:
@@ -233,7 +235,7 @@ def prepare(cfg: PretrainedConfig, log, loaded) -> Prepared:
     tcfg = cfg.train_config()
     if loaded is None:
         log(f"loading {cfg.model} ...")
-        loaded = models.load(cfg.model, device=None if cfg.device in (None, "auto") else cfg.device)
+        loaded = models.load(cfg.model, device=None if cfg.device in (None, "auto") else cfg.device, dtype=cfg.dtype)
     model, base_tok, meta = loaded
     for k in cfg.top:  # before any work: a count of heads the model does not have is a mistake, not "all heads"
         ranking.n_selected(model.cfg.n_layers * model.cfg.n_heads, top=k)
@@ -341,14 +343,13 @@ def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log
     `cfg.out` is held for this job (the lock of `cfg.shard`) and this configuration throughout.
     """
     cfg.check()
-    with claim_config(cfg.out, "pretrained", cfg, RUNTIME, shard=cfg.shard, command=command):
+    with claim_config(cfg.out, "pretrained", cfg, RUNTIME, shard=cfg.shard, command=command), \
+            torch_threads(cfg.threads):  # the caller's number of threads restored afterwards
         return _run(cfg, command, log, loaded)
 
 
 def _run(cfg: PretrainedConfig, command: str, log, loaded) -> dict[str, Any]:
     t0, timings, run = time.perf_counter(), {}, RunDir(cfg.out)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     p = prepare(cfg, log, loaded)
     if cfg.shard is not None:  # a job-array member: the same fine-tune (same seed and data), one part of the grid
         rows = sweep(p, finetune(p, cfg, run), cfg, run).rows

@@ -47,6 +47,7 @@ class RankConfig:
     convention: str = "sample"
     batch_size: int = 32
     device: str | None = None
+    dtype: str = "float32"  # precision the model is loaded in (float32, bfloat16, float16)
     out: str = "runs/rank"
     progress: bool = True
     any_task: bool = False
@@ -91,7 +92,7 @@ def rank_heads(cfg: RankConfig) -> dict:
     """Rank the heads into run directory `cfg.out` (ranking.csv/jsonl, heatmaps, with a causal ranking profile.csv
     and rankings_compared.csv, run.json, summary.json), print the top of the ranking; the summary."""
     task, deltas, prof_task, prof_cfg = check_rank(cfg)
-    model, tokenizer, _ = models.load(cfg.model, device=cfg.device)
+    model, tokenizer, _ = models.load(cfg.model, device=cfg.device, dtype=cfg.dtype)
     models.check_context(model, task, tokenizer.offset)
     if prof_task is not None:
         models.check_context(model, prof_task, tokenizer.offset)

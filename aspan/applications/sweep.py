@@ -70,13 +70,16 @@ def run_sweep_dir(config: SweepConfig, out: PathLike, *, config_file: str | None
     path = rows_file(out, shard)
     # the backend and the weights (a model directory may be replaced by another of the same shape) are settings too
     # (the device and any_task do not change what a row holds)
-    settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k not in RESULT_FREE},
+    # (a float32 dtype, the default, stays unrecorded: the runs made before the option computed in float32, and resume)
+    settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k not in RESULT_FREE
+                                               and not (k == "dtype" and v == "float32")},
                 "backend": default_backend(), "model_sha256": content_hash(config.model)}
     existing_rows(out)  # a corrupt rows file is refused before any model work
     # one job per rows file (parallel shards write their own), one configuration per run directory
     with claim_run(out, settings, shard=shard, command=command or f"aspan sweep {source}"):
         write_json(out / "run.json", {"command": "sweep", "config": asdict(config), "config_file": config_file,
-                                      "id_budget": id_budget, **run_environment(device=config.device)})
+                                      "id_budget": id_budget,
+                                      **run_environment(device=config.device, dtype=config.dtype)})
         run_sweep(config, path, shard=shard or (0, 1), progress=progress, limit=limit)
         summary = write_outputs(config, out, id_budget)
         rows = summary.pop("_rows", None)

@@ -58,15 +58,19 @@ class TrainRun:
 
 def train_run(run: TrainRun, out: str) -> Any:
     """Train (or fine-tune, or resume) as `run` says into run directory `out`, holding it for this job and this
-    configuration; print the result, write the figures and `run.json`. Returns `aspan.training.train`'s result."""
-    import torch
+    configuration; print the result, write the figures and `run.json`. Returns `aspan.training.train`'s result.
+    torch runs on `run.threads` CPU threads meanwhile (the caller's number restored afterwards)."""
+    from ..environment import torch_threads
 
+    with torch_threads(run.threads):
+        return _train_run(run, out)
+
+
+def _train_run(run: TrainRun, out: str) -> Any:
     from ..buckets import bucket_task, parse_buckets
     from ..training import read_jsonl, resolve_device
 
     run.check()
-    if run.threads:
-        torch.set_num_threads(run.threads)
     buckets = parse_buckets(run.buckets)
     device = resolve_device(run.train.device)
     if run.data:

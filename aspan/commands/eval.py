@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aspan.options import MODES
+from aspan.options import MODEL_DTYPES, MODES
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
 
@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket", type=positive_int,
                    help="length bucket width of the table (default: 1, or 5 beyond 15 lengths)")
     p.add_argument("--device", type=device, default="auto", help="cpu, cuda, cuda:N (default: CUDA when present)")
+    p.add_argument("--dtype", default="float32", choices=MODEL_DTYPES,
+                   help="precision the model is loaded in (default float32; bfloat16 and float16 take half the memory)")
     p.add_argument("--threads", type=positive_int,
                    help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
     p.add_argument("-o", "--output", type=output_file, help="write per-token records to this JSONL file")
@@ -43,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     run_eval(EvalRun(args.checkpoint, task=args.task, any_task=args.any_task, split=args.split,
                      params=tuple(args.param), samples=args.samples, mode=args.mode, seed=args.seed,
                      batch_size=args.batch_size, heads=args.heads, delta=args.delta, attn=not args.no_attn,
-                     buckets=args.buckets, bucket=args.bucket, device=args.device, threads=args.threads,
+                     buckets=args.buckets, bucket=args.bucket, device=args.device, dtype=args.dtype,
+                     threads=args.threads,
                      output=args.output, run_dir=args.run_dir))
     return 0

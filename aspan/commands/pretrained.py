@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from aspan.options import MODEL_DTYPES
+
 from .argtypes import device, output_dir, positive_int, shard
 
 HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
@@ -15,6 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="override the config's model: 'smollm2', an HF checkpoint dir or a .gguf file")
     p.add_argument("--out", type=output_dir, help="override the run directory")
     p.add_argument("--device", type=device, help="cpu, cuda, cuda:N (default: CUDA when present)")
+    p.add_argument("--dtype", choices=MODEL_DTYPES,
+                   help="override the config's dtype: the precision the model is loaded and fine-tuned in")
     p.add_argument("--threads", type=positive_int, help="CPU threads for torch (1 is fastest on a busy machine)")
     p.add_argument("--steps", type=positive_int, help="override finetune.steps")
     p.add_argument("--shard", type=shard, metavar="I/N",
@@ -26,10 +30,10 @@ def run(args: argparse.Namespace) -> int:
     from ..applications.pretrained import PretrainedConfig, run_pretrained
     from ..config import load_config
 
-    flags = {"model": args.model, "out": args.out, "device": args.device, "threads": args.threads,
+    flags = {"model": args.model, "out": args.out, "device": args.device, "dtype": args.dtype, "threads": args.threads,
              "shard": args.shard, "finetune.steps": args.steps}
     cfg = load_config(PretrainedConfig, toml_path=args.config, flags=flags)  # checked before the model loads
-    given = {k: getattr(args, k) for k in ("model", "out", "device", "threads", "steps")}
+    given = {k: getattr(args, k) for k in ("model", "out", "device", "dtype", "threads", "steps")}
     given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
     words = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
     command = " ".join(["aspan pretrained", shlex.quote(args.config), *words])

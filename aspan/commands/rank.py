@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from aspan.methods import RULES
-from aspan.options import CONVENTIONS, PROFILE_METRICS, RANK_BY
+from aspan.options import CONVENTIONS, MODEL_DTYPES, PROFILE_METRICS, RANK_BY
 
 from .argtypes import device, finite_float, nonneg_int, output_dir, positive_float, positive_int
 
@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "on the references over the mass on the sample's own columns) or raw (over the whole row)")
     p.add_argument("--batch-size", type=positive_int, default=32)
     p.add_argument("--device", type=device, default=None)
+    p.add_argument("--dtype", default="float32", choices=MODEL_DTYPES,
+                   help="precision the model is loaded in (default float32; bfloat16 and float16 take half the memory)")
     p.add_argument("--out", type=output_dir, default="runs/rank", help="run directory (default runs/rank)")
     p.add_argument("--no-progress", action="store_true")
     c = p.add_argument_group("causal ranking (--by effect / estimate)")
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from aspan.tasks.params import parse_params
 
     flags = {k: getattr(args, k) for k in ("model", "task", "split", "samples", "seed", "top", "fraction", "by",
-                                           "convention", "batch_size", "device", "out", "any_task", "metric",
+                                           "convention", "batch_size", "device", "dtype", "out", "any_task", "metric",
                                            "candidates", "greedy", "profile_split")}
     causal = {"edit": _edit(args), "profile_params": parse_params(args.task, [*args.param, *args.profile_param])} \
         if args.by in CAUSAL else {}

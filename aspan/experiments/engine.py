@@ -169,7 +169,9 @@ class Engine:
         """`any_task`: evaluate a model on another task than the one it was trained on (refused otherwise)."""
         from .. import models
         from ..models.trained import check_task, trained_task
+        from ..tokenization import require_tokenizer
 
+        require_tokenizer(tokenizer, "experiment engine: tokenizer")
         if not any_task:
             check_task(trained_task(model), set_tasks(data), "experiment engine", ANY_TASK_HINT)
         self.model, self.tok, self.data, self.batch_size, self.attn = model, tokenizer, data, batch_size, attn

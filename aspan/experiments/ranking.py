@@ -26,7 +26,7 @@ import hooks
 from ..batching import make_batch
 from ..options import CONVENTIONS, Convention, RankKey
 from ..tasks.base import Sample
-from ..tokenization import Tokenizer
+from ..tokenization import Tokenizer, require_tokenizer
 
 
 @torch.no_grad()
@@ -101,6 +101,7 @@ def rank_heads(
     `rank` orders heads by score_sum at delta 0 (1 = best; ties broken by layer, head). Also one column
     `score_row_d{delta}` per scanned delta. `convention`: the AttnScore convention of every score (module docstring).
     """
+    require_tokenizer(tokenizer, "rank_heads: tokenizer")
     deltas = list(dict.fromkeys([0, *(int(d) for d in deltas)]))
     long = offset_table(model, tokenizer, samples, deltas, batch_size, progress, convention=convention)
     return ranking_from_offsets(long)

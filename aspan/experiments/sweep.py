@@ -23,7 +23,7 @@ from ..checks import check_device, check_eval_memory, check_offsets, parse_shard
 from ..evaluation import CHUNK
 from ..io import settings_key
 from ..methods import RULES
-from ..options import CONVENTIONS, EOS_REFS, MODES, RANK_KEYS
+from ..options import CONVENTIONS, EOS_REFS, MODEL_DTYPES, MODES, RANK_KEYS
 from .edit import Edit, parse_gate, setting_label, setting_of
 from .engine import (
     ID_BUDGET,
@@ -43,7 +43,7 @@ __all__ = ["SweepConfig", "grid", "parse_shard", "report_selection", "run_sweep"
 
 TOP_KEYS = {
     "model", "task", "split", "task_params", "id_params", "n_samples", "seeds", "batch_size", "mode", "method",
-    "strengths", "thresholds", "renormalize", "deltas", "delta", "device", "heads", "gates", "eos", "any_task",
+    "strengths", "thresholds", "renormalize", "deltas", "delta", "device", "dtype", "heads", "gates", "eos", "any_task",
 }
 HEAD_KEYS = {"top", "fraction", "list", "by", "rank_samples", "rank_seed", "rank_delta", "rank_params", "convention"}
 BUILTIN_MODELS = ("smollm2",)
@@ -77,6 +77,7 @@ class SweepConfig:
     renormalize: tuple[bool, ...] = (False,)
     deltas: tuple[int, ...] = (0,)
     device: str | None = None
+    dtype: str = "float32"  # precision the model is loaded in: float32, bfloat16 or float16
     top: tuple[int, ...] = ()
     fractions: tuple[float, ...] = ()
     explicit: tuple[tuple[int, int], ...] = ()
@@ -188,10 +189,14 @@ def _data_settings(raw: dict[str, Any]) -> dict[str, Any]:
     device, any_task = raw.get("device"), raw.get("any_task", False)
     if not isinstance(any_task, bool):
         raise _fail("any_task", "true or false", any_task)
+    dtype = raw.get("dtype", "float32")
+    if dtype not in MODEL_DTYPES:
+        raise _fail("dtype", " or ".join(map(repr, MODEL_DTYPES)), dtype)
     return {**out, "any_task": any_task, "n_samples": _int(raw.get("n_samples", 100), "n_samples", minimum=1),
             "seeds": _ints(raw.get("seeds", [0]), "seeds", minimum=0),
             "batch_size": _int(raw.get("batch_size", 32), "batch_size", minimum=1),
-            "device": None if device is None else check_device(_str(device, "device"), "sweep config: device")}
+            "device": None if device is None else check_device(_str(device, "device"), "sweep config: device"),
+            "dtype": dtype}
 
 
 def _grid_settings(raw: dict[str, Any]) -> dict[str, Any]:
@@ -416,7 +421,7 @@ def _engine(config: SweepConfig, model=None, tokenizer=None) -> Callable[[], Eng
             dims = checkpoint_dims(config.model)
             if dims:
                 config.check_heads(*dims)  # before the (possibly slow) load
-            model, tokenizer, _ = models.load(config.model, device=config.device)
+            model, tokenizer, _ = models.load(config.model, device=config.device, dtype=config.dtype)
         elif tokenizer is None:
             raise ValueError("run_sweep: pass the tokenizer along with the model")
         config.check_heads(model.cfg.n_layers, model.cfg.n_heads)

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
-from .loaded import cache_keyword, forward_cache_to_attention, is_bridge
+from .loaded import cache_keyword, forward_cache_to_attention, import_transformer_lens, is_bridge
 
 Layout = Literal["heads", "rows"]  # heads: [head, d_model, d_head]; rows: an nn.Linear weight [(head d_head), d_model]
 QK_NAMES = ("W_Q", "W_K", "_W_K")  # HookedTransformer's [heads, d_model, d_head]; _W_K under grouped-query attention
@@ -188,6 +188,7 @@ def added_unembed_bias(model) -> Tensor | None:
 
 def has_hooked() -> bool:
     """Whether this TransformerLens has HookedTransformer (3.x; 4.x has only TransformerBridge)."""
+    import_transformer_lens()
     try:
         from transformer_lens import HookedTransformer  # noqa: F401
     except ImportError:

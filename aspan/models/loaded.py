@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 from ..tokenization import Tokenizer
 
@@ -25,9 +25,46 @@ class LoadedModel(NamedTuple):
 
 
 @contextlib.contextmanager
+def process_kept() -> Iterator[None]:
+    """What runs inside leaves the process's environment variables, warning filters, root logger (its level and
+    handlers) and the `transformers` logger's level as they were. TransformerLens changes each: importing it, torch's
+    inductor sets `TORCHINDUCTOR_CACHE_DIR`, it silences the `transformers` logger and adds warning filters; its
+    config conversion logs through the root logger, which gives that logger a handler (`logging.basicConfig`). None
+    of that is aspan's to change in its host process."""
+    import logging
+    import warnings
+
+    env, logger, root = dict(os.environ), logging.getLogger("transformers"), logging.getLogger()
+    level, root_level, root_handlers = logger.level, root.level, list(root.handlers)
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        for name in set(os.environ) - set(env):
+            del os.environ[name]
+        os.environ.update({k: v for k, v in env.items() if os.environ.get(k) != v})
+        logger.setLevel(level)
+        root.setLevel(root_level)
+        root.handlers[:] = root_handlers
+
+
+def import_transformer_lens() -> None:
+    """`import transformer_lens` the first time, under `process_kept`; the entry points of `aspan.models` call it
+    before anything else of TransformerLens is imported."""
+    import sys
+
+    if "transformer_lens" not in sys.modules:
+        with process_kept():
+            import transformer_lens  # noqa: F401
+
+
+@contextlib.contextmanager
 def quiet_hf():
     """Hugging Face's progress bars off while loading (its weight loading, and the GGUF dequantisation's own tqdm
-    bar, which ignores that switch), restored afterwards."""
+    bar, which ignores that switch), and its logger's warnings (e.g. on the generation flags TransformerLens sets),
+    all restored afterwards."""
+    import logging
+
     from transformers.utils import logging as hf_logging
 
     try:
@@ -35,6 +72,9 @@ def quiet_hf():
     except ImportError:  # pragma: no cover - transformers without its GGUF support
         gguf_utils = None
     was, bar = hf_logging.is_progress_bar_enabled(), getattr(gguf_utils, "tqdm", None)
+    logger = logging.getLogger("transformers")
+    level = logger.level
+    logger.setLevel(max(level, logging.ERROR))
     hf_logging.disable_progress_bar()
     if bar is not None:
         gguf_utils.tqdm = functools.partial(bar, disable=True)
@@ -45,21 +85,35 @@ def quiet_hf():
             gguf_utils.tqdm = bar
         if was:
             hf_logging.enable_progress_bar()
+        logger.setLevel(level)
 
 
-def bridge(source: str | os.PathLike | Any, device: str, tokenizer: Any = None):
+def bridge(source: str | os.PathLike | Any, device: str | None, tokenizer: Any = None, *, dtype: Any = None,
+           device_map: Any = None):
     """`TransformerBridge.boot_transformers` in compatibility mode (TransformerLens hook names), quietly: over a
     checkpoint directory, or over an in-memory Hugging Face model (e.g. dequantised from a GGUF file) with its
-    tokenizer (the bridge gets a copy: it configures padding on the one it holds)."""
+    tokenizer (the bridge gets a copy: it configures padding on the one it holds). `dtype`: a `torch.dtype` (None:
+    float32); `device_map` (a directory only; an in-memory model keeps the placement it was loaded with): spread
+    over several devices by Hugging Face's placement (`"auto"`, a dict), instead of `device`."""
     import copy
 
+    import torch
+
+    import_transformer_lens()
     from transformer_lens.model_bridge import TransformerBridge
 
+    dtype = dtype or torch.float32
     if isinstance(source, (str, os.PathLike)):
-        boot = {"model_name": str(source)}
+        boot = {"model_name": str(source), "dtype": dtype}
+        if device_map is not None:
+            boot, device = {**boot, "device_map": device_map}, None
     else:  # eager attention, so the pattern and score hooks fire (TransformerLens 3.9 keeps the model as given)
         source.set_attn_implementation("eager")
-        boot = {"model_name": "in-memory", "hf_model": source.to(device).eval(), "tokenizer": copy.deepcopy(tokenizer)}
+        placed = getattr(source, "hf_device_map", None) is not None
+        source = source if placed else source.to(device)
+        device = None if placed else device
+        boot = {"model_name": "in-memory", "hf_model": source.eval(), "tokenizer": copy.deepcopy(tokenizer),
+                "dtype": dtype}
     with quiet_hf():
         model = TransformerBridge.boot_transformers(device=device, **boot)
         # no weight processing: the weights HookedTransformer gets, so the same edits act the same (folding value

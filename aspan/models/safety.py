@@ -196,12 +196,17 @@ def parameter_bytes(d_vocab: int, d_model: int, n_layers: int, n_heads: int, d_h
     return params * dtype_bytes + buffers
 
 
+ALL_GPUS = "cuda:*"  # the device of a model placed by a device_map: every visible GPU's free memory together
+
+
 def available_bytes(device: str | None = None) -> int:
-    """Memory this machine can give a new model now: free memory of a CUDA device, else `MemAvailable` from
-    /proc/meminfo (the free physical pages where that file is absent)."""
+    """Memory this machine can give a new model now: free memory of a CUDA device (of all of them together for
+    `ALL_GPUS`), else `MemAvailable` from /proc/meminfo (the free physical pages where that file is absent)."""
     if device is not None and str(device).startswith("cuda"):
         import torch
 
+        if torch.cuda.is_available() and device == ALL_GPUS:
+            return sum(int(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count()))
         if torch.cuda.is_available():
             return int(torch.cuda.mem_get_info(torch.device(device))[0])
     try:
@@ -317,9 +322,9 @@ def _check_rope(file: Path, config: dict[str, Any]) -> None:
             raise UsageError(f"{file}: {key} {_POS_NUMBER(value)}, got {_short(value)}")
 
 
-def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: str) -> None:
-    """`check_memory` for a Hugging Face config: its parameters, twice for a HookedTransformer (the Hugging Face model
-    stays alive while its weights are converted), plus the HookedTransformer's masks."""
+def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: str, dtype_bytes: int = 4) -> None:
+    """`check_memory` for a Hugging Face config: its parameters at `dtype_bytes` each, twice for a HookedTransformer
+    (the Hugging Face model stays alive while its weights are converted), plus the HookedTransformer's masks."""
     width, heads = _first(config, "hidden_size", "n_embd")[1], _first(config, "num_attention_heads", "n_head")[1]
     layers, n_ctx = _first(config, "num_hidden_layers", "n_layer")[1], \
         _first(config, "max_position_embeddings", "n_positions")[1] or 2048
@@ -329,7 +334,8 @@ def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: s
     hooked = backend == "hooked"
     needed = parameter_bytes(config["vocab_size"], width, layers, heads, d_head, d_mlp, n_ctx,
                              n_kv_heads=config.get("num_key_value_heads"), learned_positions=model_type == "gpt2",
-                             gated=model_type not in ("gpt2", "gpt_neox", "bloom"), masks=hooked)
+                             gated=model_type not in ("gpt2", "gpt_neox", "bloom"), dtype_bytes=dtype_bytes,
+                             masks=hooked)
     shown = {k: config[k] for k in HF_SIZES if config.get(k) is not None}
     check_memory(needed * (2 if hooked else 1), str(file), shown, device)
 
@@ -453,12 +459,13 @@ def check_hf_weights(directory: Path, config: dict[str, Any]) -> None:
             raise UsageError(f"{file} ({blame}): its model needs {name}, which the weights in {directory} lack")
 
 
-def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | None, backend: str) -> None:
+def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | None, backend: str,
+                        dtype_bytes: int = 4) -> None:
     """Everything about a Hugging Face checkpoint directory that can be checked before a model exists: its config's
-    values, the memory the model would take, and its weights' names and shapes."""
+    values, the memory the model would take (at `dtype_bytes` a parameter), and its weights' names and shapes."""
     file = directory / "config.json"
     check_hf_config(file, config)
-    hf_memory(file, config, device, backend)
+    hf_memory(file, config, device, backend, dtype_bytes)
     check_hf_weights(directory, config)
 
 
@@ -548,19 +555,20 @@ def gguf_shapes(path: Path) -> tuple[dict[str, Any], dict[str, list[int]]]:
     return meta, shapes
 
 
-def check_gguf_memory(path: Path, device: str | None, backend: str) -> None:
+def check_gguf_memory(path: Path, device: str | None, backend: str, dtype_bytes: int = 4) -> None:
     """`check_memory` for a GGUF file before transformers dequantises it: every tensor of its header in float32
-    (whatever its quantisation), twice (the dequantised tensors and the model they are copied into, or for a
-    HookedTransformer the Hugging Face model its weights are converted from), plus a HookedTransformer's masks. On
+    (whatever its quantisation) and again at `dtype_bytes` (the dequantised tensors and the model they are copied
+    into, or for a HookedTransformer the Hugging Face model its weights are converted from), plus a
+    HookedTransformer's masks. On
     SmolLM2-135M (134.5M parameters, 0.54 GB in float32) a process that only loads it peaked at 1.2 GB (bridge) and
     1.74 GB (HookedTransformer), the interpreter, torch and transformers included; the estimates are 1.0 and 3.0 GB."""
     meta, shapes = gguf_shapes(path)
-    needed = 4 * sum(math.prod(shape) for shape in shapes.values())
+    params = sum(math.prod(shape) for shape in shapes.values())
     arch = meta.get("general.architecture")
     layers, n_ctx = meta.get(f"{arch}.block_count"), meta.get(f"{arch}.context_length")
     heads, width = meta.get(f"{arch}.attention.head_count"), meta.get(f"{arch}.embedding_length")
-    sizes = {"tensors": len(shapes), "parameters": needed // 4, "n_layers": layers, "n_ctx": n_ctx}
-    needed *= 2
+    sizes = {"tensors": len(shapes), "parameters": params, "n_layers": layers, "n_ctx": n_ctx}
+    needed = params * (4 + dtype_bytes)
     if backend == "hooked":
         if all(isinstance(v, int) and v > 0 for v in (layers, n_ctx, heads, width)):
             needed += layers * (n_ctx * n_ctx + 2 * n_ctx * (width // heads) * 4)

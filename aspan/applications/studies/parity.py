@@ -270,8 +270,16 @@ def _done(rows: list[dict], config: StudyConfig, fmt: str, lr: float, seed: int)
 
 def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = True,
               progress: bool = True) -> pd.DataFrame:
-    """Every run (grid on seed 0, then the other seeds at each format's chosen rate), tables, figures, report."""
-    import torch
+    """Every run (grid on seed 0, then the other seeds at each format's chosen rate), tables, figures, report; torch
+    on `config.threads` CPU threads meanwhile (the caller's number restored afterwards)."""
+    from ...environment import torch_threads
+
+    config.check()
+    with torch_threads(config.threads):
+        return _run_study(config, out, command, report, progress)
+
+
+def _run_study(config: StudyConfig, out: Path, command: str, report: bool, progress: bool) -> pd.DataFrame:
     from tqdm.auto import tqdm
 
     from ... import models
@@ -279,8 +287,6 @@ def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = 
     from ...io import RowWriter, read_rows, write_json
     from ...tokenization import CharTokenizer
 
-    config.check()
-    torch.set_num_threads(config.threads)
     start = time.time()
     tok = CharTokenizer.for_alphabets(*(make_task(config, f, config.longest).alphabet for f in config.formats))
     n_ctx = max(models.check_context(10**9, make_task(config, f, config.longest), tok.offset) for f in config.formats)
