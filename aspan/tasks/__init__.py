@@ -102,6 +102,8 @@ def read_samples(path: str | os.PathLike) -> list[Sample]:
                                  f"{e.start + 1})") from None
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except RecursionError:
+                raise ValueError(f"{path} line {n}: not a sample (a value is nested too deeply to read)") from None
             except ValueError as e:
                 raise ValueError(f"{path} line {n}: {e}") from None
     if not out:
