@@ -67,7 +67,7 @@ def _named(path: Path, what: str, read: Callable[[], Any]) -> Any:
     should have been (pandas and plotly errors can be long, or an AttributeError deep inside)."""
     try:
         return read()
-    except (ValueError, TypeError, AttributeError, KeyError, IndexError, UnicodeDecodeError,
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, UnicodeDecodeError, RecursionError,
             pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ValueError(f"{path}: not a valid {what} ({first[:200]})") from None

@@ -23,8 +23,8 @@ import torch
 from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
 from ..options import Backend
-from .loaded import LoadedModel
 from .ggufcheck import check_gguf_file, check_gguf_model
+from .loaded import LoadedModel
 from .tiny import _DEPRECATED, build
 
 if TYPE_CHECKING:

@@ -481,6 +481,24 @@ def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | N
     check_hf_config(file, config)
     hf_memory(file, config, device, backend)
     check_hf_weights(directory, config)
+    check_hf_tokenizer(directory)
+
+
+def check_hf_tokenizer(directory: Path) -> None:
+    """UsageError naming the directory's `tokenizer.json` unless the `tokenizers` library reads it (a file of another
+    shape, e.g. `{"model": 5}` or a list, made transformers raise a KeyError or TypeError naming no file)."""
+    file = directory / "tokenizer.json"
+    if not file.is_file():
+        return
+    from tokenizers import Tokenizer
+
+    from ..errors import reading
+    from ..io import read_json
+
+    if not isinstance(read_json(file, "tokenizer file"), dict):
+        raise UsageError(f"{file}: not a tokenizer file (a JSON object of the tokenizers library)")
+    with reading(file, "tokenizer file (JSON of the tokenizers library)"):
+        Tokenizer.from_file(str(file))
 
 
 # --------------------------------------------------------------------------------------------------- GGUF
