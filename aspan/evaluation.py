@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 import hooks
 from hooks import check_heads, check_hook_points
 
+from . import stopping
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .io import write_jsonl
 from .models.backend import backend_of
@@ -342,6 +343,7 @@ def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: i
             rows += _batch_rows(batch, [(first + i, samples[i]) for i in ids], scored, tokenizer, names)
             if bar is not None:
                 bar.update(len(ids))
+            stopping.check()  # a safe point between batches
     finally:
         model.train(was_training)
     records = pd.DataFrame(rows, columns=RECORD_COLUMNS).sort_values(["sample_id", "target_index"], ignore_index=True)

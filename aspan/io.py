@@ -29,6 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
+from . import stopping
+
 PathLike = str | os.PathLike
 
 
@@ -168,6 +170,7 @@ def write_lines(path: PathLike, lines: Iterable[str]) -> Path:
     def write(f: IO) -> None:
         for line in lines:
             f.write(line + "\n")
+            stopping.check()  # a safe point: a stop signal removes the temporary file
 
     return atomic_write(path, write)
 
@@ -470,6 +473,7 @@ class RowWriter:
             return False
         _append(self.path, (json.dumps(clean(row), sort_keys=True, allow_nan=False, default=str) + "\n").encode())
         self.keys.add(row.get("key"))
+        stopping.check()  # a safe point: the row is on disk, a resumed run starts after it
         return True
 
 

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from hooks import check_hook_points
 
+from . import stopping
 from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
 from .curves import CURVES_FILE, Stop, auto_every, curve_cost, steps_to_target, stop_point
@@ -776,8 +777,11 @@ def _loop(run: _Run) -> None:
         if config.eval_every and done % config.eval_every == 0 and done != run.total:
             _evaluate(run, done)
         stopped = bool(run.every) and (done % run.every == 0 or done == run.total) and _curve(run, done)
-        if stopped or done == run.end or (config.ckpt_every and done % config.ckpt_every == 0):
-            _checkpoint(run, done)
+        signalled = _agree(run, int(stopping.received() is not None))  # every process stops at the same step
+        if stopped or done == run.end or signalled or (config.ckpt_every and done % config.ckpt_every == 0):
+            _checkpoint(run, done)  # a stop signal: the step just finished is saved, the run resumes after it
+        if signalled:
+            stopping.check()
         if stopped:
             break
     bar.close()

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from .. import tasks
+from .. import stopping, tasks
 from ..io import write_lines
 from ..tasks import Sample
 from ..tasks.params import parse_params, task_defaults
@@ -53,6 +53,7 @@ def write_samples(task: tasks.Task, n: int, seed: int = 0, output: str = "-", de
     if output == "-":
         for line in lines:
             sys.stdout.write(line + "\n")
+            stopping.check()  # a safe point between samples
         sys.stdout.flush()
     else:
         write_lines(output, lines)

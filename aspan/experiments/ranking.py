@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 import hooks
 
+from .. import stopping
 from ..batching import make_batch
 from ..options import CONVENTIONS, Convention, RankKey
 from ..tasks.base import Sample
@@ -62,6 +63,7 @@ def offset_table(
     n_rows = 0
     starts = range(0, len(samples), batch_size)
     for i in tqdm(starts, desc="rank heads", disable=not progress, leave=False):
+        stopping.check()  # a safe point between batches
         batch = make_batch(samples[i : i + batch_size], tokenizer, n_ctx=cfg.n_ctx).to(cfg.device)
         rows = hooks.target_rows(batch.ref_mask, batch.attention_mask)
         if not bool(rows.any()):

@@ -251,6 +251,8 @@ def check_tl_memory(what: str, model: dict[str, Any], device: str | None = None,
         gated=bool(model.get("gated_mlp")), dtype_bytes=DTYPE_BYTES.get(model.get("dtype", "float32"), 4), masks=masks)
     needed += model["n_layers"] * LAYER_OVERHEAD
     shown = {k: model.get(k) for k in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")}
+    if (model.get("d_vocab_out") or -1) > model["d_vocab"]:
+        shown["d_vocab_out"] = model["d_vocab_out"]
     check_memory(needed, what, shown, device)
 
 
