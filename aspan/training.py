@@ -856,7 +856,7 @@ def _checkpoint(run: _Run, step: int) -> None:
     """Save checkpoint `step`; if that fails (a full disk), the logs are cut back to the last good checkpoint."""
     if run.opts.out_dir is not None and run.main:
         state = {"step": step, "optimizer": run.opt.state_dict(), "scheduler": run.sched.state_dict(),
-                 "rng": _rng_state(), "config": asdict(run.config)}
+                 "rng": _rng_state(), "config": asdict(run.config), "world_size": run.world}
         if not backend_of(run.model).exact_save:
             # a TransformerBridge: its Hugging Face form is the same function, but on TransformerLens 3.9 not the same
             # parameters (the unembedding bias it adds is folded away), so resuming copies these instead
@@ -941,6 +941,11 @@ def _load_state(ckpt: Path, state: dict, run: _Run) -> int:
     from . import models
 
     saved = state["config"]
+    world = state.get("world_size", run.world)  # checkpoints written before it was recorded: not known
+    if world != run.world:
+        raise ValueError(f"cannot resume {ckpt}: it was trained by {world} process(es) (torchrun's world size), now "
+                         f"{run.world}: each process draws its own share of every batch, so the weights would differ; "
+                         f"resume with torchrun --nproc_per_node={world}")
     for key in ("seed", "batch_size", "train_only"):
         if saved.get(key) != getattr(run.config, key):
             raise ValueError(f"cannot resume {ckpt}: it was trained with {key}={saved.get(key)!r}, "
