@@ -115,3 +115,13 @@ def test_a_fifo_named_gguf_is_called_a_fifo(tmp_path):
     r = aspan("eval", str(fifo), *ID, cwd=tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
     one_line(r.stderr, str(fifo), "a FIFO")
+
+
+def test_a_million_blocks_are_refused_from_the_header(tmp_path):
+    from tests.cli import aspan_peak
+
+    path = write_gguf(tmp_path / "deep.gguf", meta={"llama.block_count": 10**6})
+    code, err, peak = aspan_peak("eval", str(path), *ID, cwd=tmp_path)
+    assert code == 2, err[-2000:]
+    one_line(err, str(path), "llama.block_count")
+    assert peak < 1.5 * 2**30, peak

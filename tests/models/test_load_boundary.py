@@ -129,3 +129,19 @@ def test_a_full_disk_while_writing_a_checkpoint_is_one_line_naming_it(tmp_path):
     assert r.returncode == 2, r.stderr[-2000:]
     one_line(r.stderr, str(tmp_path / "run" / "checkpoints"), "File too large")
     assert not list((tmp_path / "run" / "checkpoints").glob("step-*"))
+
+
+@pytest.mark.parametrize("backend", ["hooked", "bridge"])
+def test_a_million_tiny_layers_are_refused_before_any_is_built(llama_dir, tmp_path, backend):
+    """num_hidden_layers 10^6 with hidden_size 2 passed the parameter estimate (a few MB) and then built layer after
+    layer (> 2 GB, still going after 60 s): each layer's own objects now count too (`LAYER_OVERHEAD`)."""
+    from tests.cli import aspan_peak
+
+    ckpt = copy(llama_dir, tmp_path / "deep", {"num_hidden_layers": 10**6, "hidden_size": 2, "num_attention_heads": 1,
+                                               "num_key_value_heads": 1, "intermediate_size": 2, "head_dim": 2})
+    machine = ("import os, aspan.models.safety as s\ns.available_bytes = lambda device=None: 16 * 2**30\n"
+               f"os.environ['ASPAN_BACKEND'] = '{backend}'")
+    code, err, peak = aspan_peak("eval", str(ckpt), *ID, cwd=tmp_path, code=machine)
+    assert code == 2, err[-2000:]
+    one_line(err, str(ckpt / "config.json"), "num_hidden_layers=1000000", "GB")
+    assert peak < 1.5 * 2**30, peak
