@@ -70,6 +70,10 @@ def checked_sample(d: Any, known: dict[str, Task] | None = None) -> Sample:
         want = task.rebuild(sample.prompt, sample.target)
     except ValueError as e:
         raise ValueError(f"field 'text': {e}") from None
+    try:
+        task.admits(sample.prompt, sample.target)
+    except ValueError as e:
+        raise ValueError(f"field 'params': {e}") from None
     for name in ("references", "given"):
         got, expected = getattr(sample, name), getattr(want, name)
         if got != expected:
