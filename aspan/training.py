@@ -188,6 +188,10 @@ class _Source:
         self.samples = None if self.task else list(data)
         if self.samples is not None and not self.samples:
             raise ValueError("no training samples")
+        bad = next((i for i, x in enumerate(self.samples or ()) if not isinstance(x, Sample)), None)
+        if bad is not None:
+            raise ValueError(f"training data: sample {bad} is a {type(self.samples[bad]).__name__}, not an aspan "
+                             f"Sample (give a task, samples from task.generate(n), or an `aspan data` JSONL file)")
         self.batch_size, self.seed, self.index_offset = batch_size, seed, index_offset
 
     @property

@@ -25,6 +25,7 @@ import hooks
 
 from .. import stopping
 from ..batching import make_batch
+from ..checks import check_offsets, check_samples
 from ..options import CONVENTIONS, Convention, RankKey
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
@@ -50,12 +51,12 @@ def offset_table(
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
-    deltas = list(dict.fromkeys(int(d) for d in deltas))
-    samples = list(samples)
-    if not deltas:
-        raise ValueError("deltas is empty")
+    samples, deltas = list(samples), list(deltas)
     if not samples:
         raise ValueError("no samples to rank heads on")
+    check_samples(samples, "rank heads")
+    longest = max(tokenizer.offset + len(s.text) + (tokenizer.eos_id is not None) for s in samples)
+    deltas = list(dict.fromkeys(check_offsets(deltas, longest, "deltas")))  # as the command line refuses them
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     cfg = model.cfg
@@ -103,7 +104,7 @@ def rank_heads(
     `rank` orders heads by score_sum at delta 0 (1 = best; ties broken by layer, head). Also one column
     `score_row_d{delta}` per scanned delta. `convention`: the AttnScore convention of every score (module docstring).
     """
-    deltas = list(dict.fromkeys([0, *(int(d) for d in deltas)]))
+    deltas = list(dict.fromkeys([0, *deltas]))
     long = offset_table(model, tokenizer, samples, deltas, batch_size, progress, convention=convention)
     return ranking_from_offsets(long)
 
