@@ -298,7 +298,8 @@ def _load(
     if config.get("format") == FORMAT:
         if adapter:
             raise ValueError(f"{path}: an aspan checkpoint stores its tokenizer; unexpected {sorted(adapter)}")
-        loaded = _load_aspan(path, config, device)
+        with reading(path, "aspan checkpoint directory"):
+            loaded = _load_aspan(path, config, device)
         if backend == "bridge":
             return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, device))
         return loaded
@@ -306,7 +307,8 @@ def _load(
         if adapter:
             raise ValueError(f"{path}: an aspan checkpoint stores its tokenizer; unexpected {sorted(adapter)}")
         check_hf_checkpoint(path, config, device, backend)  # config values, memory, weights: before any model
-        return _load_hfform(path, config, device, backend)
+        with reading(path, "aspan checkpoint directory (Hugging Face form)"):
+            return _load_hfform(path, config, device, backend)
     if not (config.get("architectures") or config.get("model_type")):
         raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint (format 'aspan') nor a Hugging Face config "
                          f"(no model_type)")
