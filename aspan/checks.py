@@ -102,10 +102,10 @@ def check_offsets(deltas, n_tokens: int, what: str = "delta") -> list[int]:
 
 
 def check_samples(samples, what: str) -> list:
-    """`samples` as a list of `Sample`s, each checked against its task (`Sample.check`; a sample already checked is
+    """`samples` as a list of `Sample`s, each checked against its task (`tasks.check_sample`; a sample checked once is
     not checked again): ValueError naming `what` and the first that is not a `Sample` (a string, a dict...) or that its
     task's rule contradicts (a hand-built sample with wrong references would be scored as if they were right)."""
-    from .tasks import Sample
+    from .tasks import Sample, check_sample
 
     samples = list(samples)
     for i, s in enumerate(samples):
@@ -114,7 +114,7 @@ def check_samples(samples, what: str) -> list:
                              f"make samples with task.generate(n) or read them with aspan.tasks.read_samples")
         if id(s) not in _CHECKED or _CHECKED[id(s)] is not s:
             try:
-                s.check()
+                check_sample(s)
             except ValueError as e:
                 raise UsageError(f"{what}: sample {i} ({s.text[:40]!r}): {e}") from None
             _CHECKED[id(s)] = s

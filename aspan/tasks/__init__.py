@@ -83,6 +83,16 @@ def checked_sample(d: Any, known: dict[str, Task] | None = None) -> Sample:
     return sample
 
 
+def check_sample(sample: Sample) -> Sample:
+    """`sample`, when its task (if it names one) built with its `params` gives the same text, references and given
+    characters, and can generate it (`checked_sample`, as for samples read from a file); ValueError naming the first
+    field that disagrees otherwise. For hand-built samples before scoring them (`evaluate` and `rank_heads` run it)."""
+    if not isinstance(sample, Sample):
+        raise ValueError(f"not an aspan Sample: a {type(sample).__name__}")
+    checked_sample(sample.to_dict())
+    return sample
+
+
 def _entry(values: tuple, j: int) -> str:
     return json.dumps(values[j]) if j < len(values) else "nothing"
 
@@ -128,5 +138,6 @@ __all__ = [
     "task_class",
     "from_params",
     "checked_sample",
+    "check_sample",
     "read_samples",
 ]

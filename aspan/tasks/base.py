@@ -56,15 +56,6 @@ class Sample:
         if any(self.references[j] for j in self.given):
             raise ValueError("a given target character is supplied, not predicted: its references must be empty")
 
-    def check(self) -> "Sample":
-        """This sample, when its task (if it names one) built with its `params` gives the same text, references and
-        given characters (`aspan.tasks.checked_sample`, as for samples read from a file); ValueError naming the first
-        field that disagrees otherwise. For hand-built samples before scoring them."""
-        from . import checked_sample
-
-        checked_sample(self.to_dict())
-        return self
-
     @property
     def prompt(self) -> str:
         return self.text[: self.prompt_len]

@@ -1,6 +1,6 @@
 """The Python API refuses what the command line refuses, with the same words: anything but `Sample`s, a reference
 offset outside every sequence (`evaluate(delta=...)`, `rank_heads(deltas=...)`), a hook that returns an activation of
-another shape, and hand-built samples whose references their task's rule contradicts (`Sample.check`)."""
+another shape, and hand-built samples whose references their task's rule contradicts (`tasks.check_sample`)."""
 from __future__ import annotations
 
 import pytest
@@ -70,10 +70,10 @@ def test_hand_built_samples_with_wrong_references_are_refused_before_scoring(ran
                               min_size=len(s.references), max_size=len(s.references)).map(tuple))
     hand = Sample(s.text, s.prompt_len, refs, task=s.task, params=s.params)
     if refs == s.references:
-        assert hand.check() is hand
+        assert tasks.check_sample(hand) is hand
         return
     with pytest.raises(ValueError, match="field 'references'"):
-        hand.check()
+        tasks.check_sample(hand)
     with pytest.raises(UsageError, match="evaluate: sample 0 .*field 'references'"):
         evaluate(random_model, tok, [hand], any_task=True)
 
