@@ -210,9 +210,9 @@ def test_learning_curves_export_as_a_static_image(tmp_path):
 
 @needs_playwright
 def test_a_hostile_figure_or_view_name_runs_no_script_in_chromium(tmp_path):
-    """A figure file named `"><img src=x onerror=alert(1)>.json` (and a view named so) in a run directory: the page
-    `aspan report` writes draws the figure in Chromium and runs no script the name carries (no dialog, no change of
-    the page's state)."""
+    """A figure file named `"><img src=x onerror=alert(1)>.json` (and a view and a learning-curve bucket named so) in
+    a run directory: the page `aspan report` writes draws the figures in Chromium and runs no script a name carries
+    (no dialog, no change of the page's state)."""
     from playwright.sync_api import sync_playwright
 
     from aspan import viz
@@ -225,6 +225,8 @@ def test_a_hostile_figure_or_view_name_runs_no_script_in_chromium(tmp_path):
             {"length": [1, 2], "partial": [0.5, 0.25]})}, title=f"figure {i}"), run / "figures" / f"{name}.json")
         (run / "views").mkdir(exist_ok=True)
         (run / "views" / f"{name}.html").write_text("<p>a hand-written view</p>")
+    rows = [{"step": step, "bucket": bucket, "exact": 0.5} for step in (0, 10) for bucket in payloads]
+    (run / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))  # bucket names from a file
     page_path = run / "report.html"
     proc = _aspan("report", str(run), "-o", str(page_path))
     assert proc.returncode == 0, proc.stderr
@@ -237,16 +239,18 @@ def test_a_hostile_figure_or_view_name_runs_no_script_in_chromium(tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(LOCAL) else r.abort())
             page.goto(page_path.as_uri(), wait_until="load")
-            page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {len(payloads)}",
-                                   timeout=60_000)
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
+                                   f"{len(payloads) + 1}", timeout=60_000)
             page.wait_for_timeout(500)  # an injected image's onerror fires after its (blocked) load fails
             state = page.evaluate("() => ({pwned: window.pwned === undefined ? null : window.pwned, "
                                   "images: document.querySelectorAll('img').length, "
                                   "titles: Array.from(document.querySelectorAll('.gtitle')).map(t => t.textContent),"
+                                  "legend: Array.from(document.querySelectorAll('.legendtext')).map(t => t.textContent),"
                                   "views: Array.from(document.querySelectorAll('h3')).map(h => h.textContent)})")
         finally:
             browser.close()
     assert dialogs == [] and state["pwned"] is None and state["images"] == 0, (dialogs, state)
-    assert sorted(state["titles"]) == [f"figure {i}" for i in range(len(payloads))]
+    assert sorted(t for t in state["titles"] if t.startswith("figure ")) == [f"figure {i}" for i in range(len(payloads))]
+    assert set(payloads) <= set(state["legend"])  # the learning curves' bucket names, shown as text
     assert sorted(payloads) == sorted(v for v in state["views"] if v in payloads)  # the names shown as text
     assert errors == [], errors
