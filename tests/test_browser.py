@@ -245,12 +245,13 @@ def test_a_hostile_figure_or_view_name_runs_no_script_in_chromium(tmp_path):
             state = page.evaluate("() => ({pwned: window.pwned === undefined ? null : window.pwned, "
                                   "images: document.querySelectorAll('img').length, "
                                   "titles: Array.from(document.querySelectorAll('.gtitle')).map(t => t.textContent),"
-                                  "legend: Array.from(document.querySelectorAll('.legendtext')).map(t => t.textContent),"
+                                  "legend: Array.from(document.querySelectorAll('.legendtext'), t => t.textContent),"
                                   "views: Array.from(document.querySelectorAll('h3')).map(h => h.textContent)})")
         finally:
             browser.close()
     assert dialogs == [] and state["pwned"] is None and state["images"] == 0, (dialogs, state)
-    assert sorted(t for t in state["titles"] if t.startswith("figure ")) == [f"figure {i}" for i in range(len(payloads))]
+    figures = sorted(t for t in state["titles"] if t.startswith("figure "))
+    assert figures == [f"figure {i}" for i in range(len(payloads))]
     assert set(payloads) <= set(state["legend"])  # the learning curves' bucket names, shown as text
     assert sorted(payloads) == sorted(v for v in state["views"] if v in payloads)  # the names shown as text
     assert errors == [], errors
