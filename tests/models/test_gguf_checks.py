@@ -125,3 +125,32 @@ def test_a_million_blocks_are_refused_from_the_header(tmp_path):
     assert code == 2, err[-2000:]
     one_line(err, str(path), "llama.block_count")
     assert peak < 1.5 * 2**30, peak
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(1, 6000))
+def test_the_header_reader_answers_any_nesting_depth(tmp_path, depth):
+    from aspan.models.safety import MAX_GGUF_NESTING, GGUFArray, gguf_shapes
+
+    path = raw_gguf(tmp_path / "nested.gguf", nested_array("deep.key", depth), 1)
+    if depth <= MAX_GGUF_NESTING:
+        meta, _ = gguf_shapes(path)
+        assert meta["deep.key"] == GGUFArray(9 if depth > 1 else 0, 1 if depth > 1 else 0)
+    else:
+        with pytest.raises(UsageError, match="deep.key nests arrays more than"):
+            gguf_shapes(path)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 3 * 2**20), st.sampled_from([(7, 1), (6, 4), (10, 8)]))
+def test_metadata_arrays_are_sized_from_the_header_and_bounded(tmp_path, n, kind):
+    from aspan.models.safety import MAX_GGUF_ARRAY, GGUFArray, gguf_shapes
+
+    item, size = kind
+    entry = string("some.array") + struct.pack("<I", 9) + struct.pack("<IQ", item, n)
+    path = raw_gguf(tmp_path / "array.gguf", entry + b"\0" * (n * size), 1)
+    if n <= MAX_GGUF_ARRAY:
+        assert gguf_shapes(path)[0]["some.array"] == GGUFArray(item, n)
+    else:
+        with pytest.raises(UsageError, match=f"some.array is an array of {n:,} entries"):
+            gguf_shapes(path)
