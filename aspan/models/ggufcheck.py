@@ -122,8 +122,8 @@ def check_gguf_file(path: Path, device: str | None, backend: str) -> None:
     """Everything about a GGUF file that can be checked from its header before a reader allocates anything: the
     memory its model takes, its metadata (`_sizes`, `_tokenizer`, `_widths`), its stored blocks against
     `block_count`."""
-    check_gguf_memory(path, device, backend)  # first: tensor shapes alone can claim terabytes
     meta, shapes = gguf_shapes(path)
+    check_gguf_memory(path, device, backend, (meta, shapes))  # first: tensor shapes alone can claim terabytes
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise UsageError(f"{path}: GGUF metadata general.architecture must be a string, got {_short(arch)}")

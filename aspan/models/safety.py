@@ -617,13 +617,15 @@ def gguf_shapes(path: Path) -> tuple[dict[str, Any], dict[str, list[int]]]:
     return meta, shapes
 
 
-def check_gguf_memory(path: Path, device: str | None, backend: str) -> None:
+def check_gguf_memory(path: Path, device: str | None, backend: str,
+                      header: tuple[dict[str, Any], dict[str, list[int]]] | None = None) -> None:
     """`check_memory` for a GGUF file before transformers dequantises it: every tensor of its header in float32
     (whatever its quantisation), twice (the dequantised tensors and the model they are copied into, or for a
     HookedTransformer the Hugging Face model its weights are converted from), plus a HookedTransformer's masks. On
     SmolLM2-135M (134.5M parameters, 0.54 GB in float32) a process that only loads it peaked at 1.2 GB (bridge) and
-    1.74 GB (HookedTransformer), the interpreter, torch and transformers included; the estimates are 1.0 and 3.0 GB."""
-    meta, shapes = gguf_shapes(path)
+    1.74 GB (HookedTransformer), the interpreter, torch and transformers included; the estimates are 1.1 and 3.1 GB
+    (with each layer's objects, `LAYER_OVERHEAD`, and the reader's 147,000 tokenizer entries, `GGUF_ENTRY_BYTES`)."""
+    meta, shapes = gguf_shapes(path) if header is None else header  # `header`: what `gguf_shapes` read already
     needed = 4 * sum(math.prod(shape) for shape in shapes.values())
     arch = meta.get("general.architecture")
     layers, n_ctx = meta.get(f"{arch}.block_count"), meta.get(f"{arch}.context_length")
