@@ -80,8 +80,8 @@ def reading(path: str | os.PathLike, what: str) -> Iterator[None]:
     except ImportError as e:
         if missing_package_message(e) is not None:
             raise
-        raise UsageError(f"{path}: cannot read it as a {what} ({first_line(e)})") from None
+        raise UsageError(f"{path}: not a valid {what} ({first_line(e)})") from None
     except Exception as e:  # noqa: BLE001 - whatever a file makes a parser or loader raise is that file's fault
         if isinstance(e, OSError) and e.filename is not None:
             raise  # a missing or unreadable file, named: the command line says so in one line (`aspan.cli.describe`)
-        raise UsageError(f"{path}: cannot read it as a {what} ({first_line(e)})") from None
+        raise UsageError(f"{path}: not a valid {what} ({first_line(e)})") from None
