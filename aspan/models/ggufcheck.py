@@ -1,12 +1,12 @@
 """A GGUF file checked against itself and against the model built from it, as Hugging Face directories are
 (`aspan.models.safety.check_hf_weights`): each failure one `UsageError` line naming the file and the first mismatch.
 
-- `check_gguf_file`, before transformers reads the file: its header's metadata (sizes, norm epsilon, tokenizer
-  arrays and token ids) hold values a model can be built from, its layers are the blocks it stores, and the model it
-  describes fits in memory (`check_gguf_memory`).
-- `check_gguf_model`, once transformers has built the model: every tensor the file stores is one the model uses, and
-  every parameter of the model comes from a stored tensor (transformers fills a missing one with random values and
-  drops an unknown one, silently).
+- `check_gguf_file`, before transformers reads the tensors: the model the file describes fits in memory
+  (`check_gguf_memory`); its header's metadata (sizes, norm epsilon, tokenizer arrays and token ids) hold values a
+  model can be built from, the sizes of its stored tensors, and its layers are the blocks it stores; then
+  (`check_gguf_model`) every tensor it stores is one the model transformers builds from it uses, with as many
+  entries, and every parameter of that model comes from a stored tensor (transformers fills a missing one with random
+  values and drops an unknown one, silently). That model is built on the meta device: nothing is allocated.
 """
 from __future__ import annotations
 
@@ -121,7 +121,8 @@ def _blocks(path: Path, shapes: dict[str, list[int]], layers: int, arch: str) ->
 def check_gguf_file(path: Path, device: str | None, backend: str) -> None:
     """Everything about a GGUF file that can be checked from its header before a reader allocates anything: the
     memory its model takes, its metadata (`_sizes`, `_tokenizer`, `_widths`), its stored blocks against
-    `block_count`."""
+    `block_count`, then its tensors against the model transformers builds from it (`check_gguf_model`, on the meta
+    device)."""
     meta, shapes = gguf_shapes(path)
     check_gguf_memory(path, device, backend, (meta, shapes))  # first: tensor shapes alone can claim terabytes
     arch = meta.get("general.architecture")
@@ -131,6 +132,7 @@ def check_gguf_file(path: Path, device: str | None, backend: str) -> None:
     _tokenizer(path, meta)
     _widths(path, meta, shapes, arch)
     _blocks(path, shapes, meta[f"{arch}.block_count"], arch)
+    check_gguf_model(path, described_model(path), shapes)
 
 
 def _weights_map(hf_model) -> dict[str, str]:
@@ -142,20 +144,38 @@ def _weights_map(hf_model) -> dict[str, str]:
     return get_gguf_hf_weights_map(hf_model, processor)
 
 
-def check_gguf_model(path: Path, hf_model) -> None:
-    """UsageError naming `path` and the first mismatch unless every tensor the file stores is one of `hf_model`'s
-    parameters (the model transformers built from the file) and every parameter comes from a stored tensor (once for
-    parameters that share one, e.g. tied embeddings)."""
-    _, shapes = gguf_shapes(path)
+def described_model(path: Path):
+    """The model the GGUF file's metadata describes, as transformers builds it from them, on the meta device (nothing
+    allocated, no tensor data read). Call after the header's checks: the sizes are then the stored tensors'."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .loaded import quiet_hf
+
+    with quiet_hf():
+        config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name, local_files_only=True)
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config)
+
+
+def check_gguf_model(path: Path, hf_model, shapes: dict[str, list[int]]) -> None:
+    """UsageError naming `path` and the first mismatch unless every tensor the file stores (`shapes`, from its
+    header) is one of `hf_model`'s parameters (the model transformers builds from the file), with as many entries, and
+    every parameter comes from a stored tensor (once for parameters that share one, e.g. tied embeddings)."""
     to_param = _weights_map(hf_model)
+    params = dict(hf_model.named_parameters(remove_duplicate=False))
     layers = getattr(hf_model.config, "num_hidden_layers", None)
-    for name in sorted(shapes):
+    for name in sorted(shapes, key=_natural):
         if name not in to_param and name not in DERIVED:
             raise UsageError(f"{path}: stores {name}, which is not a tensor of the model it describes "
                              f"(num_hidden_layers={layers}); every stored tensor must be used")
+        param = params.get(to_param.get(name, ""))
+        if param is not None and math.prod(shapes[name]) != param.numel():
+            raise UsageError(f"{path}: stores {name} with shape {shapes[name][::-1]} but the model it describes "
+                             f"needs {list(param.shape)} ({to_param[name]})")
     from_file = {param for name, param in to_param.items() if name in shapes}
     owners: dict[int, list[str]] = {}
-    for name, p in hf_model.named_parameters(remove_duplicate=False):
+    for name, p in params.items():
         owners.setdefault(id(p), []).append(name)
     to_gguf = {param: name for name, param in to_param.items()}
     for names in owners.values():
@@ -163,3 +183,7 @@ def check_gguf_model(path: Path, hf_model) -> None:
             wanted = next((to_gguf[n] for n in names if n in to_gguf), names[0])
             raise UsageError(f"{path}: its model (num_hidden_layers={layers}) needs {wanted}, which the file "
                              f"lacks")
+
+
+def _natural(name: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]

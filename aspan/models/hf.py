@@ -23,7 +23,7 @@ import torch
 from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
 from ..options import Backend
-from .ggufcheck import check_gguf_file, check_gguf_model
+from .ggufcheck import check_gguf_file
 from .loaded import LoadedModel
 from .tiny import _DEPRECATED, build
 
@@ -205,7 +205,7 @@ def load_gguf(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
-    check_gguf_file(path, device, backend)  # from the header alone: before a reader allocates what it claims
+    check_gguf_file(path, device, backend)  # the header against the model it describes: before any data is read
     try:  # eager attention: the bridge's pattern hooks need it (HookedTransformer only takes the weights)
         with quiet_hf():
             hf_model = AutoModelForCausalLM.from_pretrained(
@@ -218,7 +218,6 @@ def load_gguf(
         raise MissingPackage("gguf", OPTIONAL_PACKAGES["gguf"], f"loading {path}") from None
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"{path}: cannot load the GGUF file ({e})") from None
-    check_gguf_model(path, hf_model)  # what transformers built against what the file stores
     if backend == "bridge":
         hf_model.config.architectures = [arch]
         model = bridge(hf_model, device or "cpu", hf_tok)

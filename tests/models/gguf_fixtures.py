@@ -25,10 +25,10 @@ def _shapes(d: int, kv: int, ff: int, layers: int) -> dict[str, tuple[int, ...]]
 
 
 def write_gguf(path: Path, meta: dict[str, Any] | None = None, drop: tuple[str, ...] = (),
-               extra: tuple[str, ...] = (), layers: int = 2) -> Path:
+               extra: tuple[str, ...] = (), layers: int = 2, reshape: dict[str, tuple[int, ...]] | None = None) -> Path:
     """A valid tiny Llama GGUF at `path`; `meta` replaces metadata values (by full key; None removes the key),
-    `drop` leaves tensors out, `extra` adds 16-entry tensors, `layers`: blocks stored (block_count stays 2 unless
-    `meta` sets it)."""
+    `drop` leaves tensors out, `extra` adds 16-entry tensors, `reshape` stores tensors with other (torch-order)
+    shapes, `layers`: blocks stored (block_count stays 2 unless `meta` sets it)."""
     import gguf
 
     meta = dict(meta or {})
@@ -48,7 +48,7 @@ def write_gguf(path: Path, meta: dict[str, Any] | None = None, drop: tuple[str, 
         if value is not None:
             _add(w, key, [""] if value == [] else value)
     rng = np.random.default_rng(0)
-    tensors = {**_shapes(d, kv, ff, layers), **{name: (d,) for name in extra}}
+    tensors = {**_shapes(d, kv, ff, layers), **{name: (d,) for name in extra}, **(reshape or {})}
     for name, shape in tensors.items():
         if name not in drop:
             w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))

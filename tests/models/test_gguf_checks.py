@@ -43,6 +43,8 @@ def test_a_faithful_file_loads_with_every_tensor_used(tmp_path):
     ("missing tensor", dict(drop=("blk.1.ffn_down.weight",)), ["needs blk.1.ffn_down.weight", "lacks"]),
     ("extra block", dict(extra=("blk.5.attn_norm.weight",)), ["blk.5", "block_count is 2"]),
     ("unknown tensor", dict(extra=("mystery.weight",)), ["mystery.weight", "not a tensor of the model"]),
+    ("tensor of another shape", dict(reshape={"blk.1.attn_q.weight": (16, 18)}),
+     ["blk.1.attn_q.weight with shape [16, 18]", "needs [16, 16]"]),
     ("NaN epsilon", dict(meta={"llama.attention.layer_norm_rms_epsilon": float("nan")}),
      ["layer_norm_rms_epsilon", "finite positive"]),
     ("negative epsilon", dict(meta={"llama.attention.layer_norm_rms_epsilon": -1e-5}),
