@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .safety import GGUF_STRING, GGUFArray, _short, check_gguf_memory, gguf_shapes
+from .safety import GGUF_STRING, GGUFArray, _short, check_gguf_memory, gguf_layout
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Tensors a GGUF file may store that transformers derives from the metadata instead (Llama 3's rope scaling
@@ -105,6 +105,24 @@ def _widths(path: Path, meta: dict[str, Any], shapes: dict[str, list[int]], arch
                              f"{stored:,}")
 
 
+def _data(path: Path, shapes: dict[str, list[int]], places: dict[str, tuple[int, int, int]]) -> None:
+    """Every tensor's data lies inside the file (a cut file was read as far as it went, then failed reshaping an
+    array)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    size = path.stat().st_size
+    for name in sorted(shapes, key=_natural):
+        kind, offset, start = places[name]
+        try:
+            block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(kind)]
+        except (ValueError, KeyError):
+            raise UsageError(f"{path}: stores {name} in an unknown tensor type {kind}") from None
+        end = start + offset + math.prod(shapes[name]) // block * block_bytes
+        if end > size:
+            raise UsageError(f"{path}: the data of {name} ends at byte {end:,}, past the end of the file ({size:,} "
+                             f"bytes): truncated or corrupt")
+
+
 def _blocks(path: Path, shapes: dict[str, list[int]], layers: int, arch: str) -> None:
     """The blocks stored (`blk.N.*`) are exactly 0 .. block_count - 1."""
     stored = sorted({int(m[1]) for name in shapes if (m := _BLOCK.match(name))})
@@ -123,7 +141,7 @@ def check_gguf_file(path: Path, device: str | None, backend: str) -> None:
     memory its model takes, its metadata (`_sizes`, `_tokenizer`, `_widths`), its stored blocks against
     `block_count`, then its tensors against the model transformers builds from it (`check_gguf_model`, on the meta
     device)."""
-    meta, shapes = gguf_shapes(path)
+    meta, shapes, places = gguf_layout(path)
     check_gguf_memory(path, device, backend, (meta, shapes))  # first: tensor shapes alone can claim terabytes
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or not arch:
@@ -132,6 +150,7 @@ def check_gguf_file(path: Path, device: str | None, backend: str) -> None:
     _tokenizer(path, meta)
     _widths(path, meta, shapes, arch)
     _blocks(path, shapes, meta[f"{arch}.block_count"], arch)
+    _data(path, shapes, places)
     check_gguf_model(path, described_model(path), shapes)
 
 

@@ -598,9 +598,17 @@ class _GGUFHeader:
 def gguf_shapes(path: Path) -> tuple[dict[str, Any], dict[str, list[int]]]:
     """(metadata, tensor shapes) of a GGUF file, read from its header alone (`check_gguf_header` first); arrays are
     given as `GGUFArray` (type and length)."""
+    meta, shapes, _ = gguf_layout(path)
+    return meta, shapes
+
+
+def gguf_layout(path: Path) -> tuple[dict[str, Any], dict[str, list[int]], dict[str, tuple[int, int, int]]]:
+    """`gguf_shapes`, and where each tensor's data lies: name -> (type id, offset from the start of the data, the
+    data's start in the file)."""
     check_gguf_header(path)
     meta: dict[str, Any] = {}
     shapes: dict[str, list[int]] = {}
+    places: dict[str, tuple[int, int]] = {}
     with open(path, "rb") as f:
         f.seek(8)
         header = _GGUFHeader(path, f)
@@ -613,8 +621,11 @@ def gguf_shapes(path: Path) -> tuple[dict[str, Any], dict[str, list[int]]]:
             if n_dims > 8:
                 raise UsageError(f"{path}: GGUF tensor {name!r} claims {n_dims} dimensions (corrupt)")
             shapes[name] = [header.take("Q") for _ in range(n_dims)]
-            header.take("I"), header.take("Q")  # its type and data offset
-    return meta, shapes
+            places[name] = (header.take("I"), header.take("Q"))  # its type and data offset
+        align = meta.get("general.alignment", 32)
+        align = align if isinstance(align, int) and align > 0 else 32
+        start = -(-f.tell() // align) * align
+    return meta, shapes, {name: (kind, offset, start) for name, (kind, offset) in places.items()}
 
 
 def check_gguf_memory(path: Path, device: str | None, backend: str,

@@ -156,3 +156,10 @@ def test_metadata_arrays_are_sized_from_the_header_and_bounded(tmp_path, n, kind
     else:
         with pytest.raises(UsageError, match=f"some.array is an array of {n:,} entries"):
             gguf_shapes(path)
+
+
+def test_a_cut_file_is_refused_naming_the_first_tensor_past_its_end(tmp_path):
+    path = write_gguf(tmp_path / "cut.gguf")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 3000])
+    refused(path, "the data of blk.1.ffn_down.weight ends at byte", "past the end of the file", "truncated")
