@@ -486,21 +486,29 @@ def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | N
     check_hf_tokenizer(directory)
 
 
-def check_hf_tokenizer(directory: Path) -> None:
-    """UsageError naming the directory's `tokenizer.json` unless the `tokenizers` library reads it (a file of another
-    shape, e.g. `{"model": 5}` or a list, made transformers raise a KeyError or TypeError naming no file)."""
-    file = directory / "tokenizer.json"
-    if not file.is_file():
-        return
-    from tokenizers import Tokenizer
+# The JSON files of a Hugging Face directory that transformers reads besides config.json, each a JSON object.
+HF_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                 "generation_config.json")
 
+
+def check_hf_tokenizer(directory: Path) -> None:
+    """UsageError naming the file unless each JSON file transformers reads from the directory (`HF_JSON_FILES`) is a
+    JSON object (bounded integers and nesting: `aspan.io.read_json`) and the `tokenizers` library reads its
+    `tokenizer.json` (files of another shape, e.g. `{"model": 5}` or a list, made transformers raise a KeyError,
+    TypeError or AttributeError naming no file)."""
     from ..errors import reading
     from ..io import read_json
 
-    if not isinstance(read_json(file, "tokenizer file"), dict):
-        raise UsageError(f"{file}: not a tokenizer file (a JSON object of the tokenizers library)")
-    with reading(file, "tokenizer file (JSON of the tokenizers library)"):
-        Tokenizer.from_file(str(file))
+    for name in HF_JSON_FILES:
+        file = directory / name
+        if file.is_file() and not isinstance(read_json(file, f"{name} (JSON)"), dict):
+            raise UsageError(f"{file}: not a valid {name} (a JSON object is expected)")
+    file = directory / "tokenizer.json"
+    if file.is_file():
+        from tokenizers import Tokenizer
+
+        with reading(file, "tokenizer file (JSON of the tokenizers library)"):
+            Tokenizer.from_file(str(file))
 
 
 # --------------------------------------------------------------------------------------------------- GGUF

@@ -66,6 +66,13 @@ def test_a_tokenizer_json_of_the_wrong_shape_names_it(llama_dir, tmp_path, text)
     refused(ckpt, str(ckpt / "tokenizer.json"))
 
 
+@pytest.mark.parametrize("name", ["tokenizer_config.json", "special_tokens_map.json", "generation_config.json"])
+@pytest.mark.parametrize("text", ["[1]", "{", "5", "[" * 5000 + "]" * 5000, '{"n": ' + "9" * 5000 + "}"])
+def test_every_json_file_the_loader_reads_names_itself(llama_dir, tmp_path, name, text):
+    ckpt = copy(llama_dir, tmp_path / "j", **{name.replace(".", "__"): text})
+    refused(ckpt, str(ckpt / name))
+
+
 def test_a_safetensors_index_without_metadata_names_it(llama_dir, tmp_path):
     from safetensors.torch import load_file, save_file
 
