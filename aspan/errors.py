@@ -53,7 +53,10 @@ class Terminated(BaseException):
 
 
 def first_line(error: BaseException, limit: int = 300) -> str:
-    """`TypeName: the first line of the message` (at most `limit` characters) of an error."""
+    """`TypeName: the first line of the message` (at most `limit` characters) of an error; a RecursionError (a
+    parser's stack exhausted by a value nested thousands deep) in words."""
+    if isinstance(error, RecursionError):
+        return "a value is nested too deeply to read"
     text = " ".join((str(error).strip().splitlines() or [""])[0].split())
     return f"{type(error).__name__}: {text[:limit]}" if text else type(error).__name__
 

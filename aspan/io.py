@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
 from . import stopping
+from .errors import first_line, reading
 
 PathLike = str | os.PathLike
 
@@ -304,8 +305,6 @@ def parse_json(text: str | bytes) -> Any:
 def read_json(path: PathLike, what: str = "JSON file") -> Any:
     """The JSON document at `path`; anything wrong with it (not UTF-8, invalid, nested too deeply, an integer of
     thousands of digits) is one UsageError line naming the file (`aspan.errors.reading`)."""
-    from .errors import reading
-
     path = Path(path)
     with reading(path, what):
         return parse_json(path.read_bytes().decode("utf-8"))
@@ -559,9 +558,9 @@ SETTINGS = ".aspan-settings.json"  # the configuration the run directory's resul
 
 def _read_holder(lock: Path) -> dict[str, Any]:
     try:
-        holder = json.loads(lock.read_text())
+        holder = parse_json(lock.read_text())
         return holder if isinstance(holder, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 
@@ -661,9 +660,10 @@ def recorded_settings(directory: PathLike) -> Any:
     if not file.exists():
         return None
     try:
-        return json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{file}: unreadable ({e}); remove it if {directory} holds nothing you need") from None
+        return parse_json(file.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"{file}: unreadable ({first_line(e)}); remove it if {directory} holds nothing you need") \
+            from None
 
 
 def check_settings(directory: PathLike, settings: dict[str, Any]) -> bool:

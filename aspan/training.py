@@ -41,7 +41,7 @@ from . import stopping
 from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
 from .curves import CURVES_FILE, Stop, auto_every, curve_cost, steps_to_target, stop_point
-from .io import append_line, atomic_dir, cut_rows, to_json, write_text
+from .io import append_line, atomic_dir, cut_rows, parse_json, to_json, write_text
 from .models.backend import backend_of
 from .models.tiny import check_context
 from .models.trained import TrainedTask, record_task
@@ -399,12 +399,12 @@ def _read_state_files(ckpt: Path, file: Path, advice: str) -> dict:
     from safetensors.torch import load_file
 
     try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
+        doc = parse_json(file.read_text(encoding="utf-8"))
         if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
             raise ValueError(f"format is not {STATE_FORMAT!r}")
         state = _join_tensors(doc["state"], load_file(str(ckpt / STATE_TENSORS), device="cpu"))
         state["optimizer"]["state"] = {int(k): v for k, v in state["optimizer"]["state"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, SafetensorError) as e:
         raise ValueError(f"cannot resume: {file} (with {STATE_TENSORS}) is truncated or corrupt "
                          f"({type(e).__name__}); {advice}") from None
     return state

@@ -54,3 +54,14 @@ def test_the_command_line_says_so_in_one_line(tmp_path):
         r = aspan(*args, cwd=tmp_path)
         assert r.returncode == 2, r.stderr[-2000:]
         one_line(r.stderr, *words)
+
+
+def test_hand_edited_run_files_nested_deeply_are_one_line(tmp_path):
+    """A run directory's recorded settings (and a checkpoint's training state) nested thousands deep: one line naming
+    the file, as for any other unreadable one."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".aspan-settings.json").write_text("[" * 50000 + "]" * 50000)
+    r = aspan("train", *SMALL, "--steps", "1", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    one_line(r.stderr, str(out / ".aspan-settings.json"), "nested too deeply")
