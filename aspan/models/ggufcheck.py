@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from .safety import GGUF_STRING, GGUFArray, _short, check_gguf_memory, gguf_layout
+from .safety import GGUF_STRING, GGUFArray, _natural, _short, check_gguf_memory, gguf_layout
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Tensors a GGUF file may store that transformers derives from the metadata instead (Llama 3's rope scaling
@@ -202,7 +202,3 @@ def check_gguf_model(path: Path, hf_model, shapes: dict[str, list[int]]) -> None
             wanted = next((to_gguf[n] for n in names if n in to_gguf), names[0])
             raise UsageError(f"{path}: its model (num_hidden_layers={layers}) needs {wanted}, which the file "
                              f"lacks")
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
