@@ -326,6 +326,8 @@ def read_toml(path: PathLike, what: str = "config") -> dict[str, Any]:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
     except RecursionError:
         raise ValueError(f"{path}: invalid TOML: a value is nested too deeply to read") from None
+    except ValueError as e:  # e.g. an integer of thousands of digits ("Exceeds the limit (4300 digits)")
+        raise ValueError(f"{path}: invalid TOML: {first_line(e)}") from None
 
 
 def _file_digest(path: Path) -> "hashlib._Hash":

@@ -65,3 +65,10 @@ def test_hand_edited_run_files_nested_deeply_are_one_line(tmp_path):
     r = aspan("train", *SMALL, "--steps", "1", "--out", str(out), cwd=tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
     one_line(r.stderr, str(out / ".aspan-settings.json"), "nested too deeply")
+
+
+def test_a_toml_integer_of_5000_digits_names_the_file(tmp_path):
+    path = tmp_path / "big.toml"
+    path.write_text("a = " + "9" * 5000 + "\n")
+    with pytest.raises(ValueError, match=f"{path}: invalid TOML: ValueError: Exceeds the limit"):
+        read_toml(path)
