@@ -87,6 +87,8 @@ def save(
 
 def _read_config(path: Path) -> dict[str, Any]:
     file = path / CONFIG
+    if file.exists() and not file.is_file():
+        raise UsageError(f"{file}: not a regular file ({_kind(file)})")
     if not file.is_file():
         raise ValueError(f"{file}: missing; not a model checkpoint directory")
     if file.stat().st_size > MAX_CONFIG_BYTES:
@@ -331,4 +333,4 @@ def _kind(path: Path) -> str:
     mode = path.stat().st_mode
     kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
              (stat.S_ISBLK, "a block device"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
+    return next((name for test, name in kinds if test(mode)), "a directory" if path.is_dir() else "a special file")

@@ -117,6 +117,11 @@ def test_a_fifo_named_gguf_is_called_a_fifo(tmp_path):
     r = aspan("eval", str(fifo), *ID, cwd=tmp_path)
     assert r.returncode == 2, r.stderr[-2000:]
     one_line(r.stderr, str(fifo), "a FIFO")
+    (tmp_path / "ckpt").mkdir()
+    os.mkfifo(tmp_path / "ckpt" / "config.json")  # read, it would block the command for ever
+    r = aspan("eval", str(tmp_path / "ckpt"), *ID, cwd=tmp_path, timeout=60)
+    assert r.returncode == 2, r.stderr[-2000:]
+    one_line(r.stderr, str(tmp_path / "ckpt" / "config.json"), "a FIFO")
 
 
 def test_a_million_blocks_are_refused_from_the_header(tmp_path):
