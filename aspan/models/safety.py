@@ -481,24 +481,32 @@ def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | N
     values, the memory the model would take, and its weights' names and shapes."""
     file = directory / "config.json"
     check_hf_config(file, config)
+    check_hf_files(directory)
     hf_memory(file, config, device, backend)
     check_hf_weights(directory, config)
-    check_hf_tokenizer(directory)
 
 
 # The JSON files of a Hugging Face directory that transformers reads besides config.json, each a JSON object.
 HF_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                  "generation_config.json")
+# Every file of a Hugging Face directory transformers may open: each must be a regular file where present (a FIFO
+# would block the load for ever).
+HF_FILES = ("config.json", *HF_JSON_FILES, "model.safetensors", "model.safetensors.index.json", "tokenizer.model",
+            "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja")
 
 
-def check_hf_tokenizer(directory: Path) -> None:
-    """UsageError naming the file unless each JSON file transformers reads from the directory (`HF_JSON_FILES`) is a
-    JSON object (bounded integers and nesting: `aspan.io.read_json`) and the `tokenizers` library reads its
-    `tokenizer.json` (files of another shape, e.g. `{"model": 5}` or a list, made transformers raise a KeyError,
-    TypeError or AttributeError naming no file)."""
+def check_hf_files(directory: Path) -> None:
+    """UsageError naming the file unless every file transformers may open (`HF_FILES`) is a regular file where
+    present, each JSON file it reads (`HF_JSON_FILES`) is a JSON object (bounded integers and nesting:
+    `aspan.io.read_json`) and the `tokenizers` library reads its `tokenizer.json` (files of another shape, e.g.
+    `{"model": 5}` or a list, made transformers raise a KeyError, TypeError or AttributeError naming no file)."""
     from ..errors import reading
     from ..io import read_json
 
+    for name in HF_FILES:
+        file = directory / name
+        if file.exists() and not file.is_file():
+            raise UsageError(f"{file}: not a regular file; a checkpoint's files are read as files")
     for name in HF_JSON_FILES:
         file = directory / name
         if file.is_file() and not isinstance(read_json(file, f"{name} (JSON)"), dict):

@@ -152,3 +152,13 @@ def test_a_million_tiny_layers_are_refused_before_any_is_built(llama_dir, tmp_pa
     assert code == 2, err[-2000:]
     one_line(err, str(ckpt / "config.json"), "num_hidden_layers=1000000", "GB")
     assert peak < 1.5 * 2**30, peak
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "model.safetensors"])
+def test_a_fifo_among_the_files_is_named_never_read(llama_dir, tmp_path, name):
+    import os
+
+    ckpt = copy(llama_dir, tmp_path / "f")
+    (ckpt / name).unlink()
+    os.mkfifo(ckpt / name)  # opened, it would block the load for ever
+    refused(ckpt, str(ckpt / name), "not a regular file")
