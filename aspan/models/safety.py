@@ -28,7 +28,7 @@ MEMORY_SHARE = 0.8  # a model may take at most this share of the memory availabl
 # LlamaForCausalLM layer and 93 KB for a HookedTransformer block, measured at d_model 2 over 2,000 layers. A config
 # of a million tiny layers passes a parameter count and still takes tens of GB.
 LAYER_OVERHEAD = 128 * 1024
-# What gguf's GGUFReader keeps per metadata array entry (a 3 MB file of 3 million booleans took 2.7 GB).
+# What gguf's GGUFReader keeps per metadata key or array entry (a 3 MB file of 3 million booleans took 2.7 GB).
 GGUF_ENTRY_BYTES = 1024
 
 
@@ -657,15 +657,16 @@ def check_gguf_memory(path: Path, device: str | None, backend: str,
     arch = meta.get("general.architecture")
     layers, n_ctx = meta.get(f"{arch}.block_count"), meta.get(f"{arch}.context_length")
     heads, width = meta.get(f"{arch}.attention.head_count"), meta.get(f"{arch}.embedding_length")
-    sizes = {"tensors": len(shapes), "parameters": needed // 4, f"{arch}.block_count": layers,
-             f"{arch}.context_length": n_ctx}
+    prefix = f"{arch}." if isinstance(arch, str) else ""
+    sizes = {"tensors": len(shapes), "parameters": needed // 4, f"{prefix}block_count": layers,
+             f"{prefix}context_length": n_ctx}
     if isinstance(layers, int) and layers > 0:
         needed += layers * LAYER_OVERHEAD
     needed *= 2
     if backend == "hooked":
         if all(isinstance(v, int) and v > 0 for v in (layers, n_ctx, heads, width)):
             needed += layers * (n_ctx * n_ctx + 2 * n_ctx * (width // heads) * 4)
-    entries = sum(v.length for v in meta.values() if isinstance(v, GGUFArray))
+    entries = len(meta) + sum(v.length for v in meta.values() if isinstance(v, GGUFArray))  # keys and array items
     if entries * GGUF_ENTRY_BYTES > needed:  # the reader's metadata, when it outweighs the model
         sizes["metadata entries"] = entries
     check_memory(needed + entries * GGUF_ENTRY_BYTES, str(path), sizes, device)
