@@ -85,3 +85,11 @@ def test_training_on_strings_is_refused_naming_the_sample(tok):
     model = models.tiny(tok, n_layers=1, n_heads=2, d_model=16, d_mlp=16, n_ctx=32, device="cpu")
     with pytest.raises(ValueError, match="training data: sample 1 is a str, not an aspan Sample"):
         train(model, tok, [REVERSAL.generate(1)[0], "ab=ba"], TrainConfig(steps=1, batch_size=2), progress=False)
+
+
+def test_every_function_that_batches_samples_refuses_strings(random_model, tok):
+    """Profiling, editing and everything else that tokenises samples goes through `make_batch`."""
+    from aspan.batching import make_batch
+
+    with pytest.raises(ValueError, match="make_batch: sample 0 is a str, not an aspan Sample"):
+        make_batch(["ab=ba"], tok)
