@@ -22,6 +22,8 @@ _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Tensors a GGUF file may store that transformers derives from the metadata instead (Llama 3's rope scaling
 # factors): stored, not used, and no sign of a mismatch.
 DERIVED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+# Settings of the model that must be finite and positive (norm epsilon, rotary base and scaling).
+POSITIVE = ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon", "rope.freq_base", "rope.scaling.factor")
 TOKEN_IDS = ("bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id", "seperator_token_id")
 
 
@@ -30,8 +32,8 @@ def _positive_int(x: Any) -> bool:
 
 
 def _sizes(path: Path, meta: dict[str, Any], arch: str) -> None:
-    """Sizes are integers >= 1 (the head count divides the width, the key-value heads the heads); the norm epsilon is
-    a finite positive number."""
+    """Sizes are integers >= 1 (the head count divides the width, the key-value heads the heads); the norm epsilon and
+    rotary settings are finite positive numbers, and no float setting is NaN or infinite."""
     for name in ("block_count", "embedding_length", "attention.head_count"):
         if not _positive_int(meta.get(f"{arch}.{name}")):
             raise UsageError(f"{path}: GGUF metadata {arch}.{name} must be an integer >= 1, got "
@@ -49,12 +51,16 @@ def _sizes(path: Path, meta: dict[str, Any], arch: str) -> None:
     if kv is not None and heads % kv:
         raise UsageError(f"{path}: GGUF metadata {arch}.attention.head_count_kv {kv} does not divide "
                          f"{arch}.attention.head_count {heads}")
-    for name in ("attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"):
-        eps = meta.get(f"{arch}.{name}")
-        if f"{arch}.{name}" in meta and not (isinstance(eps, (int, float)) and not isinstance(eps, bool)
-                                               and math.isfinite(eps) and eps > 0):
+    for name in POSITIVE:
+        value = meta.get(f"{arch}.{name}")
+        if f"{arch}.{name}" in meta and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                               and math.isfinite(value) and value > 0):
             raise UsageError(f"{path}: GGUF metadata {arch}.{name} must be a finite positive number, got "
-                             f"{_short(eps)}")
+                             f"{_short(value)}")
+    bad = next((k for k, v in meta.items() if k.startswith(f"{arch}.") and isinstance(v, float)
+                and not math.isfinite(v)), None)
+    if bad is not None:  # a NaN anywhere in the model's settings makes every logit NaN
+        raise UsageError(f"{path}: GGUF metadata {bad} must be a finite number, got {meta[bad]}")
 
 
 def _tokenizer(path: Path, meta: dict[str, Any]) -> None:

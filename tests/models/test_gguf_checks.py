@@ -85,8 +85,9 @@ IDS = ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.
     st.tuples(st.sampled_from(IDS), st.one_of(st.integers(len(TOKENS), 2**40), st.integers(-2**40, -1))),
     st.tuples(st.sampled_from(["tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type"]),
               st.one_of(st.just([]), st.lists(st.integers(0, 9), min_size=1, max_size=30), st.just(["a"]))),
-    st.tuples(st.just("llama.attention.layer_norm_rms_epsilon"),
+    st.tuples(st.sampled_from(["llama.attention.layer_norm_rms_epsilon", "llama.rope.freq_base"]),
               st.one_of(st.floats(max_value=0.0), st.just(float("inf")), st.just(float("nan")))),
+    st.tuples(st.just("llama.attention.some_scale"), st.sampled_from([float("nan"), float("inf"), -float("inf")])),
 ))
 def test_metadata_a_model_cannot_be_built_from_is_refused_naming_the_key(tmp_path_factory, change):
     key, value = change
