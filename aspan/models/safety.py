@@ -282,6 +282,9 @@ def check_hf_config(file: Path, config: dict[str, Any]) -> None:
             raise UsageError(f"{file}: {key} is refused: the toolkit never runs code a checkpoint names")
     if not isinstance(config.get("model_type", ""), str):
         raise UsageError(f"{file}: model_type must be a string, got {_short(config['model_type'])}")
+    bad = next((k for k, v in config.items() if isinstance(v, float) and not math.isfinite(v)), None)
+    if bad is not None:  # a NaN or infinite setting (a soft-cap, a scale) makes every logit NaN
+        raise UsageError(f"{file}: {bad} must be a finite number, got {config[bad]}")
     archs = config.get("architectures")
     if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
         raise UsageError(f"{file}: architectures must be a list of class names or null, got {_short(archs)}")

@@ -162,3 +162,10 @@ def test_a_fifo_among_the_files_is_named_never_read(llama_dir, tmp_path, name):
     (ckpt / name).unlink()
     os.mkfifo(ckpt / name)  # opened, it would block the load for ever
     refused(ckpt, str(ckpt / name), "not a regular file")
+
+
+@pytest.mark.parametrize("key", ["attention_dropout", "initializer_range", "rms_norm_eps", "some_new_scale"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_nan_or_infinite_setting_names_its_key(llama_dir, tmp_path, key, value):
+    ckpt = copy(llama_dir, tmp_path / "n", {key: value})
+    refused(ckpt, str(ckpt / "config.json"), key)
