@@ -59,6 +59,6 @@ def handled() -> Iterator[None]:
     try:
         yield
     finally:
-        for sig, was in old.items():
-            signal.signal(sig, was)
+        for sig, was in old.items():  # None: a handler not set from Python, which cannot be put back
+            signal.signal(sig, signal.SIG_DFL if was is None else was)
         _received.clear()
