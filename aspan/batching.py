@@ -70,10 +70,14 @@ def make_batch(
     pad_to: int | None = None,
     n_ctx: int | None = None,
 ) -> Batch:
-    """Tokenise `samples` with right padding; ValueError if a sample does not fit `n_ctx`."""
+    """Tokenise `samples` with right padding; ValueError if one is not a `Sample` or does not fit `n_ctx`."""
     if not samples:
         raise ValueError("make_batch needs at least one sample")
     require_tokenizer(tokenizer, "make_batch: tokenizer")
+    bad = next((i for i, s in enumerate(samples) if not isinstance(s, Sample)), None)
+    if bad is not None:  # a string or dict here failed deep inside with an AttributeError
+        raise ValueError(f"make_batch: sample {bad} is a {type(samples[bad]).__name__}, not an aspan Sample (make "
+                         f"samples with task.generate(n) or read them with aspan.tasks.read_samples)")
     offset = tokenizer.offset
     seqs = [encode_sample(s, tokenizer, eos) for s in samples]
     longest = max(len(s) for s in seqs)

@@ -1,6 +1,7 @@
 """Checks made before any long work starts: devices and output paths (each failure a one-line `UsageError`)."""
 from __future__ import annotations
 
+import numbers
 import os
 from pathlib import Path
 
@@ -88,16 +89,49 @@ def check_offsets(deltas, n_tokens: int, what: str = "delta") -> list[int]:
     A reference shifted by `n_tokens` or more leaves every sequence: its scores would be all NaN or zero and its
     edits no-ops, so it is refused instead of being reported as a result.
     """
-    deltas = [deltas] if isinstance(deltas, int) else list(deltas)
+    deltas = [deltas] if isinstance(deltas, numbers.Integral) else list(deltas)
     if not deltas:
         raise UsageError(f"{what}: no offsets given (give at least one, e.g. 0)")
     for d in deltas:
-        if isinstance(d, bool) or not isinstance(d, int):
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral):
             raise UsageError(f"{what}: offsets must be integers, got {d!r}")
         if abs(d) >= n_tokens:
             raise UsageError(f"{what}: offset {d} is outside every sequence (the longest has {n_tokens} tokens, "
                              f"so offsets must lie in {-(n_tokens - 1)}..{n_tokens - 1})")
-    return deltas
+    return [int(d) for d in deltas]
+
+
+def check_samples(samples, what: str) -> list:
+    """`samples` as a list of `Sample`s, each checked against its task (`tasks.check_sample`; a sample checked once is
+    not checked again): ValueError naming `what` and the first that is not a `Sample` (a string, a dict...) or that its
+    task's rule contradicts (a hand-built sample with wrong references would be scored as if they were right)."""
+    from .tasks import Sample, check_sample
+
+    samples = list(samples)
+    for i, s in enumerate(samples):
+        if not isinstance(s, Sample):
+            raise UsageError(f"{what}: sample {i} is a {type(s).__name__} ({str(s)[:40]!r}), not an aspan Sample: "
+                             f"make samples with task.generate(n) or read them with aspan.tasks.read_samples")
+        if id(s) not in _CHECKED or _CHECKED[id(s)] is not s:
+            try:
+                check_sample(s)
+            except ValueError as e:
+                raise UsageError(f"{what}: sample {i} ({s.text[:40]!r}): {e}") from None
+            _CHECKED[id(s)] = s
+            _forget_checked()
+    return samples
+
+
+# Samples already checked, by id (the sample itself kept, so an id is never reused for another while it is here);
+# a training run evaluates the same samples at every curve point. Bounded: the oldest half goes when it is full.
+_CHECKED: dict[int, object] = {}
+_CHECKED_MAX = 1 << 14
+
+
+def _forget_checked() -> None:
+    if len(_CHECKED) > _CHECKED_MAX:
+        for key in list(_CHECKED)[: len(_CHECKED) // 2]:
+            del _CHECKED[key]
 
 
 # ------------------------------------------------------------------------------------------ memory of a workload

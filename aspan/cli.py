@@ -6,21 +6,20 @@ second job on the same directory fails at once). Commands that also pin a config
 
 Every mistake in what the user asked for ends in one line on stderr and exit code 2, with no traceback:
 argument errors, `UsageError`/`ValueError`, missing files and other OS errors on user paths, a missing optional
-package (with what to install). Ctrl-C prints one line and exits 130; SIGTERM is raised as `Terminated` so the
-atomic writers remove their temporary files, then exits 143; a closed stdout pipe (`aspan data ... | head -1`)
-ends the command quietly.
+package (with what to install). Ctrl-C and SIGTERM set a flag (`aspan.stopping`): the command stops at its next safe
+point with its state saved, prints one line and exits 130 (Ctrl-C) or 143 (SIGTERM); a closed stdout pipe
+(`aspan data ... | head -1`) ends the command quietly.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
-import signal
 import sys
-import threading
 import warnings
 from importlib import import_module
 
+from . import stopping
 from .errors import Terminated, missing_package_message
 
 COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study",
@@ -92,23 +91,6 @@ def describe(error: BaseException) -> str | None:
     return None
 
 
-def _raise_terminated(signum, frame):
-    raise Terminated()
-
-
-@contextlib.contextmanager
-def _sigterm_raises():
-    """While the command runs, SIGTERM raises `Terminated` (main thread only; the old handler is restored)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def _check_common(args: argparse.Namespace) -> None:
     """Options many commands share (study subcommands included, whatever their parsers), checked before any work."""
     from .checks import check_device
@@ -159,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         name = f"aspan {args.command}"
         _check_common(args)
-        with _sigterm_raises(), _held(args):
+        with stopping.handled(), _held(args):
             code = int(args._run(args) or 0)
             sys.stdout.flush()
+            stopping.check()  # a signal no safe point acted on still ends the command non-zero
         return code
     except BrokenPipeError:
         _stdout_closed()

@@ -42,7 +42,9 @@ from tqdm.auto import tqdm
 import hooks
 from hooks import check_heads, check_hook_points
 
+from . import stopping
 from .batching import Batch, make_batch, scores_eos, shift_mask
+from .checks import check_offsets, check_samples
 from .io import write_jsonl
 from .models.backend import backend_of
 from .models.trained import check_task, task_of, trained_task
@@ -181,12 +183,15 @@ def _token_str(tokenizer: Tokenizer, cache: dict, i: int) -> str:
     return cache[i]
 
 
-def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, batch_size: int, any_task: bool) -> None:
-    """Fail before any work: no samples, samples of another task than the model's (unless `any_task`), bad mode,
-    batch size, or a sample longer than the model's context."""
+def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, batch_size: int, any_task: bool,
+           delta: int = 0) -> None:
+    """Fail before any work: no samples, anything but checked `Sample`s (`check_samples`), samples of another task
+    than the model's (unless `any_task`), bad mode, batch size, a sample longer than the model's context, or a
+    reference offset `delta` outside every sequence (as the command line refuses it)."""
     require_tokenizer(tokenizer, "evaluate: tokenizer")
     if not samples:
         raise ValueError("evaluate: no samples (accuracies of an empty set are undefined): give at least one")
+    check_samples(samples, "evaluate")
     if not any_task:
         check_task(trained_task(model), task_of(samples), "evaluate", "pass any_task=True to score them anyway")
 
@@ -203,6 +208,7 @@ def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, b
     longest = max((tokenizer.offset + len(s.text) + eos for s in samples), default=0)
     if longest > model.cfg.n_ctx:
         raise ValueError(f"a sample needs {longest} tokens but the model's context n_ctx={model.cfg.n_ctx} is shorter")
+    check_offsets(delta, longest, "evaluate: delta")
 
 
 def _batches(samples: Sequence[Sample], tokenizer: Tokenizer, mode: Mode, batch_size: int) -> list[list[int]]:
@@ -290,7 +296,7 @@ def evaluate(
     chunks at a time, so the result equals the concatenation of its chunks exactly.
     """
     samples = list(samples)
-    _check(model, tokenizer, samples, mode, batch_size, any_task)
+    _check(model, tokenizer, samples, mode, batch_size, any_task, delta)
     parts = _stream(model, tokenizer, samples, CHUNK, checked=True, fwd_hooks=fwd_hooks, mode=mode,
                     batch_size=batch_size, heads=heads, delta=delta, attn=attn, progress=progress, any_task=any_task)
     records = pd.concat([r.records for r in parts], ignore_index=True)
@@ -328,7 +334,7 @@ def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: i
     """`evaluate` of one chunk whose first sample has id `first` (`bar`: a progress bar counting samples; `checked`:
     its samples were checked already)."""
     if not checked:
-        _check(model, tokenizer, samples, mode, batch_size, any_task)
+        _check(model, tokenizer, samples, mode, batch_size, any_task, delta)
     if heads:
         heads = check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
     was_training = model.training
@@ -343,6 +349,7 @@ def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: i
             rows += _batch_rows(batch, [(first + i, samples[i]) for i in ids], scored, tokenizer, names)
             if bar is not None:
                 bar.update(len(ids))
+            stopping.check()  # a safe point between batches
     finally:
         model.train(was_training)
     records = pd.DataFrame(rows, columns=RECORD_COLUMNS).sort_values(["sample_id", "target_index"], ignore_index=True)

@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import stat
@@ -27,6 +28,9 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
+
+from . import stopping
+from .errors import first_line, reading
 
 PathLike = str | os.PathLike
 
@@ -167,6 +171,7 @@ def write_lines(path: PathLike, lines: Iterable[str]) -> Path:
     def write(f: IO) -> None:
         for line in lines:
             f.write(line + "\n")
+            stopping.check()  # a safe point: a stop signal removes the temporary file
 
     return atomic_write(path, write)
 
@@ -207,8 +212,20 @@ def atomic_dir(directory: PathLike) -> Iterator[Path]:
             os.replace(tmp / name, target)
     except OSError as e:
         raise _naming(e, directory, tmp) from None
+    except Exception as e:
+        inside = _os_error_inside(e)
+        if inside is None:
+            raise
+        raise _naming(inside, directory) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _os_error_inside(error: Exception) -> OSError | None:
+    """The operating-system error a writer that is not Python's reports in its message (safetensors'
+    `SafetensorError: ... I/O error: No space left on device (os error 28)`), as an OSError; None for others."""
+    m = re.search(r"\(os error (\d+)\)", str(error))
+    return OSError(int(m[1]), os.strerror(int(m[1]))) if m else None
 
 
 # ----------------------------------------------------------------------------------------------- JSON
@@ -269,6 +286,30 @@ def save_figure(fig: Any, path: PathLike) -> Path:
     return write_text(path, fig.to_json())
 
 
+MAX_INT_DIGITS = 4300  # Python's own limit for converting text to int (sys.get_int_max_str_digits)
+
+
+def _json_int(text: str) -> int:
+    """An integer of a JSON document: refused, with its size, past Python's digit limit (instead of "Exceeds the
+    limit (4300 digits)" with no file or key)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"holds an integer of {len(text.lstrip('-')):,} digits (at most {MAX_INT_DIGITS:,})")
+    return int(text)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """`json.loads` with integers bounded (`_json_int`); a document nested too deeply raises RecursionError."""
+    return json.loads(text, parse_int=_json_int)
+
+
+def read_json(path: PathLike, what: str = "JSON file") -> Any:
+    """The JSON document at `path`; anything wrong with it (not UTF-8, invalid, nested too deeply, an integer of
+    thousands of digits) is one UsageError line naming the file (`aspan.errors.reading`)."""
+    path = Path(path)
+    with reading(path, what):
+        return parse_json(path.read_bytes().decode("utf-8"))
+
+
 def read_toml(path: PathLike, what: str = "config") -> dict[str, Any]:
     """Parse a TOML file; FileNotFoundError or ValueError naming the file."""
     import tomllib
@@ -283,6 +324,10 @@ def read_toml(path: PathLike, what: str = "config") -> dict[str, Any]:
                          "are UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: invalid TOML: a value is nested too deeply to read") from None
+    except ValueError as e:  # e.g. an integer of thousands of digits ("Exceeds the limit (4300 digits)")
+        raise ValueError(f"{path}: invalid TOML: {first_line(e)}") from None
 
 
 def _file_digest(path: Path) -> "hashlib._Hash":
@@ -331,7 +376,9 @@ def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "") -> lis
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = parse_json(line)
+        except RecursionError:
+            raise ValueError(f"{path}: line {i + 1} is nested too deeply to read") from None
         except (json.JSONDecodeError, UnicodeDecodeError):
             if i == len(lines) - 1:  # torn last line (no newline yet): an interrupted write
                 break
@@ -427,6 +474,7 @@ class RowWriter:
             return False
         _append(self.path, (json.dumps(clean(row), sort_keys=True, allow_nan=False, default=str) + "\n").encode())
         self.keys.add(row.get("key"))
+        stopping.check()  # a safe point: the row is on disk, a resumed run starts after it
         return True
 
 
@@ -512,9 +560,9 @@ SETTINGS = ".aspan-settings.json"  # the configuration the run directory's resul
 
 def _read_holder(lock: Path) -> dict[str, Any]:
     try:
-        holder = json.loads(lock.read_text())
+        holder = parse_json(lock.read_text())
         return holder if isinstance(holder, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 
@@ -614,9 +662,10 @@ def recorded_settings(directory: PathLike) -> Any:
     if not file.exists():
         return None
     try:
-        return json.loads(file.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{file}: unreadable ({e}); remove it if {directory} holds nothing you need") from None
+        return parse_json(file.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"{file}: unreadable ({first_line(e)}); remove it if {directory} holds nothing you need") \
+            from None
 
 
 def check_settings(directory: PathLike, settings: dict[str, Any]) -> bool:

@@ -40,6 +40,20 @@ details { margin: 0.6em 0; } summary { cursor: pointer; font-weight: 600; }
 """
 
 
+def escape(value: Any) -> str:
+    """The one rule for text a report embeds (titles, file and view names, table cells, JSON dumps): HTML-escaped,
+    quotes included, so that it is text in an element or inside a quoted attribute, never markup."""
+    return html.escape(str(value), quote=True)
+
+
+def html_id(name: str) -> str:
+    """The one rule for a name a report uses as an element id (figure stems, view names, plotly's `div_id`, which
+    plotly also writes into a JavaScript string): letters, digits and `_` are kept, every other character becomes
+    `-XX-` (its code point in hex), so the id holds no quote, `<`, `>` or backslash, and two names never share an
+    id. Names made of word characters keep their own name as id."""
+    return re.sub(r"[^A-Za-z0-9_]", lambda m: f"-{ord(m[0]):x}-", str(name))
+
+
 def _table(df: pd.DataFrame, max_rows: int) -> str:
     note = f'<p class="note">first {max_rows} of {len(df)} rows</p>' if len(df) > max_rows else ""
     return (
@@ -53,7 +67,7 @@ def _named(path: Path, what: str, read: Callable[[], Any]) -> Any:
     should have been (pandas and plotly errors can be long, or an AttributeError deep inside)."""
     try:
         return read()
-    except (ValueError, TypeError, AttributeError, KeyError, IndexError, UnicodeDecodeError,
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError, UnicodeDecodeError, RecursionError,
             pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ValueError(f"{path}: not a valid {what} ({first[:200]})") from None
@@ -65,7 +79,7 @@ def _read_json(path: Path) -> Any:
 
 def _summary(summary: Any, max_rows: int) -> str:
     if not isinstance(summary, dict):
-        return _folded("summary.json", f"<pre>{html.escape(json.dumps(summary, indent=2))}</pre>")
+        return _folded("summary.json", f"<pre>{escape(json.dumps(summary, indent=2))}</pre>")
     tables = summary.get("tables") or {}
     scalars = {k: v for k, v in summary.items() if k != "tables" and not isinstance(v, (dict, list))}
     nested = {k: v for k, v in summary.items() if k != "tables" and isinstance(v, (dict, list))}
@@ -74,15 +88,15 @@ def _summary(summary: Any, max_rows: int) -> str:
         values = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in scalars.values()]
         out.append(_table(pd.DataFrame({"name": list(scalars), "value": values}), max_rows))
     for name, rows in tables.items():
-        out.append(f"<h3>{html.escape(str(name))}</h3>" + _table(pd.DataFrame(rows), max_rows))
+        out.append(f"<h3>{escape(str(name))}</h3>" + _table(pd.DataFrame(rows), max_rows))
     if nested:
-        out.append(_folded("Nested values", f"<pre>{html.escape(json.dumps(nested, indent=2, default=str))}</pre>"))
+        out.append(_folded("Nested values", f"<pre>{escape(json.dumps(nested, indent=2, default=str))}</pre>"))
     return "\n".join(out)
 
 
 def _folded(label: str, body: str) -> str:
     """`body` inside a closed `<details>` labelled `label`."""
-    return f"<details><summary>{html.escape(label)}</summary>\n{body}\n</details>"
+    return f"<details><summary>{escape(label)}</summary>\n{body}\n</details>"
 
 
 def _finding_section(found: Finding, divs: dict[str, str]) -> list[str]:
@@ -91,9 +105,9 @@ def _finding_section(found: Finding, divs: dict[str, str]) -> list[str]:
     `divs` maps a figure's stem to its plotly div; the figures shown here are removed from it.
     """
     headline = found.headline.to_html(index=False, classes="data", border=0, escape=True, table_id="headline")
-    body = [f'<p class="question">{html.escape(found.question)}</p>',
-            f'<p class="answer">{html.escape(found.answer)}</p>', headline,
-            f'<p class="note">{html.escape(found.rule)}</p>']
+    body = [f'<p class="question">{escape(found.question)}</p>',
+            f'<p class="answer">{escape(found.answer)}</p>', headline,
+            f'<p class="note">{escape(found.rule)}</p>']
     for claim in found.claims:
         body.append(_claim_section(claim, divs))
     return body
@@ -101,7 +115,7 @@ def _finding_section(found: Finding, divs: dict[str, str]) -> list[str]:
 
 def _claim_section(claim: Claim, divs: dict[str, str]) -> str:
     """One claim: its heading, paragraph, optional table and the figures it names that the run has."""
-    parts = [f"<h2>{html.escape(claim.title)}</h2>", f"<p>{html.escape(claim.text)}</p>"]
+    parts = [f"<h2>{escape(claim.title)}</h2>", f"<p>{escape(claim.text)}</p>"]
     if claim.table is not None:
         parts.append(claim.table.to_html(index=False, classes="data", border=0, escape=True))
     for stem in claim.figures:
@@ -118,7 +132,7 @@ def _load_figure(path: Path):
 
 def _figure(path: Path) -> str:
     """The plotly div of a saved figure (its title drawn by plotly)."""
-    return _load_figure(path).to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{path.stem}")
+    return _load_figure(path).to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{html_id(path.stem)}")
 
 
 def _inside(run: Path, path: Path) -> bool:
@@ -176,12 +190,12 @@ def curve_figures(run: Path, files: list[Path]) -> dict[str, Any]:
 
 def _figures_section(divs: dict[str, str], heading: str) -> list[str]:
     """A section with one plotly div per figure in `divs` (stem -> div), under `heading`."""
-    return [f"<h2>{html.escape(heading)}</h2>"] + [_figure_block(stem, div) for stem, div in divs.items()]
+    return [f"<h2>{escape(heading)}</h2>"] + [_figure_block(stem, div) for stem, div in divs.items()]
 
 
 def _figure_block(stem: str, div: str) -> str:
     """A figure's plotly div (its title is drawn by plotly) in a block that links can target."""
-    return f'<div class="figure" id="{html.escape(stem)}">\n{div}\n</div>'
+    return f'<div class="figure" id="{html_id(stem)}">\n{div}\n</div>'
 
 
 # The render call of a circuitsvis view: nothing but the call, with a JSON object of properties.
@@ -206,7 +220,7 @@ def _trusted_view(text: str) -> str | None:
     if call is None or call["id"] != m["id"]:
         return None
     try:
-        props = json.dumps(json.loads(call["props"])).replace("</", "<\\/")
+        props = json.dumps(json.loads(call["props"])).replace("<", "\\u003c")
     except ValueError:
         return None
     ident, name = call["id"], call["name"]
@@ -225,10 +239,10 @@ def _views_section(views: list[Path]) -> tuple[list[str], str | None]:
         text = path.read_text(encoding="utf-8")
         view = _trusted_view(text)
         if view is None:
-            view = f'<iframe sandbox="allow-scripts" srcdoc="{html.escape(text, quote=True)}"></iframe>'
+            view = f'<iframe sandbox="allow-scripts" srcdoc="{escape(text)}"></iframe>'
         else:
             bundle = circuitsvis_bundle()
-        body.append(f'<h3 id="view-{html.escape(path.stem)}">{html.escape(path.stem)}</h3>\n{view}')
+        body.append(f'<h3 id="view-{html_id(path.stem)}">{escape(path.stem)}</h3>\n{view}')
     return body, bundle
 
 
@@ -237,13 +251,13 @@ def _tables_section(csvs: list[Path], jsonls: list[Path], max_rows: int) -> list
     body = []
     for path in csvs:
         df = _named(path, "CSV table", lambda path=path: pd.read_csv(path))
-        body.append(f"<h3>{html.escape(path.name)}</h3>" + _table(df, max_rows))
+        body.append(f"<h3>{escape(path.name)}</h3>" + _table(df, max_rows))
     for path in jsonls:
         df = _named(path, "JSONL file (one JSON object per line)",
                     lambda path=path: pd.read_json(path, lines=True) if path.stat().st_size else pd.DataFrame())
         cols = ", ".join(map(str, df.columns))
         body.append(
-            f'<h3>{html.escape(path.name)}</h3><p class="note">{len(df)} rows; columns: {html.escape(cols)}</p>'
+            f'<h3>{escape(path.name)}</h3><p class="note">{len(df)} rows; columns: {escape(cols)}</p>'
         )
         if len(df) <= max_rows:
             body.append(_table(df, max_rows))
@@ -266,13 +280,13 @@ def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 
     settings, summary, found = _read_run(f)
     summary_json = f["summary_json"]
     head = title or f"aspan report: {run.resolve().name}"
-    body = [f"<h1>{html.escape(head)}</h1>"]
+    body = [f"<h1>{escape(head)}</h1>"]
     if f["left_out"]:
         names = ", ".join(str(p.relative_to(run)) for p in f["left_out"])
-        body.append(f'<p class="note">Left out (symbolic links or not regular files): {html.escape(names)}</p>')
+        body.append(f'<p class="note">Left out (symbolic links or not regular files): {escape(names)}</p>')
     divs = {path.stem: _figure(path) for path in f["figures"]}
     for stem, fig in curve_figures(run, f["curves"]).items():
-        divs[stem] = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{stem}")
+        divs[stem] = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"figure-{html_id(stem)}")
     plotly = bool(divs)
     if found is not None:
         body += _finding_section(found, divs)
@@ -293,7 +307,7 @@ def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 
         scripts.append(f'<script type="text/javascript">{bundle}</script>')
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{html.escape(head)}</title>\n<style>{STYLE}</style>\n" + "\n".join(scripts)
+        f"<title>{escape(head)}</title>\n<style>{STYLE}</style>\n" + "\n".join(scripts)
         + "\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
     )
 
@@ -305,13 +319,13 @@ def _folded_sections(f: dict[str, Any], settings: Any, summary: Any, max_rows: i
         body.append(_folded("Tables (CSV and JSONL files)", "\n".join(_tables_section(f["csvs"], f["jsonls"],
                                                                                         max_rows))))
     if isinstance(settings, dict) and settings.get("command"):
-        body.append(_folded("Command", f"<pre>{html.escape(str(settings['command']))}</pre>"))
+        body.append(_folded("Command", f"<pre>{escape(str(settings['command']))}</pre>"))
     if settings is not None:
         body.append(_folded("Configuration (run.json)",
-                            f"<pre>{html.escape(json.dumps(settings, indent=2, default=str))}</pre>"))
+                            f"<pre>{escape(json.dumps(settings, indent=2, default=str))}</pre>"))
     if summary is not None:
         body.append(_folded("Raw summary (summary.json)",
-                            f"<pre>{html.escape(json.dumps(summary, indent=2, default=str))}</pre>"))
+                            f"<pre>{escape(json.dumps(summary, indent=2, default=str))}</pre>"))
     return body if len(body) > 1 else []
 
 

@@ -38,10 +38,11 @@ from tqdm.auto import tqdm
 
 from hooks import check_hook_points
 
+from . import stopping
 from .batching import IGNORE, Batch, make_batch, scores_eos
 from .checks import check_device
 from .curves import CURVES_FILE, Stop, auto_every, curve_cost, steps_to_target, stop_point
-from .io import append_line, atomic_dir, cut_rows, to_json, write_text
+from .io import append_line, atomic_dir, cut_rows, parse_json, to_json, write_text
 from .models.backend import backend_of
 from .models.tiny import check_context
 from .models.trained import TrainedTask, record_task
@@ -188,6 +189,10 @@ class _Source:
         self.samples = None if self.task else list(data)
         if self.samples is not None and not self.samples:
             raise ValueError("no training samples")
+        bad = next((i for i, x in enumerate(self.samples or ()) if not isinstance(x, Sample)), None)
+        if bad is not None:
+            raise ValueError(f"training data: sample {bad} is a {type(self.samples[bad]).__name__}, not an aspan "
+                             f"Sample (give a task, samples from task.generate(n), or an `aspan data` JSONL file)")
         self.batch_size, self.seed, self.index_offset = batch_size, seed, index_offset
 
     @property
@@ -395,12 +400,12 @@ def _read_state_files(ckpt: Path, file: Path, advice: str) -> dict:
     from safetensors.torch import load_file
 
     try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
+        doc = parse_json(file.read_text(encoding="utf-8"))
         if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
             raise ValueError(f"format is not {STATE_FORMAT!r}")
         state = _join_tensors(doc["state"], load_file(str(ckpt / STATE_TENSORS), device="cpu"))
         state["optimizer"]["state"] = {int(k): v for k, v in state["optimizer"]["state"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, SafetensorError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, SafetensorError) as e:
         raise ValueError(f"cannot resume: {file} (with {STATE_TENSORS}) is truncated or corrupt "
                          f"({type(e).__name__}); {advice}") from None
     return state
@@ -874,8 +879,11 @@ def _steps(run: _Run, amp, bar, last_ckpt: float) -> None:
         if config.eval_every and done % config.eval_every == 0 and done != run.total:
             _evaluate(run, done)
         stopped = bool(run.every) and (done % run.every == 0 or done == run.total) and _curve(run, done)
-        if stopped or done == run.end or (config.ckpt_every and done % config.ckpt_every == 0):
-            _checkpoint(run, done)
+        signalled = _agree(run, int(stopping.received() is not None))  # every process stops at the same step
+        if stopped or done == run.end or signalled or (config.ckpt_every and done % config.ckpt_every == 0):
+            _checkpoint(run, done)  # a stop signal: the step just finished is saved, the run resumes after it
+        if signalled:
+            stopping.check()
         if stopped:
             break
         if done != run.end:
@@ -951,7 +959,7 @@ def _checkpoint(run: _Run, step: int) -> None:
     """Save checkpoint `step`; if that fails (a full disk), the logs are cut back to the last good checkpoint."""
     if run.opts.out_dir is not None and run.main:
         state = {"step": step, "optimizer": run.opt.state_dict(), "scheduler": run.sched.state_dict(),
-                 "rng": _rng_state(), "config": asdict(run.config)}
+                 "rng": _rng_state(), "config": asdict(run.config), "world_size": run.world}
         if not backend_of(run.model).exact_save:
             # a TransformerBridge: its Hugging Face form is the same function, but on TransformerLens 3.9 not the same
             # parameters (the unembedding bias it adds is folded away), so resuming copies these instead
@@ -1036,6 +1044,11 @@ def _load_state(ckpt: Path, state: dict, run: _Run) -> int:
     from . import models
 
     saved = state["config"]
+    world = state.get("world_size", run.world)  # checkpoints written before it was recorded: not known
+    if world != run.world:
+        raise ValueError(f"cannot resume {ckpt}: it was trained by {world} process(es) (torchrun's world size), now "
+                         f"{run.world}: each process draws its own share of every batch, so the weights would differ; "
+                         f"resume with torchrun --nproc_per_node={world}")
     for key in ("seed", "batch_size", "train_only"):
         if saved.get(key) != getattr(run.config, key):
             raise ValueError(f"cannot resume {ckpt}: it was trained with {key}={saved.get(key)!r}, "

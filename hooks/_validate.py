@@ -1,9 +1,10 @@
 """Input checks shared by every hook factory: clear errors before any forward pass starts."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -178,7 +179,27 @@ def check_hook_points(model, fwd_hooks: Iterable) -> list:
             raise ValueError(f"hook point {name!r} is not in this model ({model.cfg.n_layers} layers x "
                              f"{model.cfg.n_heads} heads): the hooks select a layer or head it does not have "
                              f"(pass model= to the hook factory to check when building them)")
-    return fwd_hooks
+    return [(name, _same_shape(name, fn)) for name, fn in fwd_hooks]
+
+
+def _same_shape(name, fn: Callable) -> Callable:
+    """`fn`, refusing (ValueError naming the hook point) a returned activation of another shape than the one it was
+    given: a pattern that lost or gained a dimension can broadcast through TransformerLens' einsums into wrong
+    logits, silently. None (the activation edited in place, or only read) is fine."""
+    if getattr(fn, "_aspan_shape_checked", False):
+        return fn
+
+    @functools.wraps(fn)
+    def checked(act, *args, **kwargs):
+        out = fn(act, *args, **kwargs)
+        if out is not None and (not isinstance(out, Tensor) or out.shape != act.shape):
+            got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(f"the hook on {name!r} returned {got} for an activation of shape {tuple(act.shape)}: a "
+                             f"hook must return a tensor of its activation's shape, or None")
+        return out
+
+    checked._aspan_shape_checked = True
+    return checked
 
 
 def check_model_heads(model, heads: list[Head]) -> list[Head]:

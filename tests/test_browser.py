@@ -197,3 +197,62 @@ def test_learning_curves_export_as_a_static_image(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(tmp_path / "images" / "learning_curves.png")]
     assert _png_size(tmp_path / "images" / "learning_curves.png") == (900, 500)
+
+
+@needs_playwright
+def test_a_hostile_figure_or_view_name_runs_no_script_in_chromium(tmp_path):
+    """A figure file named `"><img src=x onerror=alert(1)>.json` (and a view and a learning-curve bucket named so, and
+    a figure whose own title, trace name and a `javascript:` link carry such text) in a run directory: the page
+    `aspan report` writes draws the figures in Chromium and runs no script any of them carries (no dialog, no change of
+    the page's state)."""
+    from playwright.sync_api import sync_playwright
+
+    from aspan import viz
+
+    payloads = ['"><img src=x onerror=alert(1)>', "'><img src=x onerror=window.pwned=1>",
+                '"><svg onload=window.pwned=2>']
+    run = tmp_path / "run"
+    for i, name in enumerate(payloads):
+        viz.save_figure(viz.accuracy_vs_length({"b": __import__("pandas").DataFrame(
+            {"length": [1, 2], "partial": [0.5, 0.25]})}, title=f"figure {i}"), run / "figures" / f"{name}.json")
+        (run / "views").mkdir(exist_ok=True)
+        (run / "views" / f"{name}.html").write_text("<p>a hand-written view</p>")
+    hostile = viz.accuracy_vs_length({payloads[0]: __import__("pandas").DataFrame(
+        {"length": [1, 2], "partial": [0.5, 0.25]})}, title=f"figure values {payloads[1]}")
+    hostile.add_annotation(text='<a href="javascript:window.pwned=3">link</a>', x=1, y=0.5)
+    viz.save_figure(hostile, run / "figures" / "values.json")  # names and text inside a figure's own JSON
+    rows = [{"step": step, "bucket": bucket, "exact": 0.5} for step in (0, 10) for bucket in payloads]
+    (run / "curves.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))  # bucket names from a file
+    page_path = run / "report.html"
+    proc = _aspan("report", str(run), "-o", str(page_path))
+    assert proc.returncode == 0, proc.stderr
+    dialogs, errors = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(LOCAL) else r.abort())
+            page.goto(page_path.as_uri(), wait_until="load")
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= "
+                                   f"{len(payloads) + 2}", timeout=60_000)
+            page.wait_for_timeout(500)  # an injected image's onerror fires after its (blocked) load fails
+            links = page.evaluate("() => Array.from(document.querySelectorAll('.annotation-text a'), a => "
+                                  "[a.getAttribute('href'), a.getAttribute('xlink:href')])")
+            page.evaluate("() => document.querySelectorAll('.annotation-text a').forEach(a => a.dispatchEvent("
+                          "new MouseEvent('click', {bubbles: true})))")  # a javascript: link must not run either
+            state = page.evaluate("() => ({pwned: window.pwned === undefined ? null : window.pwned, "
+                                  "images: document.querySelectorAll('img').length, "
+                                  "titles: Array.from(document.querySelectorAll('.gtitle')).map(t => t.textContent),"
+                                  "legend: Array.from(document.querySelectorAll('.legendtext'), t => t.textContent),"
+                                  "views: Array.from(document.querySelectorAll('h3')).map(h => h.textContent)})")
+        finally:
+            browser.close()
+    assert dialogs == [] and state["pwned"] is None and state["images"] == 0, (dialogs, state, links)
+    assert not any("javascript" in str(link) for link in links), links
+    figures = sorted(t for t in state["titles"] if t.startswith("figure "))
+    assert figures == [f"figure {i}" for i in range(len(payloads))] + [f"figure values {payloads[1]}"]
+    assert set(payloads) <= set(state["legend"])  # the learning curves' bucket names, shown as text
+    assert sorted(payloads) == sorted(v for v in state["views"] if v in payloads)  # the names shown as text
+    assert errors == [], errors

@@ -160,3 +160,28 @@ def test_parse_errors():
             parse_range(bad)
     with pytest.raises(ValueError, match="registers"):
         parse_params("flipflop", ["registers=two"])
+
+
+# ------------------------------------------------------------------------------ sizes bounded before work
+@given(st.integers(1, 10**12))
+def test_a_sample_length_is_refused_before_generation_iff_past_the_bound(length):
+    from aspan.applications.data import MAX_SAMPLE_CHARS, check_lengths
+    from aspan.errors import UsageError
+
+    task = tasks.get("reversal", length=(1, length))
+    if task.max_text_len() > MAX_SAMPLE_CHARS:
+        with pytest.raises(UsageError, match=f"--param length=1-{length}: reversal samples of up to"):
+            check_lengths(task)
+    else:
+        check_lengths(task)
+
+
+@pytest.mark.parametrize("command", ["data", "show"])
+def test_huge_sample_lengths_are_refused_in_one_line_without_allocating(tmp_path, command):
+    """`--param length=100000000-100000000` took 5.3 GB in 40 s; now one line, at once, at the memory of the imports."""
+    from tests.cli import aspan_peak, one_line
+
+    code, err, peak = aspan_peak(command, "reversal", "--param", "length=100000000-100000000", cwd=tmp_path)
+    assert code == 2, err[-2000:]
+    one_line(err, "--param length=100000000-100000000", "200,000,001 characters")
+    assert peak < 1.5 * 2**30, peak

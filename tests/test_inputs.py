@@ -382,3 +382,44 @@ def test_bad_curve_and_stop_flags_are_refused_in_one_line_before_training(tmp_pa
         r = aspan(*train, *flags, "--out", str(out), cwd=tmp_path)
         assert r.returncode == 2 and not out.exists(), (flags, r.stderr)
         one_line(r.stderr, *words)
+
+
+VARIANTS = [("addition", {"padding": True}), ("addition", {"layout": "padded", "width": 6}),
+            ("successor", {"layout": "padded", "width": 4, "numbers": 2}),
+            ("parity", {"layout": "padded", "width": 12}),
+            ("parity", {"scratchpad": False}), ("multiplication", {"digits": (2, 3), "digits_b": (1, 2)}),
+            ("assign", {"pairs": (3, 6), "length": (2, 7)}), ("flipflop", {"instructions": (3, 12)})]
+
+
+@pytest.mark.parametrize("name, params", VARIANTS)
+def test_every_generated_sample_is_admitted_by_its_own_parameters(name, params):
+    task = tasks.get(name, **params)
+    for sample in task.generate(40, seed=3):
+        assert tasks.checked_sample(sample.to_dict()) == sample
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 30), st.integers(0, 10), st.integers(0, 10**6))
+def test_a_sample_whose_params_do_not_hold_its_text_is_refused(length, lo, span, seed):
+    """A reversal sample of `length` characters claiming `length=lo-(lo+span)`: read when the range holds it,
+    refused naming params and length otherwise (it was accepted, so `train --data` trained on a mislabelled
+    distribution)."""
+    sample = tasks.get("reversal", length=length).generate(1, seed=seed)[0]
+    row = {**sample.to_dict(), "params": {**sample.params, "length": [lo, lo + span]}}
+    if lo <= length <= lo + span:
+        assert tasks.checked_sample(row).text == sample.text
+    else:
+        with pytest.raises(ValueError, match=f"field 'params': length is {lo}-{lo + span} .* has length {length}"):
+            tasks.checked_sample(row)
+
+
+def test_train_data_with_a_mislabelled_length_is_one_line(tmp_path):
+    row = {**tasks.get("reversal", length=5).generate(1, seed=0)[0].to_dict()}
+    row["params"] = {**row["params"], "length": [1, 3]}
+    data = tmp_path / "data.jsonl"
+    data.write_text(json.dumps(row) + "\n")
+    r = aspan("train", "--data", str(data), "--out", str(tmp_path / "run"), "--steps", "1", "--batch-size", "2",
+              "--eval-samples", "0", "--quiet", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    one_line(r.stderr, f"{data} line 1:", "field 'params'", "length is 1-3", "has length 5")
+    assert not (tmp_path / "run").exists()

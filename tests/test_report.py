@@ -8,6 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from plotly.offline import get_plotlyjs
 
 from aspan import viz
@@ -223,3 +225,61 @@ def test_results_readmes_show_the_key_figures_of_their_runs():
             assert {p.stem for p in (run / "images").iterdir()} == expect, f"stale images in {run / 'images'}"
             assert f"aspan report {run.relative_to(RESULTS.parent)} --images png" in text, run
         assert sum(p.stat().st_size for p in links) <= 400_000, readme
+
+
+# ------------------------------------------------------------------------------ names taken from files
+HOSTILE = ['"><img src=x onerror=alert(1)>', "'><script>alert(1)</script>", "a\"b'c<d>e&f\\g", "</script><b>",
+           "javascript:alert(1)", "x onmouseover=alert(1)"]
+
+
+class _Elements(__import__("html.parser").parser.HTMLParser):
+    """Every start tag of a page with its attributes, as a browser's parser sees them."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def _elements(page: str) -> list[tuple[str, dict]]:
+    parser = _Elements()
+    parser.feed(page)
+    return parser.tags
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=40), st.text(max_size=40))
+def test_html_id_keeps_only_safe_characters_and_never_merges_two_names(a, b):
+    from aspan.report import escape, html_id
+
+    assert re.fullmatch(r"[A-Za-z0-9_-]*", html_id(a))
+    assert (html_id(a) == html_id(b)) == (a == b)
+    assert html.unescape(escape(a)) == a and not set(escape(a)) & set("<>\"'")
+    if re.fullmatch(r"\w*", a, re.ASCII):
+        assert html_id(a) == a  # ordinary stems keep their ids (links to #figure-08_accuracy_vs_length hold)
+
+
+def test_hostile_figure_view_and_table_names_stay_text(tmp_path):
+    """A figure file, a view file and a table named with markup: in the page each name is an id of safe characters
+    or escaped text; no element gets an event handler, no image or extra script appears."""
+    run = tmp_path / "run"
+    fig = viz.layer_head_heatmap(torch.rand(2, 2), title="t")
+    for name in HOSTILE:
+        viz.save_figure(fig, run / "figures" / f"{name.replace('/', '_')}.json")
+        (run / "views").mkdir(exist_ok=True)
+        (run / "views" / f"{name.replace('/', '_')}.html").write_text("<p>view</p>")
+    pd.DataFrame({HOSTILE[0]: [HOSTILE[1]]}).to_csv(run / "t.csv", index=False)
+    page = build_report(run)
+    tags = _elements(page)
+    assert not [(t, a) for t, a in tags if any(k.startswith("on") for k in a)]
+    assert [t for t, _ in tags].count("img") == 0
+    assert [t for t, _ in tags].count("script") == 1 + len(HOSTILE)  # plotly.js, then one call per figure
+    from aspan.report import html_id
+
+    ids = {a.get("id") for _, a in tags}
+    for name in HOSTILE:
+        stem = name.replace("/", "_")
+        assert {html_id(stem), f"figure-{html_id(stem)}", f"view-{html_id(stem)}"} <= ids
+        assert f"document.getElementById(\"figure-{html_id(stem)}\")" in page

@@ -13,12 +13,35 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from .. import tasks
+from .. import stopping, tasks
 from ..io import write_lines
 from ..tasks import Sample
 from ..tasks.params import parse_params, task_defaults
 
 TASK_NAMES, SPLITS = tasks.NAMES, tasks.SPLITS
+# The longest sample text `aspan data` and `aspan show` generate: a thousand times the longest context of the models
+# studied here. One sample of 10^8 characters took 5.3 GB and 40 s before anything was written.
+MAX_SAMPLE_CHARS = 1_000_000
+
+
+def check_lengths(task: tasks.Task) -> None:
+    """UsageError naming the task's length parameter when its samples can be longer than `MAX_SAMPLE_CHARS`, or when
+    one of them (generated, held, and written or rendered) would not fit in the memory available; before any is
+    generated."""
+    from ..checks import check_sample_memory
+    from ..errors import UsageError
+
+    longest = task.max_text_len()
+    what = f"--param {task.length_param}={_range(task.params().get(task.length_param))}" if task.length_param \
+        else "the task's parameters"
+    if longest > MAX_SAMPLE_CHARS:
+        raise UsageError(f"{what}: {task.name} samples of up to {longest:,} characters; at most "
+                         f"{MAX_SAMPLE_CHARS:,} are generated (a thousand times any model's context here)")
+    check_sample_memory(2, longest, what)  # the sample and its written or rendered text
+
+
+def _range(value) -> str:
+    return "-".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def task_preset(name: str | None, split: str, params: Sequence[str] = ()) -> tasks.Task:
@@ -47,12 +70,14 @@ def write_samples(task: tasks.Task, n: int, seed: int = 0, output: str = "-", de
     labelled `desc`; '-' for stdout)."""
     if n < 0:
         raise ValueError(f"-n must be >= 0, got {n}")
+    check_lengths(task)
     stream = task.stream(seed)
     bar = tqdm(range(n), desc=desc or task.name, disable=True if output == "-" else None)
     lines = (next(stream).to_json() for _ in bar)
     if output == "-":
         for line in lines:
             sys.stdout.write(line + "\n")
+            stopping.check()  # a safe point between samples
         sys.stdout.flush()
     else:
         write_lines(output, lines)
@@ -62,8 +87,10 @@ def show_samples(task: tasks.Task, n: int, seed: int = 0, width: int = 100, spli
     """Print a header naming the task (its `split` preset), seed and parameters, then `n` samples, each `render`ed."""
     if n < 0:
         raise ValueError(f"-n must be >= 0, got {n}")
+    check_lengths(task)
     print(f"# {task.name} [{split}] seed={seed} {json.dumps(task.params(), sort_keys=True)}")
-    for i, sample in enumerate(task.generate(n, seed)):
+    stream = task.stream(seed)  # one sample at a time: `-n` may be large
+    for i, sample in enumerate(next(stream) for _ in range(n)):
         print(f"\n## sample {i}: " + render(sample, width))
 
 

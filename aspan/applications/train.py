@@ -120,6 +120,9 @@ def fit(run: TrainRun, out: str, loaded: tuple, data: list | None, tasks3: tuple
                 "backend": backend_of(model).name,
                 "model": {k: getattr(model.cfg, k, None) for k in ARCHITECTURE},
                 "config": {k: v for k, v in vars(config).items() if k not in RESUME_FREE}}
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # torchrun: the weights depend on how many processes share each batch (one process: not recorded,
+        settings["world_size"] = world  # as in run directories written before it was)
     main = int(os.environ.get("RANK", "0")) == 0
     with claim_run(out, settings) if main else contextlib.nullcontext():
         resumes = _resumes(Path(out), config) if run.resume else []

@@ -39,6 +39,7 @@ import hooks
 from hooks import check_heads, check_mask, pattern_name
 from hooks.masks import query_rows
 
+from .. import stopping
 from ..batching import IGNORE, Batch, make_batch, scores_eos
 from ..options import PROFILE_METRICS, ProfileMetric
 from ..tasks.base import Sample
@@ -210,6 +211,7 @@ def exact_effects(
     base = measure(model, batches, None, metric)
     out = {}
     for h in tqdm(heads, desc="profile heads", disable=not progress, leave=False):
+        stopping.check()  # a safe point between heads
         alone = edit.on([h])
         out[h] = measure(model, batches, lambda b, alone=alone: alone.hooks(b.ref_mask, model), metric) - base
     return out

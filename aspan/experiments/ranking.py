@@ -23,7 +23,9 @@ from tqdm.auto import tqdm
 
 import hooks
 
+from .. import stopping
 from ..batching import make_batch
+from ..checks import check_offsets, check_samples
 from ..options import CONVENTIONS, Convention, RankKey
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer, require_tokenizer
@@ -49,12 +51,12 @@ def offset_table(
     """
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
-    deltas = list(dict.fromkeys(int(d) for d in deltas))
-    samples = list(samples)
-    if not deltas:
-        raise ValueError("deltas is empty")
+    samples, deltas = list(samples), list(deltas)
     if not samples:
         raise ValueError("no samples to rank heads on")
+    check_samples(samples, "rank heads")
+    longest = max(tokenizer.offset + len(s.text) + (tokenizer.eos_id is not None) for s in samples)
+    deltas = list(dict.fromkeys(check_offsets(deltas, longest, "deltas")))  # as the command line refuses them
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     cfg = model.cfg
@@ -62,6 +64,7 @@ def offset_table(
     n_rows = 0
     starts = range(0, len(samples), batch_size)
     for i in tqdm(starts, desc="rank heads", disable=not progress, leave=False):
+        stopping.check()  # a safe point between batches
         batch = make_batch(samples[i : i + batch_size], tokenizer, n_ctx=cfg.n_ctx).to(cfg.device)
         rows = hooks.target_rows(batch.ref_mask, batch.attention_mask)
         if not bool(rows.any()):

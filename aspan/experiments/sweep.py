@@ -406,7 +406,7 @@ def checkpoint_dims(model: str) -> tuple[int, int] | None:
         if "n_layer" in c:  # a GPT-2 config (learned-position tiny models) keeps GPT-2's own names
             return int(c["n_layer"]), int(c["n_head"])
         return int(c["num_hidden_layers"]), int(c["num_attention_heads"])  # Hugging Face config
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None  # the loader reports a corrupt checkpoint with its own clear error
 
 

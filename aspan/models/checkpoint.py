@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 import torch
 
 from ..checks import check_device
-from ..errors import UsageError
-from ..io import atomic_dir, clean, sha256_of, to_json
+from ..errors import UsageError, reading
+from ..io import atomic_dir, clean, read_json, sha256_of, to_json
 from ..options import BACKENDS, Backend, ModelDtype, check_option, dtype_name
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
@@ -88,14 +88,13 @@ def save(
 
 def _read_config(path: Path) -> dict[str, Any]:
     file = path / CONFIG
+    if file.exists() and not file.is_file():
+        raise UsageError(f"{file}: not a regular file ({_kind(file)})")
     if not file.is_file():
         raise ValueError(f"{file}: missing; not a model checkpoint directory")
     if file.stat().st_size > MAX_CONFIG_BYTES:
         raise UsageError(f"{file}: {file.stat().st_size:,} bytes; a model config is at most {MAX_CONFIG_BYTES:,}")
-    try:
-        config = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise ValueError(f"{file}: invalid JSON ({type(e).__name__}: {e})") from None
+    config = read_json(file, "model config (JSON)")
     if not isinstance(config, dict):
         raise ValueError(f"{file}: expected a JSON object, got {type(config).__name__}")
     return config
@@ -326,10 +325,13 @@ def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> 
         raise FileNotFoundError(
             f"no model at {path} (expected a checkpoint directory, a .gguf file, or one of {names})"
         )
-    if path.is_file():
+    if not path.is_dir():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"{path}: expected a checkpoint directory or a .gguf file")
-        return hf.load_gguf(path, device=device, backend=backend, **hf_kwargs, **adapter)
+        if not path.is_file():
+            raise UsageError(f"{path}: not a regular file ({_kind(path)}); a .gguf model is read from a file")
+        with reading(path, "GGUF model file"):
+            return hf.load_gguf(path, device=device, backend=backend, **hf_kwargs, **adapter)
     config = _read_config(path)
     if config.get("format") == FORMAT or hfform.is_aspan_hf(config):
         if adapter:
@@ -337,22 +339,36 @@ def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> 
     if config.get("format") == FORMAT:
         if device_map is not None:
             raise UsageError(f"{path}: device_map needs a Hugging Face checkpoint; this one is in the aspan format")
-        loaded = _load_aspan(path, config, device, None if backend == "bridge" else dtype)  # the bridge casts
+        with reading(path, "aspan checkpoint directory"):
+            loaded = _load_aspan(path, config, device, None if backend == "bridge" else dtype)  # the bridge casts
         if backend == "bridge":
             return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, device, dtype))
         return loaded
     if hfform.is_aspan_hf(config):
         # config values, memory, weights: before any model
         check_hf_checkpoint(path, config, where.memory_device, backend, dtype.itemsize)
-        return _load_hfform(path, config, device, backend, dtype, device_map)
+        with reading(path, "aspan checkpoint directory (Hugging Face form)"):
+            return _load_hfform(path, config, device, backend, dtype, device_map)
     if not (config.get("architectures") or config.get("model_type")):
         raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint (format 'aspan') nor a Hugging Face config "
                          f"(no model_type)")
+    check_hf_config(path / CONFIG, config)  # architectures, quantisation, sizes: before anything reads them
     try:
         hf.architecture(config)
     except ValueError as e:
         raise UsageError(f"{path / CONFIG}: {e}") from None
     check_hf_checkpoint(path, config, where.memory_device, backend, dtype.itemsize)
-    if backend == "bridge":
-        return hf.load_hf_bridge(path, config, device=device, **hf_kwargs, **adapter)
-    return hf.load_hf_dir(path, config, device=device, dtype=dtype, **adapter)
+    with reading(path, "Hugging Face checkpoint directory"):
+        if backend == "bridge":
+            return hf.load_hf_bridge(path, config, device=device, **hf_kwargs, **adapter)
+        return hf.load_hf_dir(path, config, device=device, dtype=dtype, **adapter)
+
+
+def _kind(path: Path) -> str:
+    """What a path that is neither a directory nor a regular file is: a FIFO, a socket, a device..."""
+    import stat
+
+    mode = path.stat().st_mode
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "a directory" if path.is_dir() else "a special file")

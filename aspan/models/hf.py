@@ -23,8 +23,9 @@ import torch
 from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
 from ..options import Backend
+from .ggufcheck import check_gguf_file
 from .loaded import LoadedModel
-from .safety import ALL_GPUS, check_gguf_memory
+from .safety import ALL_GPUS
 from .tiny import _DEPRECATED, build
 
 if TYPE_CHECKING:
@@ -211,8 +212,8 @@ def load_gguf(
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no GGUF file at {path}")
-    check_gguf_memory(path, ALL_GPUS if device_map is not None else device, backend,  # from the header alone:
-                      dtype.itemsize)  # before a reader allocates what it claims
+    # the header against the model it describes, and the memory it takes: before any data is read
+    check_gguf_file(path, ALL_GPUS if device_map is not None else device, backend, dtype.itemsize)
     try:  # eager attention: the bridge's pattern hooks need it (HookedTransformer only takes the weights)
         with quiet_hf():
             hf_model = AutoModelForCausalLM.from_pretrained(

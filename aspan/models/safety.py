@@ -14,7 +14,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Literal, get_args
+from typing import Any, Callable, Literal, NamedTuple, get_args
 
 from ..errors import UsageError
 
@@ -24,6 +24,12 @@ ActFn = Literal["solu", "solu_ln", "gelu_new", "gelu_fast", "silu", "relu", "gel
 Dtype = Literal["float32", "float16", "bfloat16", "float64"]
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 MEMORY_SHARE = 0.8  # a model may take at most this share of the memory available when it is built
+# What one layer costs beyond its parameters (Python module objects, hook points): 39 KB for a transformers
+# LlamaForCausalLM layer and 93 KB for a HookedTransformer block, measured at d_model 2 over 2,000 layers. A config
+# of a million tiny layers passes a parameter count and still takes tens of GB.
+LAYER_OVERHEAD = 128 * 1024
+# What gguf's GGUFReader keeps per metadata key or array entry (a 3 MB file of 3 million booleans took 2.7 GB).
+GGUF_ENTRY_BYTES = 1024
 
 
 def _is_int(x: Any) -> bool:
@@ -248,7 +254,10 @@ def check_tl_memory(what: str, model: dict[str, Any], device: str | None = None,
         mlp, model["n_ctx"], n_kv_heads=model.get("n_key_value_heads"),
         learned_positions=model.get("positional_embedding_type", "standard") in ("standard", "shortformer"),
         gated=bool(model.get("gated_mlp")), dtype_bytes=DTYPE_BYTES.get(model.get("dtype", "float32"), 4), masks=masks)
+    needed += model["n_layers"] * LAYER_OVERHEAD
     shown = {k: model.get(k) for k in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")}
+    if (model.get("d_vocab_out") or -1) > model["d_vocab"]:
+        shown["d_vocab_out"] = model["d_vocab_out"]
     check_memory(needed, what, shown, device)
 
 
@@ -278,6 +287,17 @@ def check_hf_config(file: Path, config: dict[str, Any]) -> None:
             raise UsageError(f"{file}: {key} is refused: the toolkit never runs code a checkpoint names")
     if not isinstance(config.get("model_type", ""), str):
         raise UsageError(f"{file}: model_type must be a string, got {_short(config['model_type'])}")
+    bad = next((k for k, v in config.items() if isinstance(v, float) and not math.isfinite(v)), None)
+    if bad is not None:  # a NaN or infinite setting (a soft-cap, a scale) makes every logit NaN
+        raise UsageError(f"{file}: {bad} must be a finite number, got {config[bad]}")
+    archs = config.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise UsageError(f"{file}: architectures must be a list of class names or null, got {_short(archs)}")
+    if "quantization_config" in config:
+        quant = config["quantization_config"]
+        method = quant.get("quant_method") if isinstance(quant, dict) else quant
+        raise UsageError(f"{file}: quantization_config ({_short(method)}) is refused: quantised checkpoints are not "
+                         f"supported (weights are read as stored, in floating point)")
     for key in ("dtype", "torch_dtype"):
         why = _choice(*get_args(Dtype), None)(config.get(key))
         if why:
@@ -337,7 +357,7 @@ def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: s
                              gated=model_type not in ("gpt2", "gpt_neox", "bloom"), dtype_bytes=dtype_bytes,
                              masks=hooked)
     shown = {k: config[k] for k in HF_SIZES if config.get(k) is not None}
-    check_memory(needed * (2 if hooked else 1), str(file), shown, device)
+    check_memory((needed + layers * LAYER_OVERHEAD) * (2 if hooked else 1), str(file), shown, device)
 
 
 def stored_tensors(directory: Path) -> dict[str, tuple[Path, list[int]]]:
@@ -370,11 +390,17 @@ def stored_tensors(directory: Path) -> dict[str, tuple[Path, list[int]]]:
 
 def _shards(index: Path) -> list[Path]:
     """The shard files a safetensors index names (plain file names inside its directory)."""
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        names = sorted(set(weight_map.values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise UsageError(f"{index}: not a safetensors index ({type(e).__name__}: {e})") from None
+    from ..io import read_json
+
+    doc = read_json(index, "safetensors index")
+    for key in ("metadata", "weight_map"):
+        if not isinstance(doc, dict) or not isinstance(doc.get(key), dict):
+            raise UsageError(f"{index}: not a safetensors index ({key} must be a JSON object)")
+    values = list(doc["weight_map"].values())
+    bad = next((v for v in values if not isinstance(v, str)), None)
+    if bad is not None:
+        raise UsageError(f"{index}: weight_map names {_short(bad)}, not a file in {index.parent}")
+    names = sorted(set(values))
     for name in names:
         if not isinstance(name, str) or Path(name).name != name or not (index.parent / name).is_file():
             raise UsageError(f"{index}: weight_map names {_short(name)}, not a file in {index.parent}")
@@ -465,8 +491,42 @@ def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | N
     values, the memory the model would take (at `dtype_bytes` a parameter), and its weights' names and shapes."""
     file = directory / "config.json"
     check_hf_config(file, config)
+    check_hf_files(directory)
     hf_memory(file, config, device, backend, dtype_bytes)
     check_hf_weights(directory, config)
+
+
+# The JSON files of a Hugging Face directory that transformers reads besides config.json, each a JSON object.
+HF_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                 "generation_config.json")
+# Every file of a Hugging Face directory transformers may open: each must be a regular file where present (a FIFO
+# would block the load for ever).
+HF_FILES = ("config.json", *HF_JSON_FILES, "model.safetensors", "model.safetensors.index.json", "tokenizer.model",
+            "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja")
+
+
+def check_hf_files(directory: Path) -> None:
+    """UsageError naming the file unless every file transformers may open (`HF_FILES`) is a regular file where
+    present, each JSON file it reads (`HF_JSON_FILES`) is a JSON object (bounded integers and nesting:
+    `aspan.io.read_json`) and the `tokenizers` library reads its `tokenizer.json` (files of another shape, e.g.
+    `{"model": 5}` or a list, made transformers raise a KeyError, TypeError or AttributeError naming no file)."""
+    from ..errors import reading
+    from ..io import read_json
+
+    for name in HF_FILES:
+        file = directory / name
+        if file.exists() and not file.is_file():
+            raise UsageError(f"{file}: not a regular file; a checkpoint's files are read as files")
+    for name in HF_JSON_FILES:
+        file = directory / name
+        if file.is_file() and not isinstance(read_json(file, f"{name} (JSON)"), dict):
+            raise UsageError(f"{file}: not a valid {name} (a JSON object is expected)")
+    file = directory / "tokenizer.json"
+    if file.is_file():
+        from tokenizers import Tokenizer
+
+        with reading(file, "tokenizer file (JSON of the tokenizers library)"):
+            Tokenizer.from_file(str(file))
 
 
 # --------------------------------------------------------------------------------------------------- GGUF
@@ -495,6 +555,18 @@ def check_gguf_header(path: Path) -> None:
 # GGUF metadata value types (the GGUF specification): fixed sizes by type id; 8 is a string, 9 an array
 GGUF_FIXED = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 GGUF_STRING, GGUF_ARRAY = 8, 9
+# A metadata array holds at most this many entries: the largest tokenizers hold about 262,000 tokens and 280,000
+# merges; a reader (gguf's GGUFReader) keeps a few hundred bytes per entry, so a 3 MB file of 3 million booleans
+# took 2.7 GB before anything looked at it.
+MAX_GGUF_ARRAY = 1 << 20
+MAX_GGUF_NESTING = 4  # arrays of arrays, at most this deep (the header reader below is recursive)
+
+
+class GGUFArray(NamedTuple):
+    """A metadata array as the header reader returns it: its element type and length (its entries are skipped)."""
+
+    kind: int
+    length: int
 
 
 class _GGUFHeader:
@@ -519,57 +591,93 @@ class _GGUFHeader:
             raise UsageError(f"{self.path}: GGUF header holds a string of {n:,} bytes, longer than the file")
         return self.f.read(n).decode("utf-8", "replace")
 
-    def value(self, kind: int) -> Any:
+    def value(self, kind: int, key: str = "", depth: int = 0) -> Any:
         if kind in GGUF_FIXED:
             return self.take(GGUF_FIXED[kind])
         if kind == GGUF_STRING:
             return self.string()
         if kind == GGUF_ARRAY:
-            item, n = self.take("I"), self.take("Q")
-            if n > self.size - self.f.tell():
-                raise UsageError(f"{self.path}: GGUF header holds an array of {n:,} entries, more than the file holds")
-            for _ in range(n):  # arrays (the tokenizer's vocabulary) are skipped: no size is in them
-                self.value(item)
-            return None
-        raise UsageError(f"{self.path}: GGUF metadata value of unknown type {kind}")
+            return self.array(key, depth)
+        raise UsageError(f"{self.path}: GGUF metadata {key} has a value of unknown type {kind}")
+
+    def array(self, key: str, depth: int) -> GGUFArray:
+        """An array's type and length; its entries are skipped (the tokenizer's vocabulary holds no size)."""
+        import struct
+
+        item, n = self.take("I"), self.take("Q")
+        left = self.size - self.f.tell()
+        if n > left or (item in GGUF_FIXED and n * struct.calcsize(GGUF_FIXED[item]) > left):
+            raise UsageError(f"{self.path}: GGUF header holds an array of {n:,} entries, more than the file holds")
+        if n > MAX_GGUF_ARRAY:
+            raise UsageError(f"{self.path}: GGUF metadata {key} is an array of {n:,} entries; at most "
+                             f"{MAX_GGUF_ARRAY:,} are read (no tokenizer needs more)")
+        if item == GGUF_ARRAY and depth + 1 >= MAX_GGUF_NESTING:
+            raise UsageError(f"{self.path}: GGUF metadata {key} nests arrays more than {MAX_GGUF_NESTING} deep")
+        if item in GGUF_FIXED:
+            self.f.seek(n * struct.calcsize(GGUF_FIXED[item]), 1)
+        else:
+            for _ in range(n):
+                self.value(item, key, depth + 1)
+        return GGUFArray(item, n)
 
 
 def gguf_shapes(path: Path) -> tuple[dict[str, Any], dict[str, list[int]]]:
-    """(scalar metadata, tensor shapes) of a GGUF file, read from its header alone (`check_gguf_header` first)."""
+    """(metadata, tensor shapes) of a GGUF file, read from its header alone (`check_gguf_header` first); arrays are
+    given as `GGUFArray` (type and length)."""
+    meta, shapes, _ = gguf_layout(path)
+    return meta, shapes
+
+
+def gguf_layout(path: Path) -> tuple[dict[str, Any], dict[str, list[int]], dict[str, tuple[int, int, int]]]:
+    """`gguf_shapes`, and where each tensor's data lies: name -> (type id, offset from the start of the data, the
+    data's start in the file)."""
     check_gguf_header(path)
     meta: dict[str, Any] = {}
     shapes: dict[str, list[int]] = {}
+    places: dict[str, tuple[int, int]] = {}
     with open(path, "rb") as f:
         f.seek(8)
         header = _GGUFHeader(path, f)
         tensors, entries = header.take("Q"), header.take("Q")
         for _ in range(entries):
             key = header.string()
-            meta[key] = header.value(header.take("I"))
+            meta[key] = header.value(header.take("I"), key)
         for _ in range(tensors):
             name, n_dims = header.string(), header.take("I")
             if n_dims > 8:
                 raise UsageError(f"{path}: GGUF tensor {name!r} claims {n_dims} dimensions (corrupt)")
             shapes[name] = [header.take("Q") for _ in range(n_dims)]
-            header.take("I"), header.take("Q")  # its type and data offset
-    return meta, shapes
+            places[name] = (header.take("I"), header.take("Q"))  # its type and data offset
+        align = meta.get("general.alignment", 32)
+        align = align if isinstance(align, int) and align > 0 else 32
+        start = -(-f.tell() // align) * align
+    return meta, shapes, {name: (kind, offset, start) for name, (kind, offset) in places.items()}
 
 
-def check_gguf_memory(path: Path, device: str | None, backend: str, dtype_bytes: int = 4) -> None:
+def check_gguf_memory(path: Path, device: str | None, backend: str,
+                      header: tuple[dict[str, Any], dict[str, list[int]]] | None = None, dtype_bytes: int = 4) -> None:
     """`check_memory` for a GGUF file before transformers dequantises it: every tensor of its header in float32
     (whatever its quantisation) and again at `dtype_bytes` (the dequantised tensors and the model they are copied
     into, or for a HookedTransformer the Hugging Face model its weights are converted from), plus a
     HookedTransformer's masks. On
     SmolLM2-135M (134.5M parameters, 0.54 GB in float32) a process that only loads it peaked at 1.2 GB (bridge) and
-    1.74 GB (HookedTransformer), the interpreter, torch and transformers included; the estimates are 1.0 and 3.0 GB."""
-    meta, shapes = gguf_shapes(path)
+    1.74 GB (HookedTransformer), the interpreter, torch and transformers included; the estimates are 1.1 and 3.1 GB
+    (with each layer's objects, `LAYER_OVERHEAD`, and the reader's 147,000 tokenizer entries, `GGUF_ENTRY_BYTES`)."""
+    meta, shapes = gguf_shapes(path) if header is None else header  # `header`: what `gguf_shapes` read already
     params = sum(math.prod(shape) for shape in shapes.values())
     arch = meta.get("general.architecture")
     layers, n_ctx = meta.get(f"{arch}.block_count"), meta.get(f"{arch}.context_length")
     heads, width = meta.get(f"{arch}.attention.head_count"), meta.get(f"{arch}.embedding_length")
-    sizes = {"tensors": len(shapes), "parameters": params, "n_layers": layers, "n_ctx": n_ctx}
+    prefix = f"{arch}." if isinstance(arch, str) else ""
+    sizes = {"tensors": len(shapes), "parameters": params, f"{prefix}block_count": layers,
+             f"{prefix}context_length": n_ctx}
     needed = params * (4 + dtype_bytes)
+    if isinstance(layers, int) and layers > 0:
+        needed += 2 * layers * LAYER_OVERHEAD
     if backend == "hooked":
         if all(isinstance(v, int) and v > 0 for v in (layers, n_ctx, heads, width)):
             needed += layers * (n_ctx * n_ctx + 2 * n_ctx * (width // heads) * 4)
-    check_memory(needed, str(path), sizes, device)
+    entries = len(meta) + sum(v.length for v in meta.values() if isinstance(v, GGUFArray))  # keys and array items
+    if entries * GGUF_ENTRY_BYTES > needed:  # the reader's metadata, when it outweighs the model
+        sizes["metadata entries"] = entries
+    check_memory(needed + entries * GGUF_ENTRY_BYTES, str(path), sizes, device)

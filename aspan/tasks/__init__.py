@@ -70,12 +70,26 @@ def checked_sample(d: Any, known: dict[str, Task] | None = None) -> Sample:
         want = task.rebuild(sample.prompt, sample.target)
     except ValueError as e:
         raise ValueError(f"field 'text': {e}") from None
+    try:
+        task.admits(sample.prompt, sample.target)
+    except ValueError as e:
+        raise ValueError(f"field 'params': {e}") from None
     for name in ("references", "given"):
         got, expected = getattr(sample, name), getattr(want, name)
         if got != expected:
             j = next((j for j, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
             raise ValueError(f"field {name!r}: entry {j} is {_entry(got, j)}, but the {task.name} task's rule gives "
                              f"{_entry(expected, j)}")
+    return sample
+
+
+def check_sample(sample: Sample) -> Sample:
+    """`sample`, when its task (if it names one) built with its `params` gives the same text, references and given
+    characters, and can generate it (`checked_sample`, as for samples read from a file); ValueError naming the first
+    field that disagrees otherwise. For hand-built samples before scoring them (`evaluate` and `rank_heads` run it)."""
+    if not isinstance(sample, Sample):
+        raise ValueError(f"not an aspan Sample: a {type(sample).__name__}")
+    checked_sample(sample.to_dict())
     return sample
 
 
@@ -102,6 +116,8 @@ def read_samples(path: str | os.PathLike) -> list[Sample]:
                                  f"{e.start + 1})") from None
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path} line {n}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except RecursionError:
+                raise ValueError(f"{path} line {n}: not a sample (a value is nested too deeply to read)") from None
             except ValueError as e:
                 raise ValueError(f"{path} line {n}: {e}") from None
     if not out:
@@ -122,5 +138,6 @@ __all__ = [
     "task_class",
     "from_params",
     "checked_sample",
+    "check_sample",
     "read_samples",
 ]

@@ -56,6 +56,12 @@ class Addition(Task):
         lens = [rng.randint(*self.digits) for _ in range(self.operands)]
         return self.build([random_number(rng, d) for d in lens])
 
+    def realised(self, prompt: str, target: str) -> dict[str, list[int]]:
+        parts = prompt[:-1].split("+")
+        xs = [int(p) for p in parts] if self.width is not None else \
+            [parse_lsd(p, canonical=not self.padding) for p in parts]
+        return {"digits": [len(str(x)) for x in xs]}
+
     def _build(self, prompt: str, target: str) -> Sample:
         parts = prompt[:-1].split("+")
         if self.width is not None:  # MSD-first, zero-padded operands

@@ -77,6 +77,10 @@ class Assign(Task):
         prompt = "".join(k + v for k, v in zip(keys, vals)) + ":" + "".join(keys[i] for i in idx) + "="
         return self._build(prompt, "".join(vals[i] for i in idx))
 
+    def realised(self, prompt: str, target: str) -> dict[str, list[int]]:
+        table, s = _split(prompt)
+        return {"pairs": [len(table) // 2], "length": [len(s)]}
+
     def _build(self, prompt: str, target: str) -> Sample:
         table, s = _split(prompt)
         at = {k: i for i, k in enumerate(table[::2])}  # key -> its pair's index in the table

@@ -257,6 +257,21 @@ class Task:
         used by `_sample` and `rebuild`."""
         raise NotImplementedError
 
+    def realised(self, prompt: str, target: str) -> dict[str, list[int]]:
+        """For each (min, max) range parameter, the values a sample with this valid prompt and target has (its
+        string's length, each operand's digits...): `admits` refuses a sample whose values its task's ranges do not
+        hold. {} where a task says nothing."""
+        return {}
+
+    def admits(self, prompt: str, target: str) -> None:
+        """ValueError naming the parameter unless this task, as parameterised, can generate a sample with this
+        valid prompt and target (`realised` inside each range)."""
+        for name, values in self.realised(prompt, target).items():
+            lo, hi = getattr(self, name)
+            bad = next((v for v in values if not lo <= v <= hi), None)
+            if bad is not None:
+                raise ValueError(f"{name} is {lo}-{hi} in the sample's params, but its text has {name} {bad}")
+
     def stream(self, seed: int = 0) -> Iterator[Sample]:
         """Infinite deterministic stream of samples; `seed` an int >= 0 (checked when called, not when iterated)."""
         return self._stream(random.Random(check_seed(seed)))

@@ -71,6 +71,9 @@ class FlipFlop(Task):
         reg = rng.choice(written)
         return self._build("".join(parts) + "r" + reg, str(value[reg]))
 
+    def realised(self, prompt: str, target: str) -> dict[str, list[int]]:
+        return {"instructions": [(len(prompt) - 2) // 3]}  # three characters each, then the final read `r` + reg
+
     def _build(self, prompt: str, target: str) -> Sample:
         """The read bit references the last write or read of its register and the op and register of every later
         flip of it."""

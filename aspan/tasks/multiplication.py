@@ -49,6 +49,10 @@ class Multiplication(Task):
         b = random_number(rng, rng.randint(*self.digits_b))
         return self.build(a, b)
 
+    def realised(self, prompt: str, target: str) -> dict[str, list[int]]:
+        sa, sb = prompt[:-1].split("*")
+        return {"digits": [len(str(parse_lsd(sa)))], "digits_b": [len(str(parse_lsd(sb)))]}
+
     def _build(self, prompt: str, target: str) -> Sample:
         sa, sb = prompt[:-1].split("*")
         return self.build(parse_lsd(sa), parse_lsd(sb))

@@ -145,6 +145,11 @@ class Parity(Task):
         prompt = "".join(m + b for m, b in zip(marks, bits)) + "="
         return self._build(prompt, "".join(m + p for m, p in zip(marks, par)))
 
+    def realised(self, prompt: str, target: str) -> dict[str, list[int]]:
+        if self.width is not None:  # an n-bit number zero-padded: n is its bit length (0 counts as one bit)
+            return {"length": [max(len(self._parse(prompt)[0].lstrip("0")), 1)]}
+        return {"length": [len(self._parse(prompt)[0])]}
+
     def _build(self, prompt: str, target: str) -> Sample:
         n = len(self._parse(prompt)[0])
         given: tuple[int, ...] = ()

@@ -49,6 +49,9 @@ class Reversal(Task):
         s = "".join(rng.choice(self.charset) for _ in range(rng.randint(*self.length)))
         return self._build(s + "=", s[::-1])
 
+    def realised(self, prompt: str, target: str) -> dict[str, list[int]]:
+        return {"length": [len(target)]}
+
     def _build(self, prompt: str, target: str) -> Sample:
         n = len(target)
         refs = tuple((n - 1 - j,) for j in range(n))

@@ -62,7 +62,14 @@ class Successor(Task):
         start = rng.randint(*self.start)
         return self.build(start, rng.randint(*self.numbers))
 
+    def realised(self, prompt: str, target: str) -> dict[str, list[int]]:
+        if self.width is not None:
+            return {"start": [int(prompt[:-1])]}
+        return {"start": [parse_lsd(prompt[:-1])], "numbers": [target.count(",") + 2]}
+
     def _build(self, prompt: str, target: str) -> Sample:
+        if self.width is not None:  # the number MSD-first, zero-padded (read back from a file: `rebuild`)
+            return self._build_padded(int(prompt[:-1]))
         return self.build(parse_lsd(prompt[:-1]), target.count(",") + 2)
 
     def build(self, start: int, count: int) -> Sample:

@@ -2,6 +2,7 @@
 import json
 import math
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -243,3 +244,30 @@ def test_weight_decay_takes_every_matrix_and_the_attention_biases_on_either_back
                        ("gpt_neox.layers.0._original_component.attention.o._original_component.bias", False),
                        ("transformer.ln_f._original_component.weight", False)]:
         assert decays(name, one) is want, name
+
+
+def _ddp_checkpoint_worker(rank: int, world: int, init: str, out: str) -> None:
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    torch.set_num_threads(1)
+    model = tiny(seed=rank)
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        train(model, TOK, TASK, cfg(steps=2), out_dir=Path(out), progress=False)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_run_trained_by_two_processes_is_not_resumed_by_one(tmp_path):
+    """The world size is saved with the training state; a resume under another one is refused in one line (it
+    was accepted and gave other weights than the two-process resume)."""
+    run = tmp_path / "run"
+    mp.start_processes(_ddp_checkpoint_worker, args=(2, f"file://{tmp_path}/init", str(run)), nprocs=2, join=True,
+                       start_method="fork")
+    from aspan.training import read_state
+
+    assert read_state(latest_checkpoint(run))["world_size"] == 2
+    with pytest.raises(ValueError, match=r"trained by 2 process\(es\).*now 1.*--nproc_per_node=2") as info:
+        train(tiny(), TOK, TASK, cfg(steps=4), out_dir=run, resume=True, progress=False)
+    assert "\n" not in str(info.value)
