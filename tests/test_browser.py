@@ -199,7 +199,7 @@ def test_learning_curves_export_as_a_static_image(tmp_path):
     assert _png_size(tmp_path / "images" / "learning_curves.png") == (900, 500)
 
 
-@needs_playwright
+@needs_chromium
 def test_a_hostile_figure_or_view_name_runs_no_script_in_chromium(tmp_path):
     """A figure file named `"><img src=x onerror=alert(1)>.json` (and a view and a learning-curve bucket named so, and
     a figure whose own title, trace name and a `javascript:` link carry such text) in a run directory: the page

@@ -24,6 +24,7 @@ PENDING = {
     "aspan.commands.rank": {"aspan.methods", "aspan.experiments.profiling"},  # rule names, the Edit settings
     "aspan.commands.doctor": {"aspan.environment"},  # one library call: the environment record
     "aspan.commands.report": {"aspan.report"},  # one library call: the report page or its images
+    "aspan.commands.gpu": {"aspan.cli"},  # a campaign's runs are aspan command lines: the dispatcher runs them
 }
 
 
