@@ -24,8 +24,10 @@ def pooled_wilson(rates: Sequence[float], n_each: int) -> tuple[float, float]:
     return wilson(correct, n_each * len(rates))
 
 
-def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """Student's t interval of the mean of `values` (e.g. one per seed); a single value gives (nan, nan)."""
+def t_interval(values: Sequence[float], level: float = 0.95, bounds: tuple[float, float] | None = (0.0, 1.0)
+               ) -> tuple[float, float]:
+    """Student's t interval of the mean of `values` (e.g. one per seed), clipped to `bounds` (accuracies: [0, 1];
+    None: unclipped); a single value gives (nan, nan)."""
     from scipy.stats import t
 
     n = len(values)
@@ -34,4 +36,16 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
     mean = sum(values) / n
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
-    return mean - half, mean + half
+    lo, hi = mean - half, mean + half
+    return (lo, hi) if bounds is None else (max(bounds[0], lo), min(bounds[1], hi))
+
+
+def seed_interval(rates: Sequence[float], n_each: int) -> tuple[float, float]:
+    """The 95 % interval the study tables give for an accuracy averaged over seeds: the union of the t-interval over
+    seeds (the spread between seeds) and the pooled Wilson interval (the samples' own noise, which is all there is
+    when every seed scores the same, e.g. 0). One seed: its Wilson interval."""
+    wlo, whi = pooled_wilson(rates, n_each)
+    tlo, thi = t_interval(rates)
+    if tlo != tlo:
+        return wlo, whi
+    return min(wlo, tlo), max(whi, thi)

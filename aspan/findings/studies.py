@@ -32,6 +32,11 @@ def _plus_minus(mean, sd) -> str:
     return sig(mean) if sd is None or sd != sd or not sd else f"{sig(mean)} ± {sig(sd)}"
 
 
+def _interval(mean, lo, hi) -> str:
+    """'0.21 [0.17, 0.25]': a mean and its 95 % interval (the mean alone where the interval is missing)."""
+    return sig(mean) if lo is None or lo != lo else f"{sig(mean)} [{sig(lo)}, {sig(hi)}]"
+
+
 def _replay(value) -> str:
     """A replay fraction as written in the study's options (0, 0.5)."""
     return f"{float(value):g}"
@@ -248,7 +253,8 @@ def parity(summary: dict, settings: dict) -> Finding:
         unfit = cell[fmt, m].get("fit") == "did not fit" and cell[fmt, m]["exact_mean"] != cell[fmt, m]["exact_mean"]
         return "did not fit" if unfit else text
 
-    exact = {k: shown(*k, _plus_minus(c["exact_mean"], c["exact_sd"])) for k, c in cell.items()}
+    exact = {k: shown(*k, _interval(c["exact_mean"], c.get("exact_lo"), c.get("exact_hi")) if "exact_lo" in c
+                      else _plus_minus(c["exact_mean"], c["exact_sd"])) for k, c in cell.items()}
     headline = pd.DataFrame([{"format": fmt, **{f"exact {m}x ({cell[fmt, m]['bits']} bits)": exact[fmt, m]
                                                 for m in multiples if (fmt, m) in cell},
                               **{f"per-token {m}x": shown(fmt, m, sig(cell[fmt, m]["partial_mean"])) for m in multiples
@@ -264,7 +270,8 @@ def parity(summary: dict, settings: dict) -> Finding:
                                                  for f in formats if (f, second) in cell) + ".")
     claims = [
         Claim("Exact accuracy by length", "Exact accuracy of each format at multiples of the training length "
-              f"({config.get('train_length', '?')} bits), mean over seeds.", ["exact_vs_length"]),
+              f"({config.get('train_length', '?')} bits), mean over seeds [95 % interval: t over seeds or Wilson pooled, the wider].",
+              ["exact_vs_length"]),
         Claim("Per-token accuracy by length", "Per-token accuracy: " + "; ".join(
             f"{f} " + " / ".join(sig(cell[f, m]["partial_mean"]) for m in multiples if (f, m) in cell)
             for f in formats) + f" at {' / '.join(f'{m}x' for m in multiples)}.", ["partial_vs_length"]),

@@ -359,10 +359,16 @@ def test_table_reports_wilson_and_t_intervals():
     row = aggregate(s, rows, curves).set_index("condition").loc["qk-column:0"]
     vals = [1.0, 0.5]
     half = t.ppf(0.975, 1) * (sum((v - 0.75) ** 2 for v in vals) ** 0.5) / math.sqrt(2)
-    assert (row["exact_11-20_lo"], row["exact_11-20_hi"]) == pytest.approx((0.75 - half, 0.75 + half))
+    assert (row["partial_11-20_lo"], row["partial_11-20_hi"]) == pytest.approx((max(0, 0.75 - half), 1.0))
     n = s.cfg.n_report  # pooled over both seeds: round(rate * n) correct answers each
-    assert (row["exact_11-20_wilson_lo"], row["exact_11-20_wilson_hi"]) == pytest.approx(
-        wilson(n + round(0.5 * n), 2 * n))
+    pooled = wilson(n + round(0.5 * n), 2 * n)
+    assert (row["exact_11-20_wilson_lo"], row["exact_11-20_wilson_hi"]) == pytest.approx(pooled)
+    # exact: the wider of the two (here the t-interval, as the seeds disagree; clipped to [0, 1])
+    assert (row["exact_11-20_lo"], row["exact_11-20_hi"]) == pytest.approx((max(0, 0.75 - half), 1.0))
+    assert row["exact_11-20_lo"] <= pooled[0] and row["exact_11-20_hi"] >= pooled[1]
+    s0, rows0, curves0 = _synthetic({0.001: (0.8, 0.0), 0.01: (0.3, 0.5)})
+    same = aggregate(s0, rows0, curves0).set_index("condition").loc["qk-column:0"]
+    assert (same["exact_11-20_lo"], same["exact_11-20_hi"]) == pytest.approx(wilson(0, 2 * n))  # all seeds at 0
 
 
 def test_grid_extends_past_an_edge_until_it_brackets_the_best_rate():

@@ -348,7 +348,11 @@ def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = 
 def write_tables(
     rows: pd.DataFrame, chosen: dict[str, float], config: StudyConfig, out: Path
 ) -> dict[str, pd.DataFrame]:
-    """selection.csv (the grid on seed 0), results.csv (every test row of the chosen rates), summary.csv (mean ± sd)."""
+    """selection.csv (the grid on seed 0), results.csv (every test row of the chosen rates), summary.csv (mean, sd and
+    95 % intervals: exact accuracy `intervals.seed_interval`, the union of t over seeds and Wilson with every seed's
+    answers pooled; per-token t over seeds)."""
+    from ...intervals import seed_interval, t_interval
+
     from ...io import write_csv
 
     sel = rows[(rows.split == "select") & (rows.seed == 0)]
@@ -364,13 +368,18 @@ def write_tables(
     summary = []
     for (fmt, m), g in results.groupby(["format", "multiple"], sort=False):
         (em, es), (pm, ps) = mean_sd(g.exact.tolist()), mean_sd(g.partial.tolist())
+        elo, ehi = seed_interval(g.exact.tolist(), int(g.n.iloc[0]))
+        plo, phi = t_interval(g.partial.tolist())
         row = {"format": fmt, "multiple": int(m), "bits": int(g.bits.iloc[0]), "lr": chosen[fmt], "seeds": len(g),
-               "exact_mean": em, "exact_sd": es, "partial_mean": pm, "partial_sd": ps,
-               "exact": f"{100 * em:.1f} ± {100 * es:.1f}", "per_token": f"{100 * pm:.1f} ± {100 * ps:.1f}"}
+               "exact_mean": em, "exact_sd": es, "partial_mean": pm, "partial_sd": ps, "exact_lo": elo,
+               "exact_hi": ehi, "partial_lo": plo, "partial_hi": phi,
+               "exact": f"{100 * em:.1f} [{100 * elo:.1f}, {100 * ehi:.1f}]",
+               "per_token": f"{100 * pm:.1f} [{100 * plo:.1f}, {100 * phi:.1f}]"}
         if by_curves:
             row["fit"] = "fit" if g.fitted.all() else "did not fit"
             if row["fit"] != "fit" and m > 1:  # no extrapolation claimed for a format that did not fit
-                row |= {k: math.nan for k in ("exact_mean", "exact_sd", "partial_mean", "partial_sd")}
+                row |= {k: math.nan for k in ("exact_mean", "exact_sd", "partial_mean", "partial_sd", "exact_lo",
+                                              "exact_hi", "partial_lo", "partial_hi")}
                 row |= {"exact": "did not fit", "per_token": "did not fit"}
         summary.append(row)
     order = {f: i for i, f in enumerate(config.formats)}

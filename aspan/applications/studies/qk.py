@@ -542,18 +542,20 @@ def aggregate(s: Setup, rows: list[dict], curves: list[dict] = ()):
 
 
 def bucket_columns(exact: list[float], partial: list[float], name: str, n_report: int) -> dict:
-    """One bucket's columns over the seeds of a condition: mean and sd of exact and per-token accuracy, the 95 %
-    t-interval of each mean over seeds (`_lo`, `_hi`; NaN for one seed) and the Wilson 95 % interval of exact
-    accuracy with every seed's `n_report` answers pooled (`exact_NAME_wilson_lo`, `_hi`)."""
+    """One bucket's columns over the seeds of a condition: mean and sd of exact and per-token accuracy, their 95 %
+    intervals (`_lo`, `_hi`: per-token the t-interval over seeds, NaN for one seed; exact `intervals.seed_interval`,
+    the wider of that t-interval and the Wilson interval of every seed's `n_report` answers pooled) and the pooled
+    Wilson interval alone (`exact_NAME_wilson_lo`, `_hi`)."""
     import statistics
 
-    from ...intervals import pooled_wilson, t_interval
+    from ...intervals import pooled_wilson, seed_interval, t_interval
 
     out: dict = {}
     for metric, vals in (("exact", exact), ("partial", partial)):
         out[f"{metric}_{name}"] = statistics.fmean(vals)
         out[f"{metric}_{name}_sd"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
-        out[f"{metric}_{name}_lo"], out[f"{metric}_{name}_hi"] = t_interval(vals)
+        out[f"{metric}_{name}_lo"], out[f"{metric}_{name}_hi"] = (
+            seed_interval(vals, n_report) if metric == "exact" else t_interval(vals))
     out[f"exact_{name}_wilson_lo"], out[f"exact_{name}_wilson_hi"] = pooled_wilson(exact, n_report)
     return out
 
@@ -696,13 +698,12 @@ SELECTION_RULE = ("per (condition, replay): the learning rate of the grid with t
 
 def _long(t, names: list[str], metric: str):
     """Rows (condition, bucket, frequency, metric, plus, minus) of the table `t`, one per condition and bucket:
-    `plus`/`minus` reach the 95 % interval's ends (exact: pooled Wilson; per-token: t over seeds; a table written
-    before the intervals existed falls back to ± sd)."""
+    `plus`/`minus` reach the 95 % interval's ends (`bucket_columns`; a table written before the intervals existed
+    falls back to ± sd)."""
     import pandas as pd
 
     def ends(r, n):
-        lo, hi = (f"exact_{n}_wilson_lo", f"exact_{n}_wilson_hi") if metric == "exact" else \
-            (f"{metric}_{n}_lo", f"{metric}_{n}_hi")
+        lo, hi = f"{metric}_{n}_lo", f"{metric}_{n}_hi"
         if lo in r and r[lo] == r[lo]:
             return r[hi] - r[f"{metric}_{n}"], r[f"{metric}_{n}"] - r[lo]
         return r[f"{metric}_{n}_sd"], r[f"{metric}_{n}_sd"]
@@ -714,7 +715,7 @@ def _long(t, names: list[str], metric: str):
 def figures(cfg: QKStudyConfig, table) -> dict:
     """Accuracy by bucket per condition (per replay share and metric) and exact and per-token accuracy against the
     rotation frequency of the trained pair (or of the pair a single column belongs to), with full fine-tuning as a
-    dashed line; every error bar a 95 % interval (exact: Wilson, pooled over seeds; per-token: t over seeds)."""
+    dashed line; every error bar a 95 % interval (`bucket_columns`)."""
     from ... import viz
 
     names = [bucket_name(b).removeprefix("length ") for b in cfg.buckets]
