@@ -270,3 +270,66 @@ def test_project_readme_python_example_numbers():
     flat = _flat(PROJECT)
     assert (f"gets per-token accuracy {base['partial']:.2f} (exact {base['exact']:.2f}); reinforcing the two lookup "
             f"heads' attention on `ref+2` raises it to {edited['partial']:.2f} (exact {edited['exact']:.2f})") in flat
+
+
+def test_parity_fixed_budget_tables():
+    """The fixed-budget run (1-6 bits, 600 steps) and its ALiBi / NoPE supplement: exact / per-token, %, with the
+    95 % intervals the README names, per format (or positional encoding) and multiple."""
+    readme = _readme("parity_study")
+
+    def cell(g):
+        def pct(m, lo, hi):
+            return f"{100 * m:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]".replace(", 100.0]", ", 100]").replace(
+                "[100.0, 100]", "[100, 100]")
+        e, p = g.exact.tolist(), g.partial.tolist()
+        assert len(e) == 3
+        return f"{pct(sum(e) / 3, *seed_interval(e, 200))} / {pct(sum(p) / 3, *t_interval(p))}"
+
+    main = pd.read_csv(RESULTS / "parity_study" / "results.csv")
+    chosen = json.loads((RESULTS / "parity_study" / "run.json").read_text())["chosen_lr"]
+    for fmt, lr in chosen.items():
+        g = main[(main.format == fmt) & (main.lr == lr)]
+        _row(readme, f"| `{fmt}` | {lr:g} |", [cell(g[g.multiple == m]) for m in (1, 2, 5, 10)])
+    for name, sub in (("alibi", "interleaved_alibi"), ("none (NoPE)", "interleaved_none")):
+        res = pd.read_csv(RESULTS / "parity_study" / sub / "results.csv")
+        lr = json.loads((RESULTS / "parity_study" / sub / "run.json").read_text())["chosen_lr"]["interleaved"]
+        g = res[res.lr == lr]
+        _row(readme, f"| {name} | {lr:g} |", [cell(g[g.multiple == m]) for m in (1, 2, 5, 10)])
+
+
+@pytest.mark.parametrize("heading, run", [("## Results (`curves/table.csv`)", "curves"),
+                                          ("### Results, 50 steps × 16 (`steps50/table.csv`)", "steps50"),
+                                          ("### Results, 150 steps × 16 (`steps150/table.csv`)", "steps150")])
+def test_qk_detail_tables(heading, run):
+    """Every bucket cell of the qk study's full tables: mean over the chosen rate's seeds with its 95 % interval
+    (exact: `seed_interval` over 50 report strings per seed, for the one untrained row its Wilson interval; per-token:
+    t over seeds, the untrained row's mean alone)."""
+    lines = _readme("qk_study").split("\n")
+    start = lines.index(heading)
+    header = next(line for line in lines[start:] if line.startswith("| condition |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    table = pd.read_csv(RESULTS / "qk_study" / run / "table.csv")
+    runs = _jsonl(RESULTS / "qk_study" / run / "runs.jsonl")
+    body = lines[lines.index(header, start) + 2:]
+    body = body[:next(i for i, line in enumerate(body) if not line.startswith("|"))]
+    assert len(body) == len(table)
+    for line in body:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == "none":
+            mine = [r for r in runs if r["condition"] == "none"]
+        else:
+            t = table[(table.condition == cells[0]) & (table.replay == float(cells[1]))].iloc[0]
+            mine = [r for r in runs if (r["condition"], r["replay"], r["lr"]) == (t.condition, t.replay, t.lr)]
+            assert len(mine) == 3 and cells[3] == f"{t.lr:g}"
+        for col, text in zip(cols, cells):
+            m = re.fullmatch(r"(\d+-\d+) (exact|per-token)", col)
+            if not m or text == "–":
+                continue
+            vals = [r[f"{'exact' if m[2] == 'exact' else 'partial'}_{m[1]}"] for r in mine]
+            mean = sum(vals) / len(vals)
+            if len(vals) == 1 and m[2] != "exact":  # the untrained model's per-token: one value, no interval
+                want = f"{mean:.2f}"
+            else:
+                lo, hi = seed_interval(vals, 50) if m[2] == "exact" else t_interval(vals)
+                want = f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
+            assert text == want, (run, cells[0], col)
