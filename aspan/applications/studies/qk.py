@@ -13,9 +13,10 @@ held-out strings of the fine-tuned lengths), then every seed is trained at that 
 held-out samples of every length bucket (training lengths, fine-tuned lengths, beyond).
 
 Outputs (RUN_DIR): `runs.jsonl` (one row per training run, keyed by its settings, so a killed study resumes),
-`table.csv` (per condition and replay: trainable parameters, the chosen learning rate, mean and sd over seeds of
-exact and per-token accuracy per bucket, ID cost), `selection.csv`, `summary.json` (the findings), `figures/`
-(accuracy by bucket per condition; accuracy against the pair's rotation frequency) and `report.html`; with the
+`table.csv` (per condition and replay: trainable parameters, the learning-rate grid tried and the chosen rate, mean,
+sd and 95 % intervals over seeds of exact and per-token accuracy per bucket, ID cost), `selection.csv`,
+`summary.json` (the findings), `figures/` (accuracy by bucket per condition; exact and per-token accuracy against the
+rotation frequency of the trained pair or of a single column's pair) and `report.html`; with the
 curves protocol also `learning_curves.jsonl` (one row per run, step and bucket), the stop and fit columns of
 `table.csv` and a learning-curve figure per condition; with a base, `base/` (its checkpoint and `base.json`).
 """
