@@ -88,8 +88,8 @@ def test_qk_paper_shape_table_and_prose():
         r = runs[t.condition, t.replay]
         fits = sum(x == 1 for x in [t.n_fit >= k for k in (1, 2, 3)])
         cell[t.condition] = {b: _cell([x[f"exact_{b}"] for x in r], 100) for b in ("1-20", "21-40", "41-60")}
-        cells = [f"{t.lr:g}", f"{t.fit} ({int(t.n_fit)}/3)", f"plateau 3 ({t.stop_step:,.0f})", cell[t.condition]["1-20"],
-                 cell[t.condition]["21-40"], f"{sum(x['partial_21-40'] for x in r) / 3:.2f}"]
+        cells = [f"{t.lr:g}", f"{t.fit} ({int(t.n_fit)}/3)", f"plateau 3 ({t.stop_step:,.0f})",
+                 cell[t.condition]["1-20"], cell[t.condition]["21-40"], f"{sum(x['partial_21-40'] for x in r) / 3:.2f}"]
         cells += [cell[t.condition]["41-60"], f"{sum(x['partial_41-60'] for x in r) / 3:.2f}"] if t.fit == "fit" \
             else ["–", "–"]
         assert fits == int(t.n_fit)
@@ -108,7 +108,7 @@ def test_qk_paper_shape_table_and_prose():
     assert exact["qk-pair:0"] > exact["qk-pair:8"]
     assert f"pair 0 ({exact['qk-pair:0']:.2f}) beats pair 8 ({exact['qk-pair:8']:.2f})" in _flat(PROJECT)
     assert f"pair 16 (0.25 % of the parameters), reaches {cell['qk-pair:16']['21-40']} exact on 21–40" in flat
-    assert f"{cell['all']['21-40']}" in flat and f"0.55 [0.45, 0.65]" in _flat(PROJECT)
+    assert f"{cell['all']['21-40']}" in flat and "0.55 [0.45, 0.65]" in _flat(PROJECT)
 
 
 def _cap_curve(path: Path, bucket: str, step: int, metric: str = "exact") -> float:
@@ -204,7 +204,7 @@ def test_abc_paper_tables():
         runs = pd.DataFrame(_jsonl(RESULTS / study / "runs.jsonl"))
         table = pd.read_csv(RESULTS / study / "table.csv")
         readme = _readme(study)
-        for (task, cond), g in table.groupby(["task", "condition"], sort=False):
+        for task, cond in table[["task", "condition"]].drop_duplicates().itertuples(index=False):
             r = runs[(runs.task == task) & (runs.condition == cond)]
             if not r.fitted.any():
                 continue

@@ -270,7 +270,8 @@ def parity(summary: dict, settings: dict) -> Finding:
                                                  for f in formats if (f, second) in cell) + ".")
     claims = [
         Claim("Exact accuracy by length", "Exact accuracy of each format at multiples of the training length "
-              f"({config.get('train_length', '?')} bits), mean over seeds [95 % interval: t over seeds or Wilson pooled, the wider].",
+              f"({config.get('train_length', '?')} bits), mean over seeds [95 % interval: t over seeds or Wilson "
+              "pooled, the wider].",
               ["exact_vs_length"]),
         Claim("Per-token accuracy by length", "Per-token accuracy: " + "; ".join(
             f"{f} " + " / ".join(sig(cell[f, m]["partial_mean"]) for m in multiples if (f, m) in cell)

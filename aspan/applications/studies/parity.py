@@ -352,7 +352,6 @@ def write_tables(
     95 % intervals: exact accuracy `intervals.seed_interval`, the union of t over seeds and Wilson with every seed's
     answers pooled; per-token t over seeds)."""
     from ...intervals import seed_interval, t_interval
-
     from ...io import write_csv
 
     sel = rows[(rows.split == "select") & (rows.seed == 0)]

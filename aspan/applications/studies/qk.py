@@ -588,7 +588,8 @@ def curve_columns(cfg: QKStudyConfig, runs: list[dict], curves: list[dict]) -> d
         for b in cfg.buckets:
             if b[0] > cfg.finetune[1]:
                 tag = bucket_name(b).removeprefix("length ")
-                out |= {f"{m}_{tag}{sd}": float("nan") for m in ("exact", "partial") for sd in ("", "_sd", "_lo", "_hi")}
+                out |= {f"{m}_{tag}{sd}": float("nan") for m in ("exact", "partial")
+                        for sd in ("", "_sd", "_lo", "_hi")}
                 out |= {f"exact_{tag}_wilson_{end}": float("nan") for end in ("lo", "hi")}
     return out
 
