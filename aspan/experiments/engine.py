@@ -75,8 +75,7 @@ class Data:
             raise ValueError(f"unknown evaluation set {name!r}; choose one of {', '.join(SETS)} (or {ID_REPORT})")
         stream = _task(self, name).stream(seed + SEED_OFFSET[name])
         if name == ID_REPORT:  # disjoint from the ID set the selection rule reads, sample for sample
-            seen = {x.text for x in self.stream("id", seed)}
-            stream = (x for x in stream if x.text not in seen)
+            stream = _unseen(stream, {x.text for x in self.stream("id", seed)})
         return itertools.islice(stream, self.n)
 
 
@@ -295,6 +294,23 @@ ROW_ONLY = {"key", "heads_list", "n_heads", "exact", "partial", "n", "baseline_e
 ROW_FIELDS = ("key", "set", "mode", "method", "heads", "strength", "threshold", "renormalize", "delta", "seed", "n",
               "exact", "partial", "baseline_exact", "baseline_partial", "id_exact", "id_partial", "id_baseline_exact",
               "id_baseline_partial")
+
+
+MAX_REDRAWS = 100_000  # draws in a row that all fall in the ID set before "id_report" gives up
+
+
+def _unseen(stream: Iterator, seen: set[str]) -> Iterator:
+    """The samples of `stream` whose text is not in `seen`; ValueError once MAX_REDRAWS draws in a row were."""
+    misses = 0
+    for x in stream:
+        if x.text not in seen:
+            misses = 0
+            yield x
+            continue
+        misses += 1
+        if misses > MAX_REDRAWS:
+            raise ValueError(f"the ID preset has too few distinct samples for a held-out ID set apart from the "
+                             f"{len(seen)} of the ID set: lower the samples per set (n)")
 
 
 def id_set(name: str) -> str:

@@ -66,6 +66,9 @@ def test_sets_are_disjoint_draws_and_reproducible():
     small = Data("reversal", id_params={"length": [1, 1]}, n=30)  # 62 one-character strings: draws collide
     ids, report = small.samples("id", 0), small.samples("id_report", 0)
     assert len(report) == 30 and {x.text for x in ids}.isdisjoint({x.text for x in report})
+    tiny = Data("reversal", id_params={"length": [1, 1], "charset": "ab"}, n=40)  # both strings are in the ID set
+    with pytest.raises(ValueError, match="too few distinct samples"):
+        tiny.samples("id_report", 0)
 
 
 def test_row_equals_brute_force_evaluation(tiny_model, tok):
