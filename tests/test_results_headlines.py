@@ -130,7 +130,7 @@ def test_qk_cap_supplements():
                                      f"{_cap_curve(path, 'length 21-30', 3000, 'partial'):.2f}"])
     assert f"({sum(ends) / 3:.2f} against 0.11)" in flat and f"reaches {sum(ends) / 3:.2f} exact" in _flat(PROJECT)
     shape = RESULTS / "qk_study" / "paper_shape_cap"
-    for group, name in (("all", "all"), ("qk-pair16", "pair 16")):
+    for group, name in (("all", "all"), ("qk-pair16", "pair 16"), ("qk", "qk")):
         for seed in (0, 1, 2):
             path = shape / f"{group}-seed{seed}" / "curves.jsonl"
             exact = [_cap_curve(path, "length 21-40", s) for s in (500, 1000, 2000)]
@@ -139,6 +139,17 @@ def test_qk_cap_supplements():
     full = [_cap_curve(shape / f"all-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
     pair = [_cap_curve(shape / f"qk-pair16-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
     assert f"({sum(pair) / 3:.2f} against {sum(full) / 3:.2f} when both train the full 2,000 steps)" in _flat(PROJECT)
+    # qk to the cap: labelled by its accuracy at the last evaluation (every seed >= 0.9 on 21-40), not by a stop rule
+    qk = [_cap_curve(shape / f"qk-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
+    beyond = [_cap_curve(shape / f"qk-seed{s}" / "curves.jsonl", "length 41-60", 2000) for s in (0, 1, 2)]
+    full_beyond = [_cap_curve(shape / f"all-seed{s}" / "curves.jsonl", "length 41-60", 2000) for s in (0, 1, 2)]
+    assert min(qk) >= 0.9 and all(json.loads((shape / f"qk-seed{s}" / "run.json").read_text())["stop"]["reason"]
+                                  == "cap" for s in (0, 1, 2))
+    assert f"({', '.join(f'{v:.2f}' for v in qk)}; mean {_cell(qk, 100)})" in flat and "`qk` **fits**" in flat
+    assert f"full fine-tuning at equal steps ({_cell(full, 100)})" in flat
+    assert f"41–60 exact {_cell(beyond, 100)} against full fine-tuning's {_cell(full_beyond, 100)}" in flat
+    assert f"it fits ({_cell(qk, 100)}, and {sum(beyond) / 3:.2f} on 41–60 against full fine-tuning's " \
+           f"{sum(full_beyond) / 3:.2f})" in _flat(PROJECT)
 
 
 # ----------------------------------------------------------------------------------------------- parity study
