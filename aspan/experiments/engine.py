@@ -11,7 +11,9 @@ the ID set, both with and without the intervention on the same samples, and retu
 
 `id_cost` is the drop of ID exact accuracy (baseline minus intervened; negative when the edit helps ID).
 The named sets are drawn from the task presets with fixed seed offsets: the ID set (`seed + 1`), the OOD
-selection set (`seed + 2`) and the held-out OOD set (`seed + 3`).
+selection set (`seed + 2`) and the held-out OOD set (`seed + 3`). A point on the held-out set has its ID cost
+measured on a second ID set (`seed + 4`, "id_report", its row's `id_set`), so the ID samples that let an edit pass
+the selection rule's budget never report its ID cost.
 
 One selection rule (`select`): among the rows on the selection set whose ID cost is within the budget (default
 1 pp), the largest OOD gain in exact accuracy (ties: per-token accuracy, then lower ID cost, then grid order);
@@ -45,7 +47,8 @@ from .edit import Edit, beyond_row, parse_gate
 Head = tuple[int, int]
 SetName = Literal["selection", "held_out", "id"]
 SETS: tuple[SetName, ...] = get_args(SetName)
-SEED_OFFSET: dict[str, int] = {"id": 1, "selection": 2, "held_out": 3}
+ID_REPORT = "id_report"  # the ID set of held-out points (disjoint seed from "id", which the selection rule reads)
+SEED_OFFSET: dict[str, int] = {"id": 1, "selection": 2, "held_out": 3, ID_REPORT: 4}
 ID_BUDGET = 0.01  # default ID cost budget: 1 percentage point of ID exact accuracy
 ANY_TASK_HINT = "set any_task = true in the sweep config to run it anyway"
 ATOMS = "atoms"  # a point's method when its edit is a list of atoms (an `Edit` of one head each: the causal search)
@@ -63,14 +66,17 @@ class Data:
     split: str = "ood"  # the preset the selection and held-out sets come from
 
     def samples(self, name: str, seed: int) -> list:
-        """The samples of set `name` ("id", "selection", "held_out") for data seed `seed`."""
+        """The samples of set `name` ("id", "selection", "held_out", or "id_report") for data seed `seed`."""
         return list(self.stream(name, seed))
 
     def stream(self, name: str, seed: int) -> Iterator:
         """The samples of `samples(name, seed)`, drawn one at a time (the engine evaluates them as they come)."""
         if name not in SEED_OFFSET:
-            raise ValueError(f"unknown evaluation set {name!r}; choose one of {', '.join(SETS)}")
-        return itertools.islice(_task(self, name).stream(seed + SEED_OFFSET[name]), self.n)
+            raise ValueError(f"unknown evaluation set {name!r}; choose one of {', '.join(SETS)} (or {ID_REPORT})")
+        stream = _task(self, name).stream(seed + SEED_OFFSET[name])
+        if name == ID_REPORT:  # disjoint from the ID set the selection rule reads, sample for sample
+            stream = _unseen(stream, {x.text for x in self.stream("id", seed)})
+        return itertools.islice(stream, self.n)
 
 
 @dataclass(frozen=True)
@@ -258,13 +264,14 @@ class Engine:
         return self._baselines[key]
 
     def row(self, p: dict[str, Any]) -> dict[str, Any]:
-        """Evaluate point `p` on its set and on the ID set, each against its matched baseline: one row."""
+        """Evaluate point `p` on its set and on its ID set (`id_set`), each against its matched baseline: one row."""
         heads = self.heads(p)
         edit = self.edit(p, heads)
         res, res_len = self._evaluate(p, p["set"], heads, edit)
         base, base_len = self.baseline(p, p["set"], heads)
-        id_res = res if p["set"] == "id" else self._evaluate(p, "id", heads, edit)[0]
-        id_base = self.baseline(p, "id", heads)[0]
+        id_name = id_set(p["set"])
+        id_res = res if p["set"] == "id" else self._evaluate(p, id_name, heads, edit)[0]
+        id_base = self.baseline(p, id_name, heads)[0]
         return {
             "key": settings_key(p), **p, "heads_list": [list(h) for h in heads], "n_heads": len(heads),
             "exact": res["exact"], "partial": res["partial"], "n": res["n"],
@@ -272,7 +279,7 @@ class Engine:
             "gain_exact": res["exact"] - base["exact"], "gain_partial": res["partial"] - base["partial"],
             "id_exact": id_res["exact"], "id_partial": id_res["partial"],
             "id_baseline_exact": id_base["exact"], "id_baseline_partial": id_base["partial"],
-            "id_cost": id_base["exact"] - id_res["exact"],
+            "id_cost": id_base["exact"] - id_res["exact"], "id_set": id_name,
             **{c: res.get(c) for c in SCORE_COLUMNS}, **{f"baseline_{c}": base.get(c) for c in SCORE_COLUMNS},
             "by_length": res_len, "baseline_by_length": base_len,
         }
@@ -280,7 +287,8 @@ class Engine:
 
 ROW_ONLY = {"key", "heads_list", "n_heads", "exact", "partial", "n", "baseline_exact", "baseline_partial",
             "gain_exact", "gain_partial", "id_exact", "id_partial", "id_baseline_exact", "id_baseline_partial",
-            "id_cost", *SCORE_COLUMNS, *(f"baseline_{c}" for c in SCORE_COLUMNS), "by_length", "baseline_by_length"}
+            "id_cost", "id_set", *SCORE_COLUMNS, *(f"baseline_{c}" for c in SCORE_COLUMNS), "by_length",
+            "baseline_by_length"}
 
 
 # What every row of a grid's JSONL file holds (its settings and the numbers the tables read): a file with a row
@@ -290,10 +298,34 @@ ROW_FIELDS = ("key", "set", "mode", "method", "heads", "strength", "threshold", 
               "id_baseline_partial")
 
 
+MAX_REDRAWS = 100_000  # draws in a row that all fall in the ID set before "id_report" gives up
+
+
+def _unseen(stream: Iterator, seen: set[str]) -> Iterator:
+    """The samples of `stream` whose text is not in `seen`; ValueError once MAX_REDRAWS draws in a row were."""
+    misses = 0
+    for x in stream:
+        if x.text not in seen:
+            misses = 0
+            yield x
+            continue
+        misses += 1
+        if misses > MAX_REDRAWS:
+            raise ValueError(f"the ID preset has too few distinct samples for a held-out ID set apart from the "
+                             f"{len(seen)} of the ID set: lower the samples per set (n)")
+
+
+def id_set(name: str) -> str:
+    """The ID set whose samples give a point on set `name` its ID cost: "id_report" for the held-out set (apart
+    from the samples the selection rule's ID budget read), "id" otherwise. Rows without an `id_set` column predate
+    the split and used "id" for every set."""
+    return ID_REPORT if name == "held_out" else "id"
+
+
 def _task(data: Data, name: str):
     from .. import tasks
 
-    return tasks.preset(data.task, "id", **data.id_params) if name == "id" else \
+    return tasks.preset(data.task, "id", **data.id_params) if name in ("id", ID_REPORT) else \
         tasks.preset(data.task, data.split, **data.ood_params)
 
 

@@ -32,6 +32,11 @@ def _plus_minus(mean, sd) -> str:
     return sig(mean) if sd is None or sd != sd or not sd else f"{sig(mean)} ± {sig(sd)}"
 
 
+def _interval(mean, lo, hi) -> str:
+    """'0.21 [0.17, 0.25]': a mean and its 95 % interval (the mean alone where the interval is missing)."""
+    return sig(mean) if lo is None or lo != lo else f"{sig(mean)} [{sig(lo)}, {sig(hi)}]"
+
+
 def _replay(value) -> str:
     """A replay fraction as written in the study's options (0, 0.5)."""
     return f"{float(value):g}"
@@ -61,12 +66,13 @@ def qk(summary: dict, settings: dict) -> Finding:
     headline = pd.DataFrame([_qk_row(table, cond, replay, buckets, id_bucket) for cond, replay in dict.fromkeys(rows)])
     curves = (settings.get("config") or {}).get("protocol") == "curves"
     claims = [_qk_groups(f, ft, summary["runs"], curves), _qk_frequency(f), _qk_replay(f, ft, id_bucket),
-              _qk_beyond(table, beyond)] + ([_qk_curves(table, f, ft)] if curves and "fit" in table else [])
+              _qk_beyond(table, beyond)] + ([_qk_curves(table, f, ft, settings["config"])]
+                                            if curves and "fit" in table else [])
     return Finding(
         question=(f"Does fine-tuning one column (or one RoPE pair) of W_Q and W_K on lengths {ft} make the model work "
                   "at those lengths, as the later abstract of Spiegel et al. claims?"),
         answer=answer, headline=headline,
-        rule=f"Selection rule: {settings.get('selection_rule', 'see run.json')}. Mean ± sd over seeds on held-out "
+        rule=f"Selection rule: {settings.get('selection_rule', 'see run.json')}. Mean over seeds on held-out "
              f"samples; ID cost: drop of exact accuracy on lengths {id_bucket}.", claims=claims)
 
 
@@ -121,15 +127,21 @@ def _qk_replay(f: dict, ft: str, id_bucket: str) -> Claim:
         f"Replaying ID samples (lengths {id_bucket}) while fine-tuning keeps them: {'; '.join(parts)}."), others)
 
 
-def _qk_curves(table: pd.DataFrame, f: dict, ft: str) -> Claim:
-    """Curves protocol: where each condition (no replay) stopped, whether it fit, and the steps it took."""
+def _qk_curves(table: pd.DataFrame, f: dict, ft: str, config: dict) -> Claim:
+    """Curves protocol: where each condition (no replay) stopped, whether it fit (by its exact accuracy at the last
+    evaluation against the target, never by the rule that stopped it), and the steps it took."""
     replay = _headline_replay(f)
     stem = _replay_stem(replay)
     rows = table[(table.condition != "none") & (table.replay == float(replay))]
-    said = "; ".join(f"{r.condition} {r.fit} (stopped: {r.stop_reason}, mean step {sig(r.stop_step)}, "
-                     f"plateau exact {sig(r.plateau_exact)})" for r in rows.itertuples())
-    return Claim("Learning curves: trained to the plateau", (
-        f"Every run trained until its learning curve on {ft} stopped rising or its cap: {said}."),
+    target = config.get("fit_exact", 0.9)
+    rule = {"plateau": f"its learning curve on {ft} stopped rising ({config.get('stop_metric', 'partial')})",
+            "target": f"its exact accuracy on {ft} reached {sig(target)}",
+            "none": "no stop rule"}[config.get("stop", "plateau")]
+    said = "; ".join(f"{r.condition} {r.fit} (exact {sig(r.plateau_exact)} at its last evaluation; stopped: "
+                     f"{r.stop_reason}, mean step {sig(r.stop_step)})" for r in rows.itertuples())
+    return Claim("Learning curves: where each run stopped and whether it fit", (
+        f"Every run trained until {rule} or its cap; a condition fits when every seed's exact accuracy on {ft} at its "
+        f"last evaluation is at least {sig(target)}, whichever rule stopped it: {said}."),
         [f"curves_finetuned_exact_{stem}", f"curves_finetuned_partial_{stem}"])
 
 
@@ -241,7 +253,8 @@ def parity(summary: dict, settings: dict) -> Finding:
         unfit = cell[fmt, m].get("fit") == "did not fit" and cell[fmt, m]["exact_mean"] != cell[fmt, m]["exact_mean"]
         return "did not fit" if unfit else text
 
-    exact = {k: shown(*k, _plus_minus(c["exact_mean"], c["exact_sd"])) for k, c in cell.items()}
+    exact = {k: shown(*k, _interval(c["exact_mean"], c.get("exact_lo"), c.get("exact_hi")) if "exact_lo" in c
+                      else _plus_minus(c["exact_mean"], c["exact_sd"])) for k, c in cell.items()}
     headline = pd.DataFrame([{"format": fmt, **{f"exact {m}x ({cell[fmt, m]['bits']} bits)": exact[fmt, m]
                                                 for m in multiples if (fmt, m) in cell},
                               **{f"per-token {m}x": shown(fmt, m, sig(cell[fmt, m]["partial_mean"])) for m in multiples
@@ -257,7 +270,9 @@ def parity(summary: dict, settings: dict) -> Finding:
                                                  for f in formats if (f, second) in cell) + ".")
     claims = [
         Claim("Exact accuracy by length", "Exact accuracy of each format at multiples of the training length "
-              f"({config.get('train_length', '?')} bits), mean over seeds.", ["exact_vs_length"]),
+              f"({config.get('train_length', '?')} bits), mean over seeds [95 % interval: t over seeds or Wilson "
+              "pooled, the wider].",
+              ["exact_vs_length"]),
         Claim("Per-token accuracy by length", "Per-token accuracy: " + "; ".join(
             f"{f} " + " / ".join(sig(cell[f, m]["partial_mean"]) for m in multiples if (f, m) in cell)
             for f in formats) + f" at {' / '.join(f'{m}x' for m in multiples)}.", ["partial_vs_length"]),

@@ -170,6 +170,10 @@ class Parity(Task):
                 refs += [(2 * i,), (1,) if i == 0 else (2 * i + 1, t + 2 * i - 1)]
         return Sample(prompt + target, len(prompt), tuple(refs), self.name, self.params(), given)
 
+    def bits(self, prompt: str) -> str:
+        """The input bits of a prompt of this task (anchors dropped); ValueError on an invalid prompt."""
+        return self._parse(prompt)[0]
+
     def _parse(self, prompt: str) -> tuple[str, str]:
         """(bits, anchors) of a prompt; ValueError naming what is wrong."""
         body = prompt[:-1]

@@ -260,3 +260,66 @@ def test_a_run_that_fits_before_its_first_loss_row_still_gets_its_rows(tmp_path)
     rows = _jsonl(tmp_path / "rows.jsonl")
     assert rows and {(r["stop_reason"], r["final_loss"]) for r in rows} == {("target", None)}
     assert {r["stop_step"] for r in rows} < set(range(1, 40))
+
+
+# ----------------------------------------------------------------------------------------------- disjoint ID sets
+def _bits(task, samples):
+    from aspan.tasks.parity import Parity
+
+    parse = task if isinstance(task, Parity) else task.task
+    return {parse.bits(s.text[: s.prompt_len]) for s in samples}
+
+
+@pytest.mark.parametrize("fmt", ["plain", "mnemonic"])
+def test_held_out_id_inputs_are_never_training_inputs(fmt):
+    """Training draws 1..L-bit inputs from one side of a fixed split of the inputs; every held-out set at the
+    training lengths (selection 1x, test 1x, the fit curve set) draws from the other side only."""
+    cfg = study.StudyConfig.curves(train_length=10, n_select=100, n_test=200, n_curve=200)
+    L = cfg.train_length
+    train = study.make_task(cfg, fmt, (1, L), "train")
+    seen = set()
+    for step in range(300):  # 9,600 training inputs, as a run of 300 steps x batch 32 draws them
+        seen |= _bits(train, train.generate(32, seed=2**62 + step))
+    held = {}
+    for (split, which), samples in study.eval_sets(cfg, fmt).items():
+        held[split, which] = _bits(train, samples)
+    held["curve"] = _bits(train, study.curve_sets(cfg, fmt)[study.FIT_SET])
+    assert len(seen) > 1_000  # training still covers most inputs...
+    for name in (("select", "id"), ("test", "1"), "curve"):
+        assert held[name] and not held[name] & seen, name  # ...but none of the held-out ID inputs
+    assert all(len(b) == 2 * L for b in held["test", "2"])  # longer inputs are outside training anyway
+    assert len(study.eval_sets(cfg, fmt)["test", "1"]) == cfg.n_test
+
+
+def test_no_split_is_the_old_sampling_and_keys_record_the_split():
+    old = study.StudyConfig.quick(held_out_share=0.0)
+    assert [s.text for s in study.eval_sets(old, "plain")["select", "id"]] == \
+        [s.text for s in study.Parity(length=old.train_length, format="plain").generate(old.n_select, seed=10_001)]
+    assert "held_out_share" not in study.run_settings(old, "plain", 1e-3, 0)
+    assert study.run_settings(study.StudyConfig.quick(), "plain", 1e-3, 0)["held_out_share"] == 0.2
+
+
+def test_runs_train_on_the_training_side(monkeypatch, tmp_path):
+    from aspan import training
+    from aspan.tasks.split import SplitTask
+
+    seen = {}
+
+    def capture(path, model, tok, data, cfg, **kw):
+        seen["data"] = data
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "train_resumable", capture)
+    cfg = study.StudyConfig.quick()
+    with pytest.raises(KeyboardInterrupt):
+        study.train_and_evaluate(cfg, *_tok_ctx(cfg), study.Run("plain", 1e-3, 0), tmp_path)
+    assert isinstance(seen["data"], SplitTask) and seen["data"].side == "train"
+
+
+def _tok_ctx(cfg):
+    from aspan import models
+    from aspan.tokenization import CharTokenizer
+
+    task = study.make_task(cfg, "plain", (1, max(cfg.multiples) * cfg.train_length))
+    tok = CharTokenizer.for_alphabets(task.alphabet)
+    return tok, models.check_context(10**9, task, tok.offset)

@@ -3,6 +3,7 @@ the learning rate chosen on the selection set, figures and report, exact resumpt
 import base64
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -326,3 +327,136 @@ def test_curves_protocol_flag_brings_three_point_grids():
     assert config_from_args(p.parse_args(["--out", "x", "--protocol", "curves", "--quick"])) == \
         QKStudyConfig.quick(protocol="curves")
     assert config_from_args(p.parse_args(["--out", "x"])) == QKStudyConfig()  # the budget default stays
+
+
+# ----------------------------------------------------------------------------------------------- labels, intervals
+@pytest.mark.parametrize("reason", ["plateau", "target", "cap"])
+def test_label_comes_from_accuracy_never_from_the_stop_rule(reason):
+    """A run the plateau rule stopped (or the target rule, or the cap) whose exact accuracy at its last evaluation
+    meets the target is "fit"; the same runs below the target are "did not fit", whichever rule stopped them."""
+    from aspan.applications.studies.qk import aggregate
+
+    for final, label in ((0.95, "fit"), (0.85, "did not fit")):
+        s, rows, curves = _synthetic({0.001: (0.8, final), 0.01: (0.3, 0.2)})
+        for r in rows:
+            r["stop_reason"] = reason if "stop_reason" in r else None
+        row = aggregate(s, rows, curves).set_index("condition").loc["qk-column:0"]
+        assert row.fit == label and row.plateau_exact == pytest.approx(final)
+        assert row.stop_reason == f"{reason} 2"
+
+
+def test_table_reports_wilson_and_t_intervals():
+    import math
+
+    from scipy.stats import t
+
+    from aspan.applications.studies.qk import aggregate
+    from aspan.intervals import wilson
+
+    s, rows, curves = _synthetic({0.001: (0.8, 1.0), 0.01: (0.3, 0.5)})
+    picked = [r for r in rows if r["lr"] == 0.001]
+    picked[1].update({"exact_11-20": 0.5, "partial_11-20": 0.5})  # seed 1 differs: the t-interval has width
+    row = aggregate(s, rows, curves).set_index("condition").loc["qk-column:0"]
+    vals = [1.0, 0.5]
+    half = t.ppf(0.975, 1) * (sum((v - 0.75) ** 2 for v in vals) ** 0.5) / math.sqrt(2)
+    assert (row["partial_11-20_lo"], row["partial_11-20_hi"]) == pytest.approx((max(0, 0.75 - half), 1.0))
+    n = s.cfg.n_report  # pooled over both seeds: round(rate * n) correct answers each
+    pooled = wilson(n + round(0.5 * n), 2 * n)
+    assert (row["exact_11-20_wilson_lo"], row["exact_11-20_wilson_hi"]) == pytest.approx(pooled)
+    # exact: the wider of the two (here the t-interval, as the seeds disagree; clipped to [0, 1])
+    assert (row["exact_11-20_lo"], row["exact_11-20_hi"]) == pytest.approx((max(0, 0.75 - half), 1.0))
+    assert row["exact_11-20_lo"] <= pooled[0] and row["exact_11-20_hi"] >= pooled[1]
+    s0, rows0, curves0 = _synthetic({0.001: (0.8, 0.0), 0.01: (0.3, 0.5)})
+    same = aggregate(s0, rows0, curves0).set_index("condition").loc["qk-column:0"]
+    assert (same["exact_11-20_lo"], same["exact_11-20_hi"]) == pytest.approx(wilson(0, 2 * n))  # all seeds at 0
+
+
+def test_grid_extends_past_an_edge_until_it_brackets_the_best_rate():
+    from aspan.applications.studies.qk import Condition, lr_edge, lr_grid
+
+    cond = Condition("qk-pair:0", "qk-pair:0", (1e-3, 3e-3, 1e-2), 0, 1.0, extend=2)
+    score = {3e-4: 0.7, 1e-3: 0.8, 3e-3: 0.6, 1e-2: 0.5, 1e-4: 0.75}  # best below the given grid's bottom edge
+
+    def rows_for(rates):
+        return [{"condition": "qk-pair:0", "replay": 0.0, "seed": 0, "lr": r, "partial_select": score[r],
+                 "exact_select": 0.0} for r in rates]
+
+    assert lr_grid(rows_for([1e-3, 3e-3]), cond, 0.0, 0) == ((1e-3, 3e-3, 1e-2), None)  # incomplete
+    grid, chosen = lr_grid(rows_for([1e-3, 3e-3, 1e-2]), cond, 0.0, 0)
+    assert chosen is None and grid == (3e-4, 1e-3, 3e-3, 1e-2)  # 1e-3 won at the bottom edge: one more below
+    grid, chosen = lr_grid(rows_for([3e-4, 1e-3, 3e-3, 1e-2]), cond, 0.0, 0)
+    assert grid[0] == 3e-4 and chosen == 1e-3 and lr_edge(rows_for(grid), cond, 0.0, 0) == ""  # bracketed
+    score[3e-4] = 0.9  # the new edge wins: one more (the second and last allowed), then it stops there
+    grid, chosen = lr_grid(rows_for([3e-4, 1e-3, 3e-3, 1e-2]), cond, 0.0, 0)
+    assert chosen is None and grid[0] == 1e-4
+    score[grid[0]] = 0.95
+    grid, chosen = lr_grid(rows_for(grid), cond, 0.0, 0)
+    assert chosen == grid[0] and len(grid) == 5 and lr_edge(rows_for(grid), cond, 0.0, 0) == "bottom"
+    assert lr_grid(rows_for([1e-3, 3e-3, 1e-2]), Condition("qk-pair:0", "qk-pair:0", (1e-3, 3e-3, 1e-2)), 0.0, 0) == (
+        (1e-3, 3e-3, 1e-2), 1e-3)  # no extension budget: the grid as given
+
+
+def _spectrum_config():
+    import argparse
+
+    from aspan.commands.studies.qk import add_arguments, config_from_args
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return config_from_args(p.parse_args(["--out", "x", "--config", "configs/qk_spectrum_cpu.toml"]))
+
+
+def test_spectrum_config_holds_the_design():
+    from aspan.param_groups import pair_columns
+
+    cfg = _spectrum_config()
+    model = models.load(cfg.init, device="cpu").model
+    conds = conditions(cfg, model)
+    pairs = (0, 8, 16, 24, 32, 40, 48, 56, 63)
+    assert cfg.pairs == pairs and len(conds) == 4 + 2 * len(pairs) and model.cfg.d_head == 128
+    for c in cfg.columns:  # one column inside each pair, and its frequency is that pair's
+        col = next(x for x in conds if x.name == f"qk-column:{c}")
+        assert c in pair_columns(model, col.pair) and col.pair in pairs
+        assert col.frequency == next(x.frequency for x in conds if x.name == f"qk-pair:{col.pair}")
+    assert sorted(x.pair for x in conds if x.name.startswith("qk-column")) == list(pairs)
+    assert cfg.n_report >= 500 and len(cfg.seeds) == 3 and cfg.cap == 2000 and cfg.lr_extend >= 1
+    assert cfg.protocol == "curves" and (cfg.stop, cfg.stop_metric) in {("plateau", "exact"), ("target", "exact"),
+                                                                         ("none", "exact"), ("none", "partial")}
+    assert cfg.id_length == (1, 20) and cfg.finetune == (21, 40) and not cfg.base  # the committed base is reused
+    first = (Path("configs/qk_spectrum_cpu.toml").read_text().splitlines()[0])
+    assert first.startswith("# `aspan study qk --config configs/qk_spectrum_cpu.toml --out ")
+
+
+def test_spectrum_design_runs_quick(tmp_path):
+    """The spectrum's code path at test size: the committed paper-shaped base, the fastest and slowest pair and a
+    column, the exact plateau rule, an extended grid, intervals and the frequency figures."""
+    from dataclasses import replace
+
+    from aspan.applications.studies.qk import run_study, write_outputs
+
+    cfg = replace(_spectrum_config(), seeds=(0, 1), pairs=(0, 63), columns=(63,), cap=4, curve_every=2, n_curve=4,
+                  n_select=4, n_report=6, batch_size=4, warmup=0, lr_large=(1e-4,), lr_qk=(3e-4,),
+                  lr_small=(1e-3, 3e-3), lr_extend=1, eval_batch_size=8)
+    out = tmp_path / "run"
+    res = run_study(cfg, out, progress=False)
+    write_outputs(cfg, res, out, "test")
+    table = res.table.set_index("condition")
+    assert set(table.index) == {"none", "all", "attn", "qk", "qk-pair:0", "qk-pair:63", "qk-column:63"}
+    for cond in ("qk-pair:0", "qk-pair:63", "qk-column:63"):
+        grid = table.loc[cond, "lr_grid"].split()
+        assert len(grid) in (2, 3) and (len(grid) == 3) == (table.loc[cond, "lr"] != 3e-3 or len(grid) == 3)
+        assert table.loc[cond, "fit"] == ("fit" if table.loc[cond, "plateau_exact"] >= 0.9 else "did not fit")
+    assert table.loc["qk-column:63", "frequency"] == table.loc["qk-pair:63", "frequency"]
+    rows = [r for r in res.rows if r["condition"] != "none"]
+    assert all(r["stop_metric"] == "exact" and r["id_length"] == [1, 20] for r in rows)
+    assert {"pair_frequency_replay0.json", "pair_frequency_exact_replay0.json", "column_frequency_replay0.json",
+            "column_frequency_exact_replay0.json"} <= {p.name for p in (out / "figures").iterdir()}
+    fig = json.loads((out / "figures" / "pair_frequency_exact_replay0.json").read_text())
+    assert all(not d["error_y"]["symmetric"] for d in fig["data"])  # Wilson bars: asymmetric
+
+
+@pytest.mark.parametrize("extra, message", [({"stop": "soon"}, "stop"), ({"lr_extend": -1}, "lr_extend"),
+                                            ({"id_length": (5, 1)}, "id_length: a range needs")])
+def test_bad_stop_and_grid_settings_are_refused(extra, message):
+    with pytest.raises(ValueError, match=message):
+        QKStudyConfig.quick(protocol="curves", **extra).check()

@@ -63,6 +63,12 @@ def test_sets_are_disjoint_draws_and_reproducible():
     assert DATA.samples("selection", 0) == sel and all(len(s.target) <= 10 for s in ids)
     with pytest.raises(ValueError, match="unknown evaluation set"):
         DATA.samples("test", 0)
+    small = Data("reversal", id_params={"length": [1, 1]}, n=30)  # 62 one-character strings: draws collide
+    ids, report = small.samples("id", 0), small.samples("id_report", 0)
+    assert len(report) == 30 and {x.text for x in ids}.isdisjoint({x.text for x in report})
+    tiny = Data("reversal", id_params={"length": [1, 1], "charset": "ab"}, n=40)  # both strings are in the ID set
+    with pytest.raises(ValueError, match="too few distinct samples"):
+        tiny.samples("id_report", 0)
 
 
 def test_row_equals_brute_force_evaluation(tiny_model, tok):
@@ -87,6 +93,15 @@ def test_row_equals_brute_force_evaluation(tiny_model, tok):
     assert held["set"] == "held_out" and held["key"] != row["key"]
     held_base = evaluate(tiny_model, tok, DATA.samples("held_out", 0), attn=False).summary()
     assert held["baseline_exact"] == held_base["exact"]
+    # the held-out row's ID cost comes from ID samples the selection row (and so the ID budget) never saw
+    report_ids = DATA.samples("id_report", 0)
+    assert row["id_set"] == "id" and held["id_set"] == "id_report"
+    assert {x.text for x in report_ids}.isdisjoint({x.text for x in DATA.samples("id", 0)})
+    assert len(report_ids) == DATA.n
+    id_base = evaluate(tiny_model, tok, report_ids, attn=False).summary()
+    id_ed = evaluate(tiny_model, tok, report_ids, fwd_hooks=edit, attn=False).summary()
+    assert held["id_baseline_exact"] == id_base["exact"] and held["id_exact"] == id_ed["exact"]
+    assert held["id_cost"] == pytest.approx(id_base["exact"] - id_ed["exact"])
 
 
 def test_top_heads_come_from_the_ranking(tiny_model, tok):

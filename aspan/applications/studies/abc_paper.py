@@ -40,6 +40,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from ...intervals import wilson  # noqa: F401 (re-exported: part of this module's public names)
 from ...tasks.base import SEPARATORS, Sample, Task
 
 PAPER_TASKS = ("successor", "addition", "parity")
@@ -377,16 +378,6 @@ def abs_bias(sample: Sample, tokenizer, width: int = 1):
 
 
 # ----------------------------------------------------------------------------------------------- training
-def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (95 % by default); (nan, nan) for n = 0."""
-    if n == 0:
-        return math.nan, math.nan
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def exact_count(model, tokenizer, samples: Sequence[Sample], bias_hooks, batch_size: int) -> int:
     """How many `samples` the model answers exactly (teacher-forced) under `bias_hooks`."""
     from ...evaluation import evaluate

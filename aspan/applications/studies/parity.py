@@ -58,6 +58,10 @@ class StudyConfig:
     d_model: int = 64  # residual width
     positional: Positional = "rotary"  # positional encoding of the models (models.tiny's `positional`)
     anchors: int = 100  # mnemonic anchor symbols (>= the longest test input)
+    # share of the inputs of 1..train_length bits held out of training (aspan.tasks.split, by a hash of the bits):
+    # the held-out sets at the training lengths (selection 1x, test 1x, the fit curve set) draw only from them, so no
+    # held-out ID input is a training input; 0: no split (training then covers every short input)
+    held_out_share: float = 0.2
     n_select: int = 100  # selection samples per selection length
     n_test: int = 200  # held-out test samples per test length
     eval_batch_size: int = 50  # samples per evaluation forward
@@ -109,6 +113,8 @@ class StudyConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if not 0 <= self.held_out_share < 1:
+            raise ValueError(f"held_out_share must be in [0, 1), got {self.held_out_share}")
         if not self.multiples or any(m < 1 for m in self.multiples) or 1 not in self.multiples:
             raise ValueError(f"multiples must be positive and include 1 (the training length), got {self.multiples}")
         if not self.lrs or any(not lr > 0 for lr in self.lrs):
@@ -148,19 +154,27 @@ def choose_lr(rows: pd.DataFrame) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- the runs
-def make_task(config: StudyConfig, fmt: str, length: int | tuple[int, int]) -> Parity:
-    """The parity task of `fmt` (mnemonic tasks share one anchor set, so train and test symbols agree)."""
-    return Parity(length=length, format=fmt, **({"anchors": config.anchors} if fmt == "mnemonic" else {}))
+def make_task(config: StudyConfig, fmt: str, length: int | tuple[int, int], side: str | None = None):
+    """The parity task of `fmt` (mnemonic tasks share one anchor set, so train and test symbols agree); with `side`
+    ("train" or "held_out") and a `held_out_share`, restricted to that side of the split of the inputs by their
+    bits (`aspan.tasks.split`)."""
+    from ...tasks.split import SplitTask
+
+    task = Parity(length=length, format=fmt, **({"anchors": config.anchors} if fmt == "mnemonic" else {}))
+    if side is None or not config.held_out_share:
+        return task
+    return SplitTask(task, side, config.held_out_share, key=lambda s: task.bits(s.text[: s.prompt_len]))
 
 
 def eval_sets(config: StudyConfig, fmt: str) -> dict[tuple[str, str], list]:
     """Selection samples (1x and the selection length) and held-out test samples (every multiple), disjoint seeds."""
     L = config.train_length
-    sets = {("select", "id"): make_task(config, fmt, L).generate(config.n_select, seed=10_001),
+    sets = {("select", "id"): make_task(config, fmt, L, "held_out").generate(config.n_select, seed=10_001),
             ("select", "ood"): make_task(config, fmt, config.select_multiple * L).generate(
                 config.n_select, seed=10_000 + config.select_multiple)}
     for m in config.multiples:
-        sets[("test", str(m))] = make_task(config, fmt, m * L).generate(config.n_test, seed=20_000 + m)
+        side = "held_out" if m == 1 else None  # longer inputs are never trained on
+        sets[("test", str(m))] = make_task(config, fmt, m * L, side).generate(config.n_test, seed=20_000 + m)
     return sets
 
 
@@ -170,14 +184,15 @@ def run_settings(config: StudyConfig, fmt: str, lr: float, seed: int) -> dict[st
             "d_model", "positional", "anchors", "n_select", "n_test")
     curves = {"protocol": "curves", "steps": config.cap, "curve_every": config.curve_every, "n_curve": config.n_curve,
               "fit_exact": config.fit_exact} if config.protocol == "curves" else {}
-    return {"format": fmt, "lr": lr, "seed": seed, **{k: getattr(config, k) for k in keep}, **curves}
+    split = {"held_out_share": config.held_out_share} if config.held_out_share else {}  # rows before it: no split
+    return {"format": fmt, "lr": lr, "seed": seed, **{k: getattr(config, k) for k in keep}, **curves, **split}
 
 
 def curve_sets(config: StudyConfig, fmt: str) -> dict[str, list]:
     """The curves protocol's held-out sets: the training lengths (`FIT_SET`, which decides the fit) and the
     selection length, from seeds apart from the selection and test sets."""
     L = config.train_length
-    return {FIT_SET: make_task(config, fmt, (1, L)).generate(config.n_curve, seed=30_001),
+    return {FIT_SET: make_task(config, fmt, (1, L), "held_out").generate(config.n_curve, seed=30_001),
             f"{config.select_multiple}x": make_task(config, fmt, config.select_multiple * L).generate(
                 config.n_curve, seed=30_000 + config.select_multiple)}
 
@@ -219,8 +234,9 @@ def train_and_evaluate(config: StudyConfig, tok, n_ctx: int, spec: Run, out: Pat
                               target=config.fit_exact if by_curves else None)
     t0 = time.perf_counter()
     # in RUN_DIR/scratch/ID until it ends: a run paused by a time budget (aspan.training.time_budget) continues there
-    result = train_resumable(out / "scratch" / spec.id, model, tok, make_task(config, fmt, (1, config.train_length)),
-                             cfg, progress=False, curve_data=curve_sets(config, fmt) if by_curves else None)
+    train_task = make_task(config, fmt, (1, config.train_length), "train")
+    result = train_resumable(out / "scratch" / spec.id, model, tok, train_task, cfg, progress=False,
+                             curve_data=curve_sets(config, fmt) if by_curves else None)
     curves = [r for r in result.history if r.get("kind") == "curve"]
     seconds = time.perf_counter() - t0
     # the last logged training loss (None when the stop rule ended the run before its first log row)
@@ -338,7 +354,10 @@ def _run_study(config: StudyConfig, out: Path, command: str, report: bool, progr
 def write_tables(
     rows: pd.DataFrame, chosen: dict[str, float], config: StudyConfig, out: Path
 ) -> dict[str, pd.DataFrame]:
-    """selection.csv (the grid on seed 0), results.csv (every test row of the chosen rates), summary.csv (mean ± sd)."""
+    """selection.csv (the grid on seed 0), results.csv (every test row of the chosen rates), summary.csv (mean, sd and
+    95 % intervals: exact accuracy `intervals.seed_interval`, the union of t over seeds and Wilson with every seed's
+    answers pooled; per-token t over seeds)."""
+    from ...intervals import seed_interval, t_interval
     from ...io import write_csv
 
     sel = rows[(rows.split == "select") & (rows.seed == 0)]
@@ -354,13 +373,18 @@ def write_tables(
     summary = []
     for (fmt, m), g in results.groupby(["format", "multiple"], sort=False):
         (em, es), (pm, ps) = mean_sd(g.exact.tolist()), mean_sd(g.partial.tolist())
+        elo, ehi = seed_interval(g.exact.tolist(), int(g.n.iloc[0]))
+        plo, phi = t_interval(g.partial.tolist())
         row = {"format": fmt, "multiple": int(m), "bits": int(g.bits.iloc[0]), "lr": chosen[fmt], "seeds": len(g),
-               "exact_mean": em, "exact_sd": es, "partial_mean": pm, "partial_sd": ps,
-               "exact": f"{100 * em:.1f} ± {100 * es:.1f}", "per_token": f"{100 * pm:.1f} ± {100 * ps:.1f}"}
+               "exact_mean": em, "exact_sd": es, "partial_mean": pm, "partial_sd": ps, "exact_lo": elo,
+               "exact_hi": ehi, "partial_lo": plo, "partial_hi": phi,
+               "exact": f"{100 * em:.1f} [{100 * elo:.1f}, {100 * ehi:.1f}]",
+               "per_token": f"{100 * pm:.1f} [{100 * plo:.1f}, {100 * phi:.1f}]"}
         if by_curves:
             row["fit"] = "fit" if g.fitted.all() else "did not fit"
             if row["fit"] != "fit" and m > 1:  # no extrapolation claimed for a format that did not fit
-                row |= {k: math.nan for k in ("exact_mean", "exact_sd", "partial_mean", "partial_sd")}
+                row |= {k: math.nan for k in ("exact_mean", "exact_sd", "partial_mean", "partial_sd", "exact_lo",
+                                              "exact_hi", "partial_lo", "partial_hi")}
                 row |= {"exact": "did not fit", "per_token": "did not fit"}
         summary.append(row)
     order = {f: i for i, f in enumerate(config.formats)}

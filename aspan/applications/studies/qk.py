@@ -13,9 +13,10 @@ held-out strings of the fine-tuned lengths), then every seed is trained at that 
 held-out samples of every length bucket (training lengths, fine-tuned lengths, beyond).
 
 Outputs (RUN_DIR): `runs.jsonl` (one row per training run, keyed by its settings, so a killed study resumes),
-`table.csv` (per condition and replay: trainable parameters, the chosen learning rate, mean and sd over seeds of
-exact and per-token accuracy per bucket, ID cost), `selection.csv`, `summary.json` (the findings), `figures/`
-(accuracy by bucket per condition; accuracy against the pair's rotation frequency) and `report.html`; with the
+`table.csv` (per condition and replay: trainable parameters, the learning-rate grid tried and the chosen rate, mean,
+sd and 95 % intervals over seeds of exact and per-token accuracy per bucket, ID cost), `selection.csv`,
+`summary.json` (the findings), `figures/` (accuracy by bucket per condition; exact and per-token accuracy against the
+rotation frequency of the trained pair or of a single column's pair) and `report.html`; with the
 curves protocol also `learning_curves.jsonl` (one row per run, step and bucket), the stop and fit columns of
 `table.csv` and a learning-curve figure per condition; with a base, `base/` (its checkpoint and `base.json`).
 """
@@ -52,23 +53,30 @@ class QKStudyConfig:
     lr_large: tuple[float, ...] = (1e-3, 3e-3)  # learning-rate grid for `all` and `attn`
     lr_qk: tuple[float, ...] = (3e-3, 1e-2)  # for `qk`
     lr_small: tuple[float, ...] = (3e-3, 1e-2)  # for pairs and single columns
+    lr_extend: int = 0  # rates a grid may add past each edge while its best rate sits there (0: the grid as given)
     n_select: int = 64  # selection samples (lengths `finetune`)
     n_report: int = 50  # report samples per bucket
     select_seed: int = 1_000_003  # seeds of the held-out sets (training batches use seeds with bit 62 set)
     report_seed: int = 2_000_003
     eval_batch_size: int = 100
-    # protocol "budget": every run trains `steps` steps; "curves": every run trains until the plateau rule fires on
-    # the learning curve of the fine-tuned lengths (on `stop_metric`: per-token accuracy by default, which moves
-    # while exact accuracy still sits at 0), or `cap` steps (one schedule over `cap`), scored every
+    # protocol "budget": every run trains `steps` steps; "curves": every run trains until its stop rule (`stop`)
+    # fires on the learning curve of the fine-tuned lengths, or `cap` steps (one schedule over `cap`), scored every
     # `curve_every` steps on `n_curve` held-out samples per bucket (seed `curve_seed`, apart from the selection and
-    # report sets); a run whose fine-tuned exact at its stop is below `fit_exact` did not fit
+    # report sets). Whatever stopped it, a run fits when its fine-tuned exact at its last evaluation reaches
+    # `fit_exact`, and not otherwise: the label never depends on the rule
     protocol: str = "budget"
     cap: int = 3000
     curve_every: int = 100
     n_curve: int = 100
     curve_seed: int = 3_000_003
     fit_exact: float = 0.9
-    stop_metric: str = "partial"
+    stop_metric: str = "partial"  # what the plateau rule watches (per-token moves while exact still sits at 0)
+    # "plateau": no gain of 1 pp on `stop_metric` over 3 evaluations (fires at once when that metric starts near
+    # 1); "target": fine-tuned exact reaches `fit_exact`; "none": every run trains to the cap
+    stop: str = "plateau"
+    # the model's training lengths (replay and ID cost) when it is loaded from `init`; None: the task's ID preset
+    # (with a `base`, the base's lengths)
+    id_length: Bucket | None = None
     # a model to fine-tune trained here first, from scratch, instead of loading `init` (keys of `BaseSpec`, e.g.
     # the shape of the paper's public model); {}: load `init`
     base: dict = field(default_factory=dict)
@@ -108,8 +116,18 @@ class QKStudyConfig:
         if not 0 < self.fit_exact <= 1:
             raise ValueError(f"fit_exact must be in (0, 1], got {self.fit_exact}")
         check_option("stop_metric", self.stop_metric, CURVE_METRICS)
+        check_option("stop", self.stop, STOPS)
+        if self.id_length is not None:
+            if self.base:
+                raise ValueError("id_length is for a model loaded from `init`; with a base, set base.length")
+            try:
+                parse_buckets([self.id_length])
+            except ValueError as e:
+                raise ValueError(f"id_length: {str(e).removeprefix('--buckets: ')}") from None
         if self.base:
             base_spec(self)
+        if isinstance(self.lr_extend, bool) or not isinstance(self.lr_extend, int) or self.lr_extend < 0:
+            raise ValueError(f"lr_extend must be an int >= 0, got {self.lr_extend!r}")
         for grid in (self.lr_large, self.lr_qk, self.lr_small):
             if not grid or any(not lr > 0 for lr in grid):
                 raise ValueError(f"learning-rate grids must be non-empty and positive, got {grid}")
@@ -158,6 +176,7 @@ def base_spec(cfg: "QKStudyConfig") -> BaseSpec:
 
 
 PROTOCOLS = ("budget", "curves")
+STOPS = ("plateau", "target", "none")  # the curves protocol's stop rules (`QKStudyConfig.stop`)
 CURVES_ROWS = "learning_curves.jsonl"  # the curves protocol's learning curves: one row per (run, step, bucket)
 
 
@@ -170,6 +189,7 @@ class Condition:
     lrs: tuple[float, ...]  # learning-rate grid (empty for "none")
     pair: int | None = None  # the rotary pair the condition trains or belongs to (pairs and columns)
     frequency: float | None = None  # that pair's rotation frequency base^(-2i/rotary_dim), rad per position
+    extend: int = 0  # rates the grid may add past each edge while its best rate sits there (`lr_grid`)
 
 
 def conditions(cfg: QKStudyConfig, model) -> list[Condition]:
@@ -179,18 +199,19 @@ def conditions(cfg: QKStudyConfig, model) -> list[Condition]:
 
     half = rotary_of(model).dim // 2
     pairs = range(half) if cfg.pairs is None else cfg.pairs
-    out = [Condition("none", None, ()), Condition("all", None, cfg.lr_large), Condition("attn", "attn", cfg.lr_large),
-           Condition("qk", "qk", cfg.lr_qk)]
+    ext = cfg.lr_extend
+    out = [Condition("none", None, ()), Condition("all", None, cfg.lr_large, extend=ext),
+           Condition("attn", "attn", cfg.lr_large, extend=ext), Condition("qk", "qk", cfg.lr_qk, extend=ext)]
     for i in pairs:
         pair_columns(model, i)
-        out.append(Condition(f"qk-pair:{i}", f"qk-pair:{i}", cfg.lr_small, i, pair_frequency(model, i)))
+        out.append(Condition(f"qk-pair:{i}", f"qk-pair:{i}", cfg.lr_small, i, pair_frequency(model, i), ext))
     d_head = model.cfg.d_head
     for c in cfg.columns:
         if not 0 <= c < d_head:
             raise ValueError(f"column {c} out of range: d_head is {d_head}")
         i = next((i for i in range(half) if c in pair_columns(model, i)), None)
         freq = None if i is None else pair_frequency(model, i)
-        out.append(Condition(f"qk-column:{c}", f"qk-column:{c}", cfg.lr_small, i, freq))
+        out.append(Condition(f"qk-column:{c}", f"qk-column:{c}", cfg.lr_small, i, freq, ext))
     return out
 
 
@@ -225,7 +246,8 @@ def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> S
     else:
         model, tokenizer, _ = models.load(cfg.init, device=device)
     ft_task = tasks.preset(cfg.task, "id", length=cfg.finetune)
-    id_task = tasks.preset(cfg.task, "id", **({"length": base_spec(cfg).length} if cfg.base else {}))
+    id_length = base_spec(cfg).length if cfg.base else cfg.id_length
+    id_task = tasks.preset(cfg.task, "id", **({"length": tuple(id_length)} if id_length else {}))
     report = bucket_sets(id_task, cfg.buckets, cfg.n_report, cfg.report_seed)
     for t in (ft_task, id_task, *(tasks.preset(cfg.task, "id", length=b) for b in cfg.buckets)):
         check_tokenizer(tokenizer, t.alphabet)
@@ -291,13 +313,15 @@ def run_settings(s: Setup, cond: Condition, replay: float, lr: float | None, see
             "batch_size": c.batch_size, "warmup": c.warmup, "weight_decay": c.weight_decay,
             "select": [c.n_select, c.select_seed], "report": [[list(b) for b in c.buckets], c.n_report, c.report_seed],
             **(_curve_settings(c) if c.protocol == "curves" else {}),
-            **({"base": asdict(base_spec(c))} if c.base else {})}
+            **({"base": asdict(base_spec(c))} if c.base else {}),
+            **({"id_length": list(c.id_length)} if c.id_length is not None else {})}
 
 
 def _curve_settings(c: QKStudyConfig) -> dict:
     """The curves protocol's part of a row's key (the budget protocol's keys stay those of before it existed)."""
+    rule = {} if c.stop == "plateau" else {"stop": c.stop, **({"target": c.fit_exact} if c.stop == "target" else {})}
     return {"protocol": "curves", "steps": c.cap, "curve_every": c.curve_every, "stop_metric": c.stop_metric,
-            "curve": [[list(b) for b in curve_buckets(c)], c.n_curve, c.curve_seed]}
+            "curve": [[list(b) for b in curve_buckets(c)], c.n_curve, c.curve_seed], **rule}
 
 
 def _scores(s: Setup) -> dict[str, float]:
@@ -336,9 +360,10 @@ def train_one(s: Setup, settings: dict) -> tuple[dict, list[dict]]:
                                      seed=settings["seed"], train_only=settings["train_only"],
                                      device=str(s.model.cfg.device), log_every=max(1, settings["steps"]),
                                      curve_every=settings["curve_every"] if by_curves else 0,
-                                     stop="plateau" if by_curves else "none",
-                                     stop_bucket=bucket_name(s.cfg.finetune),
-                                     stop_metric=settings.get("stop_metric", "exact"))
+                                     stop=settings.get("stop", "plateau") if by_curves else "none",
+                                     target=settings.get("target"), stop_bucket=bucket_name(s.cfg.finetune),
+                                     stop_metric="exact" if settings.get("stop") == "target"
+                                     else settings.get("stop_metric", "exact"))
         options = dict(progress=False, curve_data=s.curves if by_curves else None)
         if s.out is None:
             result = train(s.model, s.tokenizer, data, config, **options)
@@ -358,15 +383,55 @@ def train_one(s: Setup, settings: dict) -> tuple[dict, list[dict]]:
 
 
 # ----------------------------------------------------------------------------------------------- the study
+def lr_grid(rows: list[dict], cond: Condition, replay: float, seed: int) -> tuple[tuple[float, ...], float | None]:
+    """(the grid tried so far, its chosen rate or None while a rate of it is still to run). The grid starts as the
+    condition's; while the best rate sits at an edge and fewer than `cond.extend` rates were added on that side, the
+    next rate past that edge (the grid's own ratio) joins it, so a finished grid brackets its optimum unless the
+    extension budget ran out (`lr_edge` in the table says so)."""
+    if not cond.lrs:
+        return (), None
+    got = {r["lr"]: r for r in rows if r["condition"] == cond.name and r["replay"] == replay and r["seed"] == seed}
+    grid = tuple(sorted(cond.lrs))
+    while True:
+        if any(lr not in got for lr in grid):
+            return grid, None
+        best = max(grid, key=lambda lr: (got[lr]["partial_select"], got[lr]["exact_select"], -lr))
+        ratio = (grid[-1] / grid[0]) ** (1 / (len(grid) - 1)) if len(grid) > 1 else 1.0
+        low, high = grid.index(min(cond.lrs)), len(grid) - 1 - grid.index(max(cond.lrs))
+        if best == grid[0] and len(grid) > 1 and low < cond.extend:
+            grid = (_past(grid[0], 1 / ratio), *grid)
+        elif best == grid[-1] and len(grid) > 1 and high < cond.extend:
+            grid = (*grid, _past(grid[-1], ratio))
+        else:
+            return grid, best
+
+
+def _past(edge: float, ratio: float) -> float:
+    """The rate one grid step (`ratio`) past `edge`, put on the 1-3-10 ladder (3e-4 below 1e-3 in a half-decade
+    grid, not 3.16e-4) unless that would not move it."""
+    import math
+
+    raw = edge * ratio
+    k = math.floor(math.log10(raw))
+    snapped = min((m * 10.0 ** e for e in (k - 1, k, k + 1) for m in (1, 3)),
+                  key=lambda v: abs(math.log10(v) - math.log10(raw)))
+    snapped = float(f"{snapped:.3g}")
+    return snapped if (snapped - edge) * (ratio - 1) > 0 else float(f"{raw:.3g}")
+
+
 def _select_lr(rows: list[dict], cond: Condition, replay: float, seed: int) -> float | None:
     """The grid's learning rate with the best selection-set per-token accuracy at `seed` (the first seed; ties:
-    exact, then the smaller rate); None for the untrained condition or while the grid is incomplete."""
-    if not cond.lrs:
-        return None
-    got = {r["lr"]: r for r in rows if r["condition"] == cond.name and r["replay"] == replay and r["seed"] == seed}
-    if any(lr not in got for lr in cond.lrs):
-        return None
-    return max(cond.lrs, key=lambda lr: (got[lr]["partial_select"], got[lr]["exact_select"], -lr))
+    exact, then the smaller rate; the grid extended past an edge as `lr_grid` says); None for the untrained
+    condition or while the grid is incomplete."""
+    return lr_grid(rows, cond, replay, seed)[1]
+
+
+def lr_edge(rows: list[dict], cond: Condition, replay: float, seed: int) -> str:
+    """"bottom" or "top" when the chosen rate is still at that edge of its (extended) grid, else ""."""
+    grid, chosen = lr_grid(rows, cond, replay, seed)
+    if chosen is None or len(grid) < 2:
+        return ""
+    return "bottom" if chosen == grid[0] else "top" if chosen == grid[-1] else ""
 
 
 def plan(s: Setup, rows: list[dict]) -> list[dict]:
@@ -381,8 +446,8 @@ def plan(s: Setup, rows: list[dict]) -> list[dict]:
             if not cond.lrs:
                 todo.append(run_settings(s, cond, 0.0, None, None))
             elif replay == 0 or s.cfg.replay_conditions is None or {"*", cond.name} & set(s.cfg.replay_conditions):
-                todo += [run_settings(s, cond, replay, lr, s.cfg.seeds[0]) for lr in cond.lrs]
-                lr = _select_lr(rows, cond, replay, s.cfg.seeds[0])
+                grid, lr = lr_grid(rows, cond, replay, s.cfg.seeds[0])
+                todo += [run_settings(s, cond, replay, rate, s.cfg.seeds[0]) for rate in grid]
                 todo += [run_settings(s, cond, replay, lr, seed) for seed in s.cfg.seeds[1:]] if lr else []
         todo = [{**st, "key": k} for st in todo if (k := settings_key(st)) not in have]
         if todo:
@@ -461,14 +526,14 @@ def aggregate(s: Setup, rows: list[dict], curves: list[dict] = ()):
                                                and r["replay"] == replay and r["lr"] == lr and lr is not None]
             if not runs:
                 continue
+            grid = lr_grid(rows, cond, replay, s.cfg.seeds[0])[0]
             row = {"condition": cond.name, "replay": replay if cond.lrs else None, "lr": lr, "pair": cond.pair,
+                   "lr_grid": " ".join(f"{g:g}" for g in grid), "lr_edge": lr_edge(rows, cond, replay, s.cfg.seeds[0]),
                    "frequency": cond.frequency, "trainable": runs[0]["trainable"], "fraction": runs[0]["fraction"],
                    "n_seeds": len(runs) if cond.lrs else 0}
             for name in names:
-                for metric in ("exact", "partial"):
-                    vals = pd.Series([r[f"{metric}_{name}"] for r in runs], dtype=float)
-                    row[f"{metric}_{name}"] = vals.mean()
-                    row[f"{metric}_{name}_sd"] = vals.std(ddof=1) if len(vals) > 1 else 0.0
+                row |= bucket_columns([r[f"exact_{name}"] for r in runs], [r[f"partial_{name}"] for r in runs],
+                                      name, s.cfg.n_report)
             row["id_cost"] = base_id - row[f"exact_{names[0]}"]
             if s.cfg.protocol == "curves" and cond.lrs:
                 row.update(curve_columns(s.cfg, runs, curves))
@@ -477,15 +542,35 @@ def aggregate(s: Setup, rows: list[dict], curves: list[dict] = ()):
     return within_full(s.cfg, table, curves) if s.cfg.protocol == "curves" and len(table) else table
 
 
+def bucket_columns(exact: list[float], partial: list[float], name: str, n_report: int) -> dict:
+    """One bucket's columns over the seeds of a condition: mean and sd of exact and per-token accuracy, their 95 %
+    intervals (`_lo`, `_hi`: per-token the t-interval over seeds, NaN for one seed; exact `intervals.seed_interval`,
+    the wider of that t-interval and the Wilson interval of every seed's `n_report` answers pooled) and the pooled
+    Wilson interval alone (`exact_NAME_wilson_lo`, `_hi`)."""
+    import statistics
+
+    from ...intervals import pooled_wilson, seed_interval, t_interval
+
+    out: dict = {}
+    for metric, vals in (("exact", exact), ("partial", partial)):
+        out[f"{metric}_{name}"] = statistics.fmean(vals)
+        out[f"{metric}_{name}_sd"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        out[f"{metric}_{name}_lo"], out[f"{metric}_{name}_hi"] = (
+            seed_interval(vals, n_report) if metric == "exact" else t_interval(vals))
+    out[f"exact_{name}_wilson_lo"], out[f"exact_{name}_wilson_hi"] = pooled_wilson(exact, n_report)
+    return out
+
+
 def _run_curves(curves: list[dict], key: str, bucket: str) -> list[dict]:
     return [r for r in curves if r["run"] == key and r["bucket"] == bucket]
 
 
 def curve_columns(cfg: QKStudyConfig, runs: list[dict], curves: list[dict]) -> dict:
     """The curves protocol's columns of one (condition, replay): stop reasons (e.g. "plateau 2, cap 1") and mean stop
-    step, the plateau (mean fine-tuned exact on the curve set where the runs stopped), how many seeds fit (reached
-    `fit_exact` there) and "fit" only when all did, the mean steps to `fit_exact` (None unless every seed reached
-    it). A condition that did not fit claims nothing beyond its fine-tuned lengths: those columns are emptied."""
+    step, the plateau (mean fine-tuned exact on the curve set at each run's last evaluation), how many seeds fit
+    (reached `fit_exact` there) and "fit" only when all did, the mean steps to `fit_exact` (None unless every seed
+    reached it). The label comes from that accuracy alone, whichever rule (plateau, target or cap) ended the run. A
+    condition that did not fit claims nothing beyond its fine-tuned lengths: those columns are emptied."""
     from collections import Counter
 
     from ...curves import steps_to_target
@@ -503,7 +588,9 @@ def curve_columns(cfg: QKStudyConfig, runs: list[dict], curves: list[dict]) -> d
         for b in cfg.buckets:
             if b[0] > cfg.finetune[1]:
                 tag = bucket_name(b).removeprefix("length ")
-                out |= {f"{m}_{tag}{sd}": float("nan") for m in ("exact", "partial") for sd in ("", "_sd")}
+                out |= {f"{m}_{tag}{sd}": float("nan") for m in ("exact", "partial")
+                        for sd in ("", "_sd", "_lo", "_hi")}
+                out |= {f"exact_{tag}_wilson_{end}": float("nan") for end in ("lo", "hi")}
     return out
 
 
@@ -549,9 +636,10 @@ def findings(cfg: QKStudyConfig, table) -> dict:
         full = full.iloc[0]
         best = small.sort_values([f"exact_{ft}", f"partial_{ft}"], ascending=False).iloc[0]
         pairs = small[small.condition.str.startswith("qk-pair")]
-        rho = spearmanr(pairs.frequency, pairs[f"partial_{ft}"]).statistic if len(pairs) > 2 else float("nan")
-        f = {"full": _brief(full, ft, beyond), "best_single": _brief(best, ft, beyond),
-             "spearman_frequency_vs_partial": rho}
+        f = {"full": _brief(full, ft, beyond), "best_single": _brief(best, ft, beyond)}
+        for metric in ("partial", "exact"):
+            f[f"spearman_frequency_vs_{metric}"] = (spearmanr(pairs.frequency, pairs[f"{metric}_{ft}"]).statistic
+                                                    if len(pairs) > 2 else float("nan"))
         for metric in ("exact", "partial"):
             col = f"{metric}_{ft}"
             gain = full[col] - none.iloc[0][col]
@@ -611,16 +699,25 @@ SELECTION_RULE = ("per (condition, replay): the learning rate of the grid with t
 
 
 def _long(t, names: list[str], metric: str):
-    """Rows (condition, bucket, metric, sd, frequency) of the table `t`, one per condition and bucket."""
+    """Rows (condition, bucket, frequency, metric, plus, minus) of the table `t`, one per condition and bucket:
+    `plus`/`minus` reach the 95 % interval's ends (`bucket_columns`; a table written before the intervals existed
+    falls back to ± sd)."""
     import pandas as pd
 
+    def ends(r, n):
+        lo, hi = f"{metric}_{n}_lo", f"{metric}_{n}_hi"
+        if lo in r and r[lo] == r[lo]:
+            return r[hi] - r[f"{metric}_{n}"], r[f"{metric}_{n}"] - r[lo]
+        return r[f"{metric}_{n}_sd"], r[f"{metric}_{n}_sd"]
+
     return pd.DataFrame([{"condition": r.condition, "bucket": n, "frequency": r.frequency, metric: r[f"{metric}_{n}"],
-                          "sd": r[f"{metric}_{n}_sd"]} for _, r in t.iterrows() for n in names])
+                          **dict(zip(("plus", "minus"), ends(r, n)))} for _, r in t.iterrows() for n in names])
 
 
 def figures(cfg: QKStudyConfig, table) -> dict:
-    """Accuracy by bucket per condition (per replay share and metric) and per-token accuracy against the rotation
-    frequency of the trained pair, with full fine-tuning as a dashed line."""
+    """Accuracy by bucket per condition (per replay share and metric) and exact and per-token accuracy against the
+    rotation frequency of the trained pair (or of the pair a single column belongs to), with full fine-tuning as a
+    dashed line; every error bar a 95 % interval (`bucket_columns`)."""
     from ... import viz
 
     names = [bucket_name(b).removeprefix("length ") for b in cfg.buckets]
@@ -630,15 +727,18 @@ def figures(cfg: QKStudyConfig, table) -> dict:
         t = table[(table.replay == replay) | (table.condition == "none")]
         for metric in ("exact", "partial"):
             figs[f"by_bucket_{metric}_replay{replay:g}"] = viz.accuracy_by_bucket(
-                _long(t, names, metric), y=metric, group="condition", error="sd",
-                title=f"{metric} accuracy by length bucket (fine-tuned on {ft}, replay {replay:g}; mean ± sd)")
-        pairs = t[t.condition.str.startswith("qk-pair")]
+                _long(t, names, metric), y=metric, group="condition", error=("plus", "minus"),
+                title=f"{metric} accuracy by length bucket (fine-tuned on {ft}, replay {replay:g}; 95 % intervals)")
         full = t[t.condition == "all"]
-        if len(pairs):
-            base = {} if full.empty else {f"full fine-tuning ({ft})": float(full.iloc[0][f"partial_{ft}"])}
-            figs[f"pair_frequency_replay{replay:g}"] = viz.accuracy_vs_frequency(
-                _long(pairs, names, "partial"), y="partial", error="sd", baselines=base,
-                title=f"Per-token accuracy after training one RoPE pair vs its rotation frequency (replay {replay:g})")
+        for kind, prefix in (("pair", "qk-pair"), ("column", "qk-column")):
+            rows = t[t.condition.str.startswith(prefix) & t.frequency.notna()]
+            for metric, what in (("partial", "Per-token"), ("exact", "Exact")) if len(rows) else ():
+                base = {} if full.empty else {f"full fine-tuning ({ft})": float(full.iloc[0][f"{metric}_{ft}"])}
+                name = f"{kind}_frequency{'' if metric == 'partial' else '_exact'}_replay{replay:g}"
+                figs[name] = viz.accuracy_vs_frequency(
+                    _long(rows, names, metric), y=metric, error=("plus", "minus"), baselines=base,
+                    title=f"{what} accuracy after training one RoPE {kind} vs its pair's rotation frequency "
+                          f"(replay {replay:g}; 95 % intervals)")
     return figs
 
 

@@ -1,0 +1,346 @@
+"""The headline numbers of results/*/README.md and of the project README, recomputed from the committed rows.
+
+Each test reads one study's rows (runs.jsonl, results.csv, curves.jsonl, ...) and checks that the README states what
+they give, to the digits it prints, so the wording and the rows cannot drift apart. Intervals are the ones the
+READMEs name: `aspan.intervals.seed_interval` (the wider of Student's t over seeds and the pooled Wilson interval)
+for means over seeds, Wilson for one run's proportion. results/gpu_campaign has its own test
+(tests/applications/test_campaign.py).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from aspan.intervals import seed_interval, t_interval, wilson
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "results"
+PROJECT = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _readme(study: str) -> str:
+    return (RESULTS / study / "README.md").read_text(encoding="utf-8")
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _flat(text: str) -> str:
+    """The text with line breaks as spaces (prose wraps anywhere)."""
+    return re.sub(r"\s+", " ", text)
+
+
+def _cell(values: list[float], n_each: int, digits: int = 2) -> str:
+    """'0.55 [0.45, 0.65]': the mean of per-seed rates with its `seed_interval`."""
+    lo, hi = seed_interval(values, n_each)
+    return f"{sum(values) / len(values):.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _row(text: str, prefix: str, cells: list[str]) -> None:
+    """Some table line of `text` starts with `prefix` and holds every cell (as `| cell |`)."""
+    lines = [line for line in text.splitlines() if line.startswith(prefix)]
+    assert lines, f"no table row starts with {prefix!r}"
+    missing = [[c for c in cells if f"| {c} |" not in line + " |"] for line in lines]
+    assert any(not m for m in missing), f"row {prefix!r} lacks {min(missing, key=len)}"
+
+
+# ----------------------------------------------------------------------------------------------- qk study
+def _qk_runs(run: str, chosen: pd.DataFrame) -> dict[tuple, list[dict]]:
+    """Per (condition, replay): the runs of the rate table.csv chose (sorted by seed)."""
+    rows = _jsonl(RESULTS / "qk_study" / run / "runs.jsonl")
+    out = {}
+    for t in chosen.itertuples():
+        out[t.condition, t.replay] = sorted((r for r in rows if r["condition"] == t.condition
+                                             and r["replay"] == t.replay and r["lr"] == t.lr), key=lambda r: r["seed"])
+    return out
+
+
+def test_qk_curves_headline_table():
+    table = pd.read_csv(RESULTS / "qk_study" / "curves" / "table.csv")
+    table = table[table.condition != "none"]
+    runs = _qk_runs("curves", table)
+    readme = _readme("qk_study")
+    for t in table.itertuples():
+        r = runs[t.condition, t.replay]
+        assert len(r) == 3 and all(x["stop_reason"] == "plateau" for x in r)
+        ft = _cell([x["exact_11-20"] for x in r], 50)
+        cells = [t.fit, f"plateau ({sum(x['stop_step'] for x in r) / 3:,.0f})", ft,
+                 f"{sum(x['partial_11-20'] for x in r) / 3:.2f}", _cell([x["exact_1-10"] for x in r], 50),
+                 _cell([x["exact_21-30"] for x in r], 50) if t.fit == "fit" else "–"]
+        _row(readme, f"| {t.condition} | {t.replay:g} |", cells)
+    assert "0.99 [0.93, 1.00]" in PROJECT and "0.11 [0, 0.39]" in PROJECT  # the project README quotes the table
+    pair1 = runs["qk-pair:1", 0.0]
+    assert f"{_cell([x['exact_11-20'] for x in pair1], 50)}" == "0.11 [0.00, 0.39]"
+
+
+def test_qk_paper_shape_table_and_prose():
+    table = pd.read_csv(RESULTS / "qk_study" / "paper_shape" / "table.csv")
+    table = table[table.condition != "none"]
+    runs = _qk_runs("paper_shape", table)
+    readme, flat = _readme("qk_study"), _flat(_readme("qk_study"))
+    cell = {}
+    for t in table.itertuples():
+        r = runs[t.condition, t.replay]
+        fits = sum(x == 1 for x in [t.n_fit >= k for k in (1, 2, 3)])
+        cell[t.condition] = {b: _cell([x[f"exact_{b}"] for x in r], 100) for b in ("1-20", "21-40", "41-60")}
+        cells = [f"{t.lr:g}", f"{t.fit} ({int(t.n_fit)}/3)", f"plateau 3 ({t.stop_step:,.0f})",
+                 cell[t.condition]["1-20"], cell[t.condition]["21-40"], f"{sum(x['partial_21-40'] for x in r) / 3:.2f}"]
+        cells += [cell[t.condition]["41-60"], f"{sum(x['partial_41-60'] for x in r) / 3:.2f}"] if t.fit == "fit" \
+            else ["–", "–"]
+        assert fits == int(t.n_fit)
+        _row(readme, f"| {t.condition} |", cells)
+    qk = table.set_index("condition").loc["qk"]
+    qk_runs = runs["qk", 0.0]
+    assert f"reaches {cell['qk']['21-40']} exact on 21–40 and {sum(x['exact_41-60'] for x in qk_runs) / 3:.2f} on " \
+           "41–60" in flat
+    full = runs["all", 0.0]
+    assert f"(full fine-tuning {sum(x['exact_41-60'] for x in full) / 3:.2f})" in flat
+    assert f"stopped it (step {qk.stop_step:.0f}) was {qk.plateau_exact:.2f}, below 0.9" in flat
+    # per token the slower pair is better (Spearman -1); in exact accuracy pair 0 beats pair 8
+    pairs = table[table.condition.str.startswith("qk-pair")].sort_values("frequency")
+    assert list(pairs["partial_21-40"]) == sorted(pairs["partial_21-40"], reverse=True)
+    exact = pairs.set_index("condition")["exact_21-40"]
+    assert exact["qk-pair:0"] > exact["qk-pair:8"]
+    assert f"pair 0 ({exact['qk-pair:0']:.2f}) beats pair 8 ({exact['qk-pair:8']:.2f})" in _flat(PROJECT)
+    assert f"pair 16 (0.25 % of the parameters), reaches {cell['qk-pair:16']['21-40']} exact on 21–40" in flat
+    assert f"{cell['all']['21-40']}" in flat and "0.55 [0.45, 0.65]" in _flat(PROJECT)
+
+
+def _cap_curve(path: Path, bucket: str, step: int, metric: str = "exact") -> float:
+    rows = [r for r in _jsonl(path) if r.get("kind") == "curve" and r["bucket"] == bucket and r["step"] == step]
+    return rows[-1][metric]
+
+
+def test_qk_cap_supplements():
+    readme, flat = _readme("qk_study"), _flat(_readme("qk_study"))
+    cap = RESULTS / "qk_study" / "pair1_cap"
+    ends = []
+    for seed in (0, 1, 2):
+        path = cap / f"seed{seed}" / "curves.jsonl"
+        exact = [_cap_curve(path, "length 11-20", s) for s in (1000, 2000, 3000)]
+        partial = [_cap_curve(path, "length 11-20", s, "partial") for s in (1000, 2000, 3000)]
+        ends.append(exact[-1])
+        _row(readme, f"| {seed} |", [" / ".join(f"{v:.2f}" for v in exact), " / ".join(f"{v:.2f}" for v in partial),
+                                     f"{_cap_curve(path, 'length 1-10', 3000):.2f}",
+                                     f"{_cap_curve(path, 'length 21-30', 3000, 'partial'):.2f}"])
+    assert f"({sum(ends) / 3:.2f} against 0.11)" in flat and f"reaches {sum(ends) / 3:.2f} exact" in _flat(PROJECT)
+    shape = RESULTS / "qk_study" / "paper_shape_cap"
+    for group, name in (("all", "all"), ("qk-pair16", "pair 16"), ("qk", "qk")):
+        for seed in (0, 1, 2):
+            path = shape / f"{group}-seed{seed}" / "curves.jsonl"
+            exact = [_cap_curve(path, "length 21-40", s) for s in (500, 1000, 2000)]
+            _row(readme, f"| {name}, seed {seed} |", [" / ".join(f"{v:.2f}" for v in exact),
+                                                      f"{_cap_curve(path, 'length 1-20', 2000):.2f}"])
+    full = [_cap_curve(shape / f"all-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
+    pair = [_cap_curve(shape / f"qk-pair16-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
+    assert f"({sum(pair) / 3:.2f} against {sum(full) / 3:.2f} when both train the full 2,000 steps)" in _flat(PROJECT)
+    # qk to the cap: labelled by its accuracy at the last evaluation (every seed >= 0.9 on 21-40), not by a stop rule
+    qk = [_cap_curve(shape / f"qk-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
+    beyond = [_cap_curve(shape / f"qk-seed{s}" / "curves.jsonl", "length 41-60", 2000) for s in (0, 1, 2)]
+    full_beyond = [_cap_curve(shape / f"all-seed{s}" / "curves.jsonl", "length 41-60", 2000) for s in (0, 1, 2)]
+    assert min(qk) >= 0.9 and all(json.loads((shape / f"qk-seed{s}" / "run.json").read_text())["stop"]["reason"]
+                                  == "cap" for s in (0, 1, 2))
+    assert f"({', '.join(f'{v:.2f}' for v in qk)}; mean {_cell(qk, 100)})" in flat and "`qk` **fits**" in flat
+    assert f"full fine-tuning at equal steps ({_cell(full, 100)})" in flat
+    assert f"41–60 exact {_cell(beyond, 100)} against full fine-tuning's {_cell(full_beyond, 100)}" in flat
+    assert f"it fits ({_cell(qk, 100)}, and {sum(beyond) / 3:.2f} on 41–60 against full fine-tuning's " \
+           f"{sum(full_beyond) / 3:.2f})" in _flat(PROJECT)
+
+
+# ----------------------------------------------------------------------------------------------- parity study
+def test_parity_headline_table():
+    res = pd.read_csv(RESULTS / "parity_study" / "curves" / "results.csv")
+    conv = pd.read_csv(RESULTS / "parity_study" / "curves" / "convergence.csv").set_index("format")
+    readme = _readme("parity_study")
+
+    def pct(lo_hi_mean):
+        m, lo, hi = (100 * v for v in lo_hi_mean)
+        return f"{m:.1f} [{lo:.1f}, {hi:.1f}]".replace("100.0]", "100]")
+
+    for fmt, g in res.groupby("format"):
+        cells = [f"{conv.loc[fmt, 'stop_step']:,.0f}"]
+        for m in (1, 2, 5):
+            e = g[g.multiple == m].exact.tolist()
+            cells.append(pct((sum(e) / 3, *seed_interval(e, 200))))
+        for m in (2, 5):
+            p = g[g.multiple == m].partial.tolist()
+            cells.append(pct((sum(p) / 3, *t_interval(p))))
+        assert (g.fitted).all() and (g.stop_reason == "target").all()
+        _row(readme, f"| `{fmt}` |", cells)
+    one = res[res.multiple == 1].exact
+    flat = _flat(readme)
+    assert f"{100 * one.min():.1f}–{100 * one.max():.0f} % per seed on the test inputs of exactly 10 bits" in flat
+    plain = res[(res.format == "plain") & (res.multiple == 5)].exact.tolist()
+    m, lo, hi = (100 * v for v in (sum(plain) / 3, *seed_interval(plain, 200)))
+    assert f"scores {m:.1f} % [{lo:.1f}, {hi:.1f}], which is chance" in flat
+    assert f"is at chance ({m:.1f} % [{lo:.1f}, {hi:.1f}])" in _flat(PROJECT)
+    zero = res[(res.format != "plain") & (res.multiple == 5)].exact
+    assert (zero == 0).all() and f"[0, {100 * wilson(0, 600)[1]:.1f}] %" in _flat(PROJECT)
+
+
+# ----------------------------------------------------------------------------------------------- abc study
+def test_abc_study_tables():
+    table = pd.read_csv(RESULTS / "abc_study" / "table.csv")
+    runs = pd.DataFrame(_jsonl(RESULTS / "abc_study" / "runs.jsonl"))
+    readme = _readme("abc_study")
+    for (task, cond), g in table.groupby(["task", "condition"], sort=False):
+        r = runs[(runs.task == task) & (runs.condition == cond) & (runs.lr == g.lr.iloc[0])
+                 & (runs.steps == g.steps.iloc[0])]
+        assert len(r) == 3
+        _row(readme, f"| {task} | {cond} | {g.lr.iloc[0]:g} | {g.steps.iloc[0]} |",
+             [_cell(r[f"test_exact_{d}"].tolist(), 100, 3) for d in (6, 10, 20, 60)])
+    for sub, task in (("long_successor", "successor"), ("long_addition", "addition")):
+        for r in _jsonl(RESULTS / "abc_study" / sub / "runs.jsonl"):
+            cells = []
+            for d in (6, 10, 20, 60):
+                k = round(r[f"test_exact_{d}"] * 100)
+                lo, hi = wilson(k, 100)
+                cells.append(f"{k / 100:.2f} [{lo:.2f}, {hi:.2f}]".replace("[0.00,", "[0,").replace("1.00]", "1]")
+                             if k in (0, 100) else f"{k / 100:.2f} [{lo:.2f}, {hi:.2f}]")
+            _row(readme, f"| {task} | {r['condition']} |", cells)
+    lo, hi = wilson(99, 100)
+    assert f"99 of 100 answers, 95 % interval [{lo:.3f}, {hi:.3f}]" in _flat(readme)
+    assert f"(0.99 on 100 samples, 95 % interval [{lo:.3f}, {hi:.3f}], one seed)" in _flat(PROJECT)
+    parity_abs = runs[(runs.task == "parity") & (runs.condition == "abs") & (runs.lr == 0.001)]
+    assert (parity_abs.test_exact_60 == 1).all() and f"[{wilson(300, 300)[0]:.3f}, 1]" in _flat(readme)
+
+
+def test_abc_paper_tables():
+    for study in ("abc_paper", "abc_paper_addition", "abc_paper_nope"):
+        runs = pd.DataFrame(_jsonl(RESULTS / study / "runs.jsonl"))
+        table = pd.read_csv(RESULTS / study / "table.csv")
+        readme = _readme(study)
+        for task, cond in table[["task", "condition"]].drop_duplicates().itertuples(index=False):
+            r = runs[(runs.task == task) & (runs.condition == cond)]
+            if not r.fitted.any():
+                continue
+            for d in (6, 10, 20, 60):
+                k, n = int(r[f"correct_{d}"].sum()), int(r[f"n_{d}"].sum())
+                lo, hi = wilson(k, n)
+                assert f"{k / n:.3f} [{lo:.3f}, {hi:.3f}]" in readme, (study, task, cond, d)
+    nope = pd.DataFrame(_jsonl(RESULTS / "abc_paper_nope" / "runs.jsonl"))
+    abc = nope[nope.condition == "abc"].set_index("seed")
+    flat = _flat(_readme("abc_paper_nope"))
+    for seed in (1, 2):
+        r = abc.loc[seed]
+        assert r.fitted and r.id_exact == 0.995 and r.n_check == 200
+        lo, hi = wilson(r.correct_6, r.n_6)
+        assert f"{r.correct_6 / r.n_6:.3f} [{lo:.3f}, {hi:.3f}]" in flat
+    lo, hi = wilson(199, 200)
+    assert f"0.995 for both, Wilson 95 % interval [{lo:.3f}, {hi:.3f}]" in flat
+    assert abc.loc[1].correct_6 / abc.loc[1].n_6 < 0.99 <= abc.loc[2].correct_6 / abc.loc[2].n_6
+    assert "1 / 3 at 0.99 on the 1,000-sample test" in flat
+
+
+# ----------------------------------------------------------------------------------------------- demo and smollm2
+def test_causal_demo_table():
+    summary = json.loads((RESULTS / "causal_demo" / "summary.json").read_text())
+    readme = _readme("causal_demo")
+
+    def cells(r: dict) -> str:
+        return f"{r['ood_exact']:.3f} | {r['ood_partial']:.3f} | {r['id_exact']:.3f} |"
+
+    base, paper, chosen, upper = (summary[k] for k in ("baseline", "paper_recipe", "selected", "upper_bound"))
+    assert f"| none | {cells(base)}" in readme and f"| {cells(paper)}" in readme and f"| {cells(upper)}" in readme
+    assert f"**{chosen['ood_exact']:.3f}** | **{chosen['ood_partial']:.3f}** | {chosen['id_exact']:.3f} |" in readme
+    for r in (base, paper, chosen, upper):  # the project README's table quotes the same rows
+        assert f"| {cells(r)}" in PROJECT
+    assert f"**Per-token is met ({chosen['ood_partial']:.3f}); exact is not ({chosen['ood_exact']:.3f}).**" in \
+        _flat(readme)
+
+
+def test_smollm2_selected_edit():
+    summary = json.loads((RESULTS / "smollm2_cpu" / "summary.json").read_text())
+    held, sel = summary["selected_held_out"], summary["selected"]
+    flat = _flat(_readme("smollm2_cpu"))
+    assert (f"exact {held['exact'] - held['gain_exact']:.3f} → {held['exact']:.3f} and per-token "
+            f"{held['partial'] - held['gain_partial']:.3f} → {held['partial']:.3f}, ID exact "
+            f"{held['id_exact'] + held['id_cost']:.3f} → {held['id_exact']:.3f} (ID cost "
+            f"{100 * held['id_cost']:.0f} pp") in flat.replace("−", "-")
+    # the overlap the README states: the held-out row's ID numbers are the selection row's, on the same ID samples
+    assert (held["id_exact"], held["id_cost"]) == (sel["id_exact"], sel["id_cost"])
+    assert "these rows predate that" in flat
+
+
+# ----------------------------------------------------------------------------------------------- project README
+def test_project_readme_python_example_numbers():
+    """The README's Python example, run here: its four numbers are what the text after it states."""
+    block = re.search(r"## Python example\n\n```python\n(.*?)```", PROJECT, re.S)[1]
+    code = block.replace('print("baseline  ", evaluate(model, tokenizer, ood).summary())',
+                         'base = evaluate(model, tokenizer, ood).summary()')
+    code = code.replace('print("reinforced", evaluate(model, tokenizer, ood, fwd_hooks=edit).summary())',
+                        'edited = evaluate(model, tokenizer, ood, fwd_hooks=edit).summary()')
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 (the project's own README example)
+    base, edited = scope["base"], scope["edited"]
+    flat = _flat(PROJECT)
+    assert (f"gets per-token accuracy {base['partial']:.2f} (exact {base['exact']:.2f}); reinforcing the two lookup "
+            f"heads' attention on `ref+2` raises it to {edited['partial']:.2f} (exact {edited['exact']:.2f})") in flat
+
+
+def test_parity_fixed_budget_tables():
+    """The fixed-budget run (1-6 bits, 600 steps) and its ALiBi / NoPE supplement: exact / per-token, %, with the
+    95 % intervals the README names, per format (or positional encoding) and multiple."""
+    readme = _readme("parity_study")
+
+    def cell(g):
+        def pct(m, lo, hi):
+            return f"{100 * m:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]".replace(", 100.0]", ", 100]").replace(
+                "[100.0, 100]", "[100, 100]")
+        e, p = g.exact.tolist(), g.partial.tolist()
+        assert len(e) == 3
+        return f"{pct(sum(e) / 3, *seed_interval(e, 200))} / {pct(sum(p) / 3, *t_interval(p))}"
+
+    main = pd.read_csv(RESULTS / "parity_study" / "results.csv")
+    chosen = json.loads((RESULTS / "parity_study" / "run.json").read_text())["chosen_lr"]
+    for fmt, lr in chosen.items():
+        g = main[(main.format == fmt) & (main.lr == lr)]
+        _row(readme, f"| `{fmt}` | {lr:g} |", [cell(g[g.multiple == m]) for m in (1, 2, 5, 10)])
+    for name, sub in (("alibi", "interleaved_alibi"), ("none (NoPE)", "interleaved_none")):
+        res = pd.read_csv(RESULTS / "parity_study" / sub / "results.csv")
+        lr = json.loads((RESULTS / "parity_study" / sub / "run.json").read_text())["chosen_lr"]["interleaved"]
+        g = res[res.lr == lr]
+        _row(readme, f"| {name} | {lr:g} |", [cell(g[g.multiple == m]) for m in (1, 2, 5, 10)])
+
+
+@pytest.mark.parametrize("heading, run", [("## Results (`curves/table.csv`)", "curves"),
+                                          ("### Results, 50 steps × 16 (`steps50/table.csv`)", "steps50"),
+                                          ("### Results, 150 steps × 16 (`steps150/table.csv`)", "steps150")])
+def test_qk_detail_tables(heading, run):
+    """Every bucket cell of the qk study's full tables: mean over the chosen rate's seeds with its 95 % interval
+    (exact: `seed_interval` over 50 report strings per seed, for the one untrained row its Wilson interval; per-token:
+    t over seeds, the untrained row's mean alone)."""
+    lines = _readme("qk_study").split("\n")
+    start = lines.index(heading)
+    header = next(line for line in lines[start:] if line.startswith("| condition |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    table = pd.read_csv(RESULTS / "qk_study" / run / "table.csv")
+    runs = _jsonl(RESULTS / "qk_study" / run / "runs.jsonl")
+    body = lines[lines.index(header, start) + 2:]
+    body = body[:next(i for i, line in enumerate(body) if not line.startswith("|"))]
+    assert len(body) == len(table)
+    for line in body:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] == "none":
+            mine = [r for r in runs if r["condition"] == "none"]
+        else:
+            t = table[(table.condition == cells[0]) & (table.replay == float(cells[1]))].iloc[0]
+            mine = [r for r in runs if (r["condition"], r["replay"], r["lr"]) == (t.condition, t.replay, t.lr)]
+            assert len(mine) == 3 and cells[3] == f"{t.lr:g}"
+        for col, text in zip(cols, cells):
+            m = re.fullmatch(r"(\d+-\d+) (exact|per-token)", col)
+            if not m or text == "–":
+                continue
+            vals = [r[f"{'exact' if m[2] == 'exact' else 'partial'}_{m[1]}"] for r in mine]
+            mean = sum(vals) / len(vals)
+            if len(vals) == 1 and m[2] != "exact":  # the untrained model's per-token: one value, no interval
+                want = f"{mean:.2f}"
+            else:
+                lo, hi = seed_interval(vals, 50) if m[2] == "exact" else t_interval(vals)
+                want = f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
+            assert text == want, (run, cells[0], col)
