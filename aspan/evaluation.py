@@ -303,6 +303,32 @@ def evaluate(
     return EvalResult(records, sample_table(records), mode)
 
 
+@torch.no_grad()
+def exact_flags(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hooks: FwdHooks = (),
+                batch_size: int = 64) -> Bool[Tensor, " n"]:
+    """Per sample, whether teacher forcing gets every row it scores right (`evaluate`'s `exact`), computed on the
+    model's device without building records: for the large test sets of the studies (tens of thousands of samples),
+    where `evaluate`'s per-token table costs far more than the forward passes."""
+    samples = list(samples)
+    if not samples:
+        raise ValueError("exact_flags: no samples")
+    was_training, out = model.training, []
+    model.eval()
+    try:
+        for i in range(0, len(samples), batch_size):
+            batch = make_batch(samples[i : i + batch_size], tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
+            with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
+                pred = model(batch.tokens, attention_mask=batch.attention_mask).argmax(-1)
+            rows = batch.target_rows.clone()
+            for j, sample in enumerate(batch.samples):  # an EOS the task does not score (successor) is no target
+                if tokenizer.eos_id is not None and not scores_eos(sample):
+                    rows[j, batch.lengths[j] - 2] = False
+            out.append(((pred == batch.labels) | ~rows).all(-1).cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(out)
+
+
 def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int = CHUNK,
                     **options) -> Iterator[EvalResult]:
     """`evaluate` (same `options`) over `samples` a chunk at a time, one `EvalResult` per chunk: an iterator of samples
