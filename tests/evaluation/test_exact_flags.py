@@ -1,9 +1,9 @@
 """`exact_flags` is `evaluate`'s per-sample exact without the per-token table: equal sample for sample, with and
 without an edit, on a task that scores its EOS (reversal) and one that does not (successor)."""
-import hooks
 import pytest
 import torch
 
+import hooks
 from aspan import models, tasks
 from aspan.evaluation import evaluate, exact_flags
 from aspan.tokenization import CharTokenizer
