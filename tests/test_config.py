@@ -126,8 +126,9 @@ def test_pretrained_steps_flag_sets_one_finetune_key_over_the_file():
     assert (cfg.threads, cfg.out) == (2, from_file.out)
 
 
-STUDIES = {"qk_study_": ["qk"], "qk_curves_": ["qk"], "qk_paper_shape_": ["qk"], "abc_study_": ["abc"],
-           "abc_paper_": ["abc", "--protocol", "paper"], "parity_study_": ["parity"], "parity_curves_": ["parity"]}
+STUDIES = {"qk_study_": ["qk"], "qk_curves_": ["qk"], "qk_paper_shape_": ["qk"], "qk_spectrum_": ["qk"],
+           "abc_study_": ["abc"], "abc_paper_": ["abc", "--protocol", "paper"], "parity_study_": ["parity"],
+           "parity_curves_": ["parity"]}
 
 
 def study_config(argv: list[str]):

@@ -7,6 +7,7 @@ import argparse
 from aspan.options import MODEL_DTYPES, MODES
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
+from .grammar import add_quiet
 
 HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length, AttnScore correct vs error"
 
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", "--samples", type=positive_int, default=500, help="number of samples (default 500)")
     p.add_argument("--mode", default="teacher", choices=MODES, help="teacher forcing or greedy generation")
     p.add_argument("--seed", type=nonneg_int, default=0, help="sample seed (default 0)")
-    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--batch-size", type=positive_int, default=32, help="evaluation batch size (default 32)")
     p.add_argument("--heads", help="heads for attn_heads_sample/_raw, e.g. 1.3,1.5 (layer.head)")
     p.add_argument("--delta", type=int, default=0, help="score references shifted by this key offset")
     p.add_argument("--no-attn", action="store_true", help="accuracy only (skip the AttnScore forwards)")
@@ -37,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", type=output_file, help="write per-token records to this JSONL file")
     p.add_argument("--run-dir", type=output_dir,
                    help="also write run.json, summary.json and records.jsonl here (for `aspan report`)")
+    add_quiet(p, old=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
                      batch_size=args.batch_size, heads=args.heads, delta=args.delta, attn=not args.no_attn,
                      buckets=args.buckets, bucket=args.bucket, device=args.device, dtype=args.dtype,
                      threads=args.threads,
-                     output=args.output, run_dir=args.run_dir))
+                     output=args.output, run_dir=args.run_dir, progress=not args.quiet))
     return 0

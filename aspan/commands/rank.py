@@ -8,6 +8,7 @@ from aspan.methods import RULES
 from aspan.options import CONVENTIONS, MODEL_DTYPES, PROFILE_METRICS, RANK_BY
 
 from .argtypes import device, finite_float, nonneg_int, output_dir, positive_float, positive_int
+from .grammar import add_quiet
 
 RUN_DIR = "out"  # held for the job by the dispatcher (one job per run directory)
 HELP = "rank attention heads by their attention on reference tokens (default) or by the causal effect of an edit"
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default="id", choices=("id", "ood"), help="preset the samples come from (default: id)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a task parameter")
     p.add_argument("-n", "--samples", type=positive_int, default=64, help="number of samples (default 64)")
-    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0, help="sample seed (default 0)")
     p.add_argument("--deltas", default="0", help="key offsets to scan, e.g. --deltas=-2..3 or 0,1,2 (default 0)")
     sel = p.add_mutually_exclusive_group()
     sel.add_argument("--top", type=positive_int, help="select the top N heads")
@@ -32,12 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--convention", default="sample", choices=CONVENTIONS,
                    help="AttnScore convention of the attention share: sample (default, the paper's public code: mass "
                         "on the references over the mass on the sample's own columns) or raw (over the whole row)")
-    p.add_argument("--batch-size", type=positive_int, default=32)
-    p.add_argument("--device", type=device, default=None)
+    p.add_argument("--batch-size", type=positive_int, default=32, help="batch size of the forwards (default 32)")
+    p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:N (default: CUDA when present)")
     p.add_argument("--dtype", default="float32", choices=MODEL_DTYPES,
                    help="precision the model is loaded in (default float32; bfloat16 and float16 take half the memory)")
     p.add_argument("--out", type=output_dir, default="runs/rank", help="run directory (default runs/rank)")
-    p.add_argument("--no-progress", action="store_true")
+    add_quiet(p)
     c = p.add_argument_group("causal ranking (--by effect / estimate)")
     c.add_argument("--method", default="reinforce", choices=RULES, help="the edit")
     c.add_argument("--delta", type=int, default=0, help="key offset of the edit's references (default 0)")
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     causal = {"edit": _edit(args), "profile_params": parse_params(args.task, [*args.param, *args.profile_param])} \
         if args.by in CAUSAL else {}
     rank_heads(RankConfig(**flags, params=parse_params(args.task, args.param), deltas=parse_deltas(args.deltas),
-                          progress=not args.no_progress, **causal))
+                          progress=not args.quiet, **causal))
     return 0
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..options import CURVE_METRICS, STOP_RULES
 from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int, unit_float
+from .grammar import add_quiet
 
 HELP = "train a model from scratch or fine-tune a checkpoint (--init) on a task; resumable (--resume)"
 
@@ -28,11 +29,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=positive_int,
                    help="optimiser steps (default 1500 from scratch; fine-tuning: 1 epoch of --data)")
     p.add_argument("--epochs", type=positive_int, help="passes over --data when --steps is not given")
-    p.add_argument("--batch-size", type=positive_int)
-    p.add_argument("--lr", type=positive_float)
-    p.add_argument("--weight-decay", type=nonneg_float)
+    p.add_argument("--batch-size", type=positive_int, help="samples per optimiser step")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate of AdamW")
+    p.add_argument("--weight-decay", type=nonneg_float,
+                   help="AdamW weight decay (on matrices and the q/k/v biases; never on norms or other biases)")
     p.add_argument("--warmup", type=nonneg_int, help="linear warm-up steps before the cosine decay")
-    p.add_argument("--grad-clip", type=positive_float)
+    p.add_argument("--grad-clip", type=positive_float, help="clip the gradient norm to this value")
     p.add_argument("--eval-every", type=nonneg_int,
                    help="evaluate every N steps (0: at the end only) on: train (the training distribution, when it "
                         "differs from both presets), id and ood (the task's presets), and each --buckets range")
@@ -64,14 +66,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int,
                    help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
     g = p.add_argument_group("fresh model (ignored with --init)")
-    g.add_argument("--n-layers", type=positive_int, default=2)
-    g.add_argument("--n-heads", type=positive_int, default=8)
-    g.add_argument("--d-model", type=positive_int, default=128)
+    g.add_argument("--n-layers", type=positive_int, default=2, help="transformer blocks (default 2)")
+    g.add_argument("--n-heads", type=positive_int, default=8, help="attention heads per block (default 8)")
+    g.add_argument("--d-model", type=positive_int, default=128, help="residual stream width (default 128)")
     g.add_argument("--positional", default="rotary", choices=("rotary", "learned", "alibi", "none"),
                    help="positional encoding (default rotary; none = NoPE)")
     g.add_argument("--n-ctx", type=positive_int,
                    help="context length (default: enough for the task's OOD preset, at least 256)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(p, old=None)
 
 
 def train_config(args: argparse.Namespace):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ...tasks.parity import FORMATS
 from ..argtypes import output_dir
+from ..grammar import add_quiet
 from . import flag_list, preset
 
 HELP = "parity formats (Ebrahimi et al. 2024): train each from scratch, test at 1x/2x/5x/10x the training length"
@@ -30,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu (default), cuda or auto")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default 1)")
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_quiet(parser)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace, config) -> int:
     from ...applications.studies.parity import run_study
 
     run_study(config, Path(args.out), command=command(args), report=not args.no_report,
-              progress=not args.no_progress)
+              progress=not args.quiet)
     return 0
 
 

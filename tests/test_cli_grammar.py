@@ -1,0 +1,116 @@
+"""The command-line grammar, checked on the argparse tree of every subcommand (`aspan.cli.build_parser`): every
+option has a help text, every command that shows progress takes `--quiet`, every command that has settings takes
+`--config`; old spellings still work with a one-line deprecation notice."""
+import argparse
+
+import pytest
+
+from aspan import cli
+from aspan.commands import grammar
+
+from .cli import aspan
+
+# commands that show progress bars (a bar over samples, steps, runs or stages)
+PROGRESS = {"data", "train", "eval", "rank", "sweep", "abc", "demo", "pretrained", "study qk", "study abc",
+            "study parity"}
+# commands that build a settings dataclass (their options are its fields)
+SETTINGS = {"train", "eval", "rank", "sweep", "abc", "demo", "pretrained", "study qk", "study abc", "study parity"}
+# not converted yet, and why: each entry leaves when its command follows the grammar (the test then demands it)
+PENDING_QUIET = {"demo", "pretrained"}  # their progress bars are not plumbed through their applications yet
+PENDING_CONFIG = {"train", "eval", "rank", "abc",  # settings built straight from argparse, not through load_config
+                  "demo",  # load_config, but without a file layer yet
+                  "sweep", "pretrained"}  # the TOML file is the positional CONFIG, not --config
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+    """Every (sub)command's parser, by its words after `aspan` ("study qk", "gpu slice")."""
+    out = {}
+
+    def walk(parser: argparse.ArgumentParser, words: tuple[str, ...]) -> None:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if words:
+            out[" ".join(words)] = parser
+        for action in subs:
+            for name, child in action.choices.items():
+                walk(child, (*words, name))
+
+    walk(cli.build_parser(), ())
+    return out
+
+
+def options(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings}
+
+
+def test_the_walk_finds_every_command_and_the_nested_ones():
+    names = set(commands())
+    assert set(cli.COMMANDS) <= names
+    assert {"study qk", "study abc", "study parity", "gpu slice", "gpu merge", "gpu status"} <= names
+    assert PROGRESS <= names and SETTINGS <= names
+
+
+@pytest.mark.parametrize("name", sorted(commands()))
+def test_every_option_and_positional_has_a_help_text(name):
+    parser = commands()[name]
+    missing = [a.option_strings or [a.dest] for a in parser._actions
+               if not isinstance(a, argparse._SubParsersAction) and (not a.help or a.help == argparse.SUPPRESS)]
+    assert missing == [], f"aspan {name}: no help text for {missing}"
+
+
+def test_every_command_that_shows_progress_takes_quiet():
+    found = {name for name, p in commands().items() if "--quiet" in options(p)}
+    assert PROGRESS - found == PENDING_QUIET
+    assert found <= PROGRESS  # a command with --quiet is listed above as one that shows progress
+    for name in found:  # one spelling, one meaning
+        action = next(a for a in commands()[name]._actions if "--quiet" in a.option_strings)
+        assert action.dest == "quiet" and action.help == grammar.QUIET_HELP, name
+
+
+def test_every_command_with_settings_takes_config():
+    found = {name for name, p in commands().items() if "--config" in options(p)}
+    assert SETTINGS - found == PENDING_CONFIG
+    assert found <= SETTINGS
+
+
+@pytest.mark.parametrize("name", ["rank", "sweep", "abc", "study qk", "study abc", "study parity"])
+def test_no_progress_is_a_deprecated_alias_of_quiet(name):
+    parser = commands()[name]
+    required = {"rank": ["m", "--task", "reversal"], "sweep": ["c.toml"], "abc": ["m", "--task", "reversal"],
+                "study qk": ["--out", "o"], "study parity": ["--out", "o"]}.get(name, [])
+    assert parser.parse_args(required).quiet is False
+    assert parser.parse_args([*required, "--quiet"]).quiet is True
+    assert parser.parse_args([*required, "--no-progress"]).quiet is True
+
+
+def test_the_deprecation_notice_is_one_line_on_stderr(tmp_path):
+    quiet = aspan("sweep", str(tmp_path / "missing.toml"), "--quiet", cwd=tmp_path)
+    old = aspan("sweep", str(tmp_path / "missing.toml"), "--no-progress", cwd=tmp_path)
+    assert quiet.returncode == old.returncode == 2  # the file is missing: the same error either way
+    notice, error = old.stderr.splitlines()
+    assert notice == "aspan sweep: --no-progress is deprecated and goes in the next release; use --quiet"
+    assert error == quiet.stderr.strip() and "missing.toml" in error
+    assert "deprecated" not in quiet.stderr
+
+
+def test_quiet_turns_the_bars_of_data_and_eval_off(tmp_path, monkeypatch):
+    """tqdm hides its bar off a terminal by itself (disable=None), so the switch is read where the bar is made."""
+    import aspan.applications.data as data
+    import aspan.applications.eval as eval_app
+
+    made = []
+    monkeypatch.setattr(data, "tqdm", lambda *a, **kw: made.append(kw["disable"]) or a[0])
+    task = data.task_preset("reversal", "id", [])
+    for quiet in (False, True):
+        args = cli.build_parser().parse_args(["data", "reversal", "-n", "3", "-o", str(tmp_path / f"{quiet}.jsonl"),
+                                              *["--quiet"] * quiet])
+        assert args._run(args) == 0
+    assert made == [None, True]
+    assert (tmp_path / "False.jsonl").read_text() == (tmp_path / "True.jsonl").read_text()
+    data.write_samples(task, 2, output=str(tmp_path / "c.jsonl"), progress=False)
+    assert made[-1] is True
+    runs = []
+    monkeypatch.setattr(eval_app, "run_eval", runs.append)
+    for quiet in (False, True):
+        args = cli.build_parser().parse_args(["eval", "ckpt", *["--quiet"] * quiet])
+        assert args._run(args) == 0
+    assert [r.progress for r in runs] == [True, False]
