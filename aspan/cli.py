@@ -20,6 +20,7 @@ import warnings
 from importlib import import_module
 
 from . import stopping
+from .commands.grammar import HelpFormatter
 from .errors import Terminated, missing_package_message
 
 COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study",
@@ -71,7 +72,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             if e.name != f"aspan.commands.{name}":
                 raise
             continue
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, formatter_class=HelpFormatter)
         if chosen not in COMMANDS or chosen == name:
             mod.add_arguments(p)
         p.set_defaults(_run=mod.run, _run_dir=getattr(mod, "RUN_DIR", None))

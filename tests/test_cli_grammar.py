@@ -114,3 +114,90 @@ def test_quiet_turns_the_bars_of_data_and_eval_off(tmp_path, monkeypatch):
         args = cli.build_parser().parse_args(["eval", "ckpt", *["--quiet"] * quiet])
         assert args._run(args) == 0
     assert [r.progress for r in runs] == [True, False]
+
+
+# ----------------------------------------------------------------------------------------------- defaults in --help
+# commands whose flags fill a settings dataclass that --help reads the defaults from
+CONVERTED = {"eval": "EvalRun", "rank": "RankConfig", "abc": "ABCRun"}
+
+
+def marked(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if getattr(a, "setting", None)]
+
+
+def help_of(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """The help text `--help` prints for `action`, on one line."""
+    formatter = parser._get_formatter()
+    return " ".join(formatter._expand_help(action).split())
+
+
+@pytest.mark.parametrize("name", sorted(CONVERTED))
+def test_help_shows_each_default_from_the_settings_dataclass(name):
+    import dataclasses
+
+    parser = commands()[name]
+    actions = marked(parser)
+    assert {grammar.settings_class(a.setting[0]).__name__ for a in actions} == {CONVERTED[name]}
+    shown = 0
+    for action in actions:
+        spec, field, _ = action.setting
+        fields = {f.name: f for f in dataclasses.fields(grammar.settings_class(spec))}
+        text = help_of(parser, action)
+        f = fields.get(field)
+        default = dataclasses.MISSING if f is None else (
+            f.default if f.default_factory is dataclasses.MISSING else f.default_factory())
+        if default is dataclasses.MISSING:
+            assert "(default: " not in text, (name, action.dest, text)
+            continue
+        assert action.default in (None, default), (name, action.dest, action.default, default)  # no second copy
+        value = grammar.show_value(default)
+        if value is None:
+            continue
+        assert text.endswith(f"(default: {value})"), (name, action.dest, text)
+        assert "default" not in action.help, (name, action.dest, action.help)  # not typed in by hand as well
+        shown += 1
+    assert shown >= 5
+
+
+def test_a_flag_not_given_leaves_the_dataclass_default(monkeypatch):
+    import aspan.applications.eval as eval_app
+
+    runs = []
+    monkeypatch.setattr(eval_app, "run_eval", runs.append)
+    for argv in (["eval", "ckpt"], ["eval", "ckpt", "-n", "7", "--param", "length=3", "--no-attn", "--any-task"]):
+        args = cli.build_parser().parse_args(argv)
+        assert args._run(args) == 0
+    assert runs[0] == eval_app.EvalRun("ckpt")
+    assert runs[1] == eval_app.EvalRun("ckpt", samples=7, params=("length=3",), attn=False, any_task=True)
+
+
+def test_rank_and_abc_given_no_flags_run_with_their_dataclass_defaults(monkeypatch, tmp_path):
+    import aspan.applications.abc as abc_app
+    import aspan.applications.rank as rank_app
+    from aspan.experiments.profiling import Edit
+
+    runs = []
+    monkeypatch.setattr(rank_app, "rank_heads", runs.append)
+    monkeypatch.setattr(abc_app, "abc_run", runs.append)
+    for argv in (["rank", "m", "--task", "reversal"], ["abc", "m", "--task", "reversal"],
+                 ["rank", "m", "--task", "reversal", "--by", "effect", "--deltas", "0..2", "--param", "length=3",
+                  "--quiet"],
+                 ["abc", "m", "--task", "reversal", "--lambda", "0.5", "--ood-param", "length=11-12", "--quiet"]):
+        args = cli.build_parser().parse_args(argv)
+        assert args._run(args) == 0
+    assert runs[0] == rank_app.RankConfig("m", "reversal")
+    assert runs[1] == abc_app.ABCRun("m", "reversal")
+    assert runs[2] == rank_app.RankConfig("m", "reversal", by="effect", deltas=[0, 1, 2], params={"length": 3},
+                                          progress=False, edit=Edit("reinforce"),
+                                          profile_params={"length": 3})
+    assert runs[3] == abc_app.ABCRun("m", "reversal", lam=0.5, ood_params=("length=11-12",), progress=False)
+
+
+def test_presets_show_their_own_defaults_beside():
+    p = argparse.ArgumentParser(formatter_class=grammar.HelpFormatter)
+    p.add_argument("--lr", type=float, help="learning rate")
+    p.add_argument("--epochs", type=int, help="passes")
+    grammar.from_settings(p, "aspan.training:TrainConfig", presets={"--finetune": "finetune"})
+    text = " ".join(p.format_help().split())
+    assert "learning rate (default: 0.001; --finetune: 5e-06)" in text
+    assert "passes (default: 1)" in text  # the same under both

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from importlib import import_module
 
+from .grammar import HelpFormatter
+
 HELP = "run a study that tests a paper's claim (qk, abc, parity); each writes tables, figures and a report"
 
 
@@ -19,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             if e.name != f"aspan.commands.studies.{name}":
                 raise
             continue
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, formatter_class=HelpFormatter)
         mod.add_arguments(p)
         p.set_defaults(_study_config=mod.config_from_args, _study_run=mod.run)
 
