@@ -118,7 +118,7 @@ def test_quiet_turns_the_bars_of_data_and_eval_off(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------------------------- defaults in --help
 # commands whose flags fill a settings dataclass that --help reads the defaults from
-CONVERTED = {"eval": "EvalRun", "rank": "RankConfig", "abc": "ABCRun"}
+CONVERTED = {"eval": {"EvalRun"}, "rank": {"RankConfig"}, "abc": {"ABCRun"}, "train": {"TrainConfig", "TrainRun"}}
 
 
 def marked(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -137,7 +137,7 @@ def test_help_shows_each_default_from_the_settings_dataclass(name):
 
     parser = commands()[name]
     actions = marked(parser)
-    assert {grammar.settings_class(a.setting[0]).__name__ for a in actions} == {CONVERTED[name]}
+    assert {grammar.settings_class(a.setting[0]).__name__ for a in actions} == CONVERTED[name]
     shown = 0
     for action in actions:
         spec, field, _ = action.setting
@@ -153,7 +153,11 @@ def test_help_shows_each_default_from_the_settings_dataclass(name):
         value = grammar.show_value(default)
         if value is None:
             continue
-        assert text.endswith(f"(default: {value})"), (name, action.dest, text)
+        expected = f"default: {value}"
+        for flag, preset in action.setting[2].items():  # a preset's own default, where it differs
+            other = grammar.show_value(getattr(getattr(grammar.settings_class(spec), preset)(), field))
+            expected += f"; {flag}: {other}" if other not in (None, value) else ""
+        assert text.endswith(f"({expected})"), (name, action.dest, text)
         assert "default" not in action.help, (name, action.dest, action.help)  # not typed in by hand as well
         shown += 1
     assert shown >= 5
@@ -201,3 +205,20 @@ def test_presets_show_their_own_defaults_beside():
     text = " ".join(p.format_help().split())
     assert "learning rate (default: 0.001; --finetune: 5e-06)" in text
     assert "passes (default: 1)" in text  # the same under both
+
+
+def test_train_given_no_flags_runs_with_the_defaults_of_its_preset(monkeypatch, tmp_path):
+    import aspan.applications.train as train_app
+    from aspan.training import TrainConfig
+
+    runs = []
+    monkeypatch.setattr(train_app, "train_run", lambda run, out: runs.append(run))
+    out = str(tmp_path / "t")
+    for argv in (["train", "--out", out], ["train", "--out", out, "--init", "c", "--finetune"],
+                 ["train", "--out", out, "--init", "c", "--finetune", "--lr", "1e-4", "--n-layers", "3", "--quiet"]):
+        args = cli.build_parser().parse_args(argv)
+        assert args._run(args) == 0
+    assert runs[0] == train_app.TrainRun()
+    assert runs[1] == train_app.TrainRun(train=TrainConfig.finetune(), init="c", finetune=True)
+    assert runs[2] == train_app.TrainRun(train=TrainConfig.finetune(lr=1e-4), init="c", finetune=True, n_layers=3,
+                                         progress=False)
