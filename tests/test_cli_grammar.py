@@ -2,6 +2,7 @@
 option has a help text, every command that shows progress takes `--quiet`, every command that has settings takes
 `--config`; old spellings still work with a one-line deprecation notice."""
 import argparse
+import shlex
 
 import pytest
 
@@ -222,3 +223,76 @@ def test_train_given_no_flags_runs_with_the_defaults_of_its_preset(monkeypatch, 
     assert runs[1] == train_app.TrainRun(train=TrainConfig.finetune(), init="c", finetune=True)
     assert runs[2] == train_app.TrainRun(train=TrainConfig.finetune(lr=1e-4), init="c", finetune=True, n_layers=3,
                                          progress=False)
+
+
+# ----------------------------------------------------------------------------------------------- examples in --help
+# the examples that run here, in this order (later ones read what earlier ones wrote); the rest are parsed
+RUN = ["aspan data --list", "aspan data reversal -n 2",
+       "aspan data addition --split ood -n 100 -o addition_ood.jsonl --param digits=5-8",
+       "aspan show reversal -n 2", "aspan show flipflop --param instructions=6 --seed 3",
+       "aspan doctor", "ASPAN_BACKEND=bridge aspan doctor",
+       "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
+       "aspan eval reversal -n 16 --no-attn --quiet",
+       "aspan rank reversal --task reversal -n 4 --top 3 --out runs/rank --quiet",
+       "aspan report runs/rank -o rank.html"]
+NEEDS_ROOT = {"aspan gpu"}  # examples that name the repository's files: run from its root (they only read)
+
+
+def examples(parser: argparse.ArgumentParser) -> list[str]:
+    text = parser.epilog or ""
+    assert text.startswith("examples:\n"), text
+    return [line.strip() for line in text.splitlines()[1:] if line.strip()]
+
+
+def every_example() -> list[str]:
+    out = []
+    for parser in commands().values():
+        out += [e for e in examples(parser) if e not in out] if parser.epilog else []
+    return out
+
+
+def argv_of(example: str) -> tuple[dict[str, str], list[str]]:
+    """(environment variables set before it, the arguments after `aspan`)."""
+    words = shlex.split(example)
+    i = words.index("aspan")
+    assert all("=" in w for w in words[:i]), example
+    return dict(w.split("=", 1) for w in words[:i]), words[i + 1:]
+
+
+def test_every_command_ends_its_help_with_examples_naming_it():
+    parsers = commands()
+    for name, parser in parsers.items():
+        if " " in name and name.split()[0] == "gpu":  # `aspan gpu`'s examples show each action
+            assert any(e.startswith(f"aspan {name} ") for e in examples(parsers["gpu"])), name
+            continue
+        mine = examples(parser)
+        assert 2 <= len(mine) <= 3, (name, mine)
+        assert all(e.split("aspan ", 1)[1].startswith(name) for e in mine), (name, mine)
+        help_text = parser.format_help()
+        assert help_text.rstrip().endswith(mine[-1]), name  # the help ends with them, as written
+
+
+def test_every_example_parses():
+    for example in every_example():
+        _, argv = argv_of(example)
+        try:
+            cli.build_parser(argv).parse_args(argv)
+        except SystemExit as e:
+            raise AssertionError(f"{example!r} does not parse") from e
+
+
+def test_the_cheap_examples_run(tmp_path):
+    import os
+
+    from .cli import ENV, ROOT
+
+    shown = every_example()
+    assert set(RUN) <= set(shown)  # each one is in some command's help
+    for example in RUN:
+        env, argv = argv_of(example)
+        cwd = ROOT if any(example.startswith(p) for p in NEEDS_ROOT) else tmp_path
+        r = aspan(*argv, cwd=cwd, env={**ENV, **env})
+        assert r.returncode == 0, (example, r.stderr[-2000:])
+        assert r.stdout or os.listdir(tmp_path), example
+    assert len((tmp_path / "addition_ood.jsonl").read_text().splitlines()) == 100
+    assert (tmp_path / "rank.html").stat().st_size > 1000

@@ -11,6 +11,11 @@ from .grammar import add_quiet, from_settings
 
 HELP = ("ABC/ABS: extract pre-softmax attention biases from ID attention (or a fixed window) and evaluate/fine-tune "
         "OOD with them")
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan abc reversal --task reversal --id-samples 16 --ood-samples 16 --ood-param length=11-16 --out runs/abc",
+    "aspan abc reversal --task reversal --abs anti:1:0 --out runs/abs",
+    "aspan abc reversal --task reversal --finetune-steps 100 --out runs/abc-ft",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

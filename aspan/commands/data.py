@@ -10,6 +10,11 @@ from .argtypes import nonneg_int, output_file_or_stdout
 from .grammar import add_quiet
 
 HELP = "generate task samples as JSONL (or --list the tasks, their parameters and ID/OOD presets)"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan data --list",
+    "aspan data reversal -n 2",
+    "aspan data addition --split ood -n 100 -o addition_ood.jsonl --param digits=5-8",
+)
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:

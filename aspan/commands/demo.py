@@ -11,6 +11,11 @@ from ..options import CONVENTIONS, EOS_REFS
 from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int, shard
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan demo --quick --out runs/demo",
+    "aspan demo --samples 200 --id-budget 1 --out runs/demo200",
+    "aspan demo --shard 0/4 --out runs/demo",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

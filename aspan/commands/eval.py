@@ -10,6 +10,11 @@ from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
 from .grammar import add_quiet, from_settings
 
 HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length, AttnScore correct vs error"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan eval reversal -n 16 --no-attn --quiet",
+    "aspan eval reversal --split ood --buckets 11-15,16-20 -n 50 --run-dir runs/eval",
+    "aspan eval runs/tiny --mode generate --heads 1.3,1.5 -o records.jsonl",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -110,3 +110,8 @@ def from_settings(parser: argparse.ArgumentParser, spec: str, rename: dict[str, 
         if action.dest in (argparse.SUPPRESS, "help") or (only is not None and action.dest not in only):
             continue
         action.setting = (spec, rename.get(action.dest, action.dest), presets or {})
+
+
+def epilog(examples: tuple[str, ...]) -> str | None:
+    """The examples section that ends a command's `--help` (its module's `EXAMPLES`), or None without examples."""
+    return "examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None

@@ -10,6 +10,10 @@ from aspan.options import MODEL_DTYPES
 from .argtypes import device, output_dir, positive_int, shard
 
 HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan pretrained configs/smollm2_smoke.toml --out runs/smollm2-smoke",
+    "aspan pretrained configs/smollm2_reversal.toml --dtype bfloat16 --threads 2",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,6 +12,11 @@ from .grammar import add_quiet, from_settings
 
 RUN_DIR = "out"  # held for the job by the dispatcher (one job per run directory)
 HELP = "rank attention heads by their attention on reference tokens (default) or by the causal effect of an edit"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan rank reversal --task reversal -n 4 --top 3 --out runs/rank --quiet",
+    "aspan rank reversal --task reversal --deltas=-2..3 --fraction 0.1 --out runs/rank",
+    "aspan rank reversal --task reversal --by effect --method reinforce --delta 2 --top 4 --out runs/rank-effect",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,10 @@ from ..errors import UsageError
 from .argtypes import output_file
 
 HELP = "write one self-contained HTML report (offline) for a run directory"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan report runs/rank -o rank.html",
+    "aspan report runs/demo --images png",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

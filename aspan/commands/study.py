@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 from importlib import import_module
 
-from .grammar import HelpFormatter
+from .grammar import HelpFormatter, epilog
 
 HELP = "run a study that tests a paper's claim (qk, abc, parity); each writes tables, figures and a report"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan study qk --quick --out runs/qk",
+    "aspan study parity --quick --out runs/parity",
+    "aspan study abc --protocol paper --quick --out runs/abc-paper",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             if e.name != f"aspan.commands.studies.{name}":
                 raise
             continue
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, formatter_class=HelpFormatter)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, formatter_class=HelpFormatter,
+                           epilog=epilog(mod.EXAMPLES))
         mod.add_arguments(p)
         p.set_defaults(_study_config=mod.config_from_args, _study_run=mod.run)
 

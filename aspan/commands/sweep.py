@@ -9,6 +9,11 @@ from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
 from .grammar import add_quiet
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --quiet",
+    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --shard 0/4",
+    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --limit 0",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

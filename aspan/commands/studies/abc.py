@@ -14,6 +14,10 @@ from ..grammar import add_quiet
 from . import flag_list
 
 HELP = "ABC/ABS study (Duan & Shi 2023): successor, addition, parity; vanilla (rotary/learned/alibi/none), ABS, ABC"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan study abc --quick --out runs/abc_study",
+    "aspan study abc --protocol paper --config configs/abc_paper_cpu.toml --out runs/abc_paper",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -11,6 +11,10 @@ from ..grammar import add_quiet
 from . import flag_list, preset
 
 HELP = "parity formats (Ebrahimi et al. 2024): train each from scratch, test at 1x/2x/5x/10x the training length"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan study parity --quick --out runs/parity",
+    "aspan study parity --config configs/parity_study_gpu.toml --out runs/parity --device cuda",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,11 @@ from ..grammar import add_quiet
 from . import flag_list, preset
 
 HELP = "fine-tune only some attention parameters (qk, RoPE pairs, single columns) on longer lengths; per-bucket table"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan study qk --quick --out runs/qk",
+    "aspan study qk --config configs/qk_study_gpu.toml --out runs/qk --device cuda",
+    "aspan study qk --quick --protocol curves --out runs/qk-curves",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
