@@ -168,7 +168,7 @@ def test_demo_flags_over_its_quick_preset():
 # ------------------------------------------------------------------------------------------- the real commands
 def test_pretrained_command_steps_flag_beats_the_file(tmp_path):
     patch = ("import aspan.applications.pretrained as p\n"
-             "p.run_pretrained = lambda cfg, command: print(cfg.finetune['steps'], cfg.threads, cfg.model)\n")
+             "p.run_pretrained = lambda cfg, command, **kw: print(cfg.finetune['steps'], cfg.threads, cfg.model)\n")
     config = ROOT / "configs" / "smollm2_smoke.toml"
     out = str(tmp_path / "run")
     r = aspan("pretrained", str(config), "--out", out, code=patch, cwd=tmp_path)

@@ -9,6 +9,7 @@ import shlex
 
 from ..options import CONVENTIONS, EOS_REFS
 from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int, shard
+from .grammar import add_quiet
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -49,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", type=shard, default=None, metavar="I/N",
                         help="evaluate only shard I of N of the intervention grid (resumable rows), then stop; a run "
                              "without --shard reuses every shard's rows")
+    add_quiet(parser, old=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,5 +72,5 @@ def run(args: argparse.Namespace) -> int:
              if v is not None and k != "train"]
     switches = ["--train"] * bool(args.train) + ["--quick"] * bool(args.quick)
     command = " ".join(["aspan demo", *words, *switches])
-    run_demo(cfg, command=command)  # holds the run directory for this job and configuration
+    run_demo(cfg, command=command, progress=not args.quiet)  # holds the run directory for this job and configuration
     return 0
