@@ -19,7 +19,6 @@ SETTINGS = {"train", "eval", "rank", "sweep", "abc", "demo", "pretrained", "stud
 # not converted yet, and why: each entry leaves when its command follows the grammar (the test then demands it)
 PENDING_QUIET: set[str] = set()  # every command that shows progress takes --quiet
 PENDING_CONFIG = {"train", "eval", "rank", "abc",  # settings built straight from argparse, not through load_config
-                  "demo",  # load_config, but without a file layer yet
                   "sweep", "pretrained"}  # the TOML file is the positional CONFIG, not --config
 
 
@@ -119,7 +118,8 @@ def test_quiet_turns_the_bars_of_data_and_eval_off(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------------------------- defaults in --help
 # commands whose flags fill a settings dataclass that --help reads the defaults from
-CONVERTED = {"eval": {"EvalRun"}, "rank": {"RankConfig"}, "abc": {"ABCRun"}, "train": {"TrainConfig", "TrainRun"}}
+CONVERTED = {"eval": {"EvalRun"}, "rank": {"RankConfig"}, "abc": {"ABCRun"}, "train": {"TrainConfig", "TrainRun"},
+             "demo": {"DemoConfig"}}
 
 
 def marked(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -313,3 +313,25 @@ def test_quiet_reaches_the_demo_and_the_pretrained_run(monkeypatch, tmp_path):
         args = cli.build_parser().parse_args(argv)
         assert args._run(args) == 0
     assert calls == [True, False, True, False]
+
+
+def test_demo_takes_config_under_its_flags(monkeypatch, tmp_path):
+    import aspan.applications.demo as demo_app
+
+    cfgs = []
+    monkeypatch.setattr(demo_app, "run_demo", lambda cfg, command, progress: cfgs.append((cfg, command)))
+    toml = tmp_path / "demo.toml"
+    toml.write_text('samples = 7\ngen_samples = 3\ntops = [1]\nout = "runs/from-file"\n')
+    for argv in (["demo"], ["demo", "--config", str(toml)], ["demo", "--config", str(toml), "--samples", "9"],
+                 ["demo", "--quick", "--eos", "both"]):
+        args = cli.build_parser().parse_args(argv)
+        assert args._run(args) == 0
+    assert cfgs[0][0] == demo_app.DemoConfig()
+    assert cfgs[1][0] == demo_app.DemoConfig(samples=7, gen_samples=3, tops=(1,), out="runs/from-file")
+    assert cfgs[2][0] == demo_app.DemoConfig(samples=9, gen_samples=3, tops=(1,), out="runs/from-file")
+    assert cfgs[3][0] == demo_app.DemoConfig.quick_config()
+    assert f"--config {toml}" in cfgs[1][1] and "--samples 9" in cfgs[2][1]
+    toml.write_text("sampels = 7\n")
+    args = cli.build_parser().parse_args(["demo", "--config", str(toml)])
+    with pytest.raises(ValueError, match="sampels"):
+        args._run(args)
