@@ -335,3 +335,20 @@ def test_demo_takes_config_under_its_flags(monkeypatch, tmp_path):
     args = cli.build_parser().parse_args(["demo", "--config", str(toml)])
     with pytest.raises(ValueError, match="sampels"):
         args._run(args)
+
+
+def test_task_parameters_and_heads_are_spelled_alike_everywhere():
+    """A task parameter is `--param KEY=VALUE` (repeatable; `--id-param`, `--ood-param`, `--profile-param` where a
+    command has several presets), heads are `L.H,...`."""
+    params = heads = 0
+    for name, parser in commands().items():
+        for action in parser._actions:
+            flags = [s for s in action.option_strings if s.startswith("--")]
+            if any(s == "--param" or s.endswith("-param") for s in flags):
+                assert isinstance(action, argparse._AppendAction) and action.metavar == "KEY=VALUE", (name, flags)
+                assert "repeatable" in action.help, (name, flags)
+                params += 1
+            if "--heads" in flags and name.split()[0] in ("eval", "abc"):
+                assert action.metavar == "L.H,...", (name, flags)
+                heads += 1
+    assert params >= 8 and heads == 2

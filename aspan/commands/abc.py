@@ -24,9 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
     p.add_argument("--task", required=True, help="task name (see `aspan data --list`)")
     p.add_argument("--id-param", action="append", dest="id_params", metavar="KEY=VALUE",
-                   help="override an ID preset parameter")
+                   help="override an ID preset parameter (repeatable)")
     p.add_argument("--ood-param", action="append", dest="ood_params", metavar="KEY=VALUE",
-                   help="override an OOD preset parameter")
+                   help="override an OOD preset parameter (repeatable)")
     p.add_argument("--id-samples", type=positive_int,
                    help="ID samples to calibrate on (only correctly solved ones count)")
     p.add_argument("--ood-samples", type=positive_int, help="OOD samples evaluated with and without the bias")

@@ -25,13 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--any-task", action="store_true", default=None,
                    help="score a model on another task than the one it was trained on (refused otherwise)")
     p.add_argument("--split", choices=("id", "ood"), help="preset")
-    p.add_argument("--param", action="append", dest="params", metavar="K=V",
-                   help="task parameter override (repeatable)")
+    p.add_argument("--param", action="append", dest="params", metavar="KEY=VALUE",
+                   help="override a task parameter (repeatable)")
     p.add_argument("-n", "--samples", type=positive_int, help="number of samples")
     p.add_argument("--mode", choices=MODES, help="teacher forcing or greedy generation")
     p.add_argument("--seed", type=nonneg_int, help="sample seed")
     p.add_argument("--batch-size", type=positive_int, help="evaluation batch size")
-    p.add_argument("--heads", help="heads for attn_heads_sample/_raw, e.g. 1.3,1.5 (layer.head)")
+    p.add_argument("--heads", metavar="L.H,...", help="heads for attn_heads_sample/_raw, e.g. 1.3,1.5 (layer.head)")
     p.add_argument("--delta", type=int, help="score references shifted by this key offset")
     p.add_argument("--no-attn", action="store_true", help="accuracy only (skip the AttnScore forwards)")
     p.add_argument("--buckets", metavar="RANGES",

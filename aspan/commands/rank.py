@@ -25,7 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--any-task", action="store_true", default=None,
                    help="rank a model's heads on another task than the one it was trained on (refused otherwise)")
     p.add_argument("--split", choices=("id", "ood"), help="preset the samples come from")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="override a task parameter")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a task parameter (repeatable)")
     p.add_argument("-n", "--samples", type=positive_int, help="number of samples")
     p.add_argument("--seed", type=nonneg_int, help="sample seed")
     p.add_argument("--deltas", help="key offsets to scan, e.g. --deltas=-2..3 or 0,1,2")
@@ -60,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also greedy forward selection of <= K heads")
     c.add_argument("--profile-split", choices=("id", "ood"), help="preset of the profiling set")
     c.add_argument("--profile-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a parameter of the profiling preset (e.g. length=11-20)")
+                   help="override a parameter of the profiling preset, e.g. length=11-20 (repeatable)")
     from_settings(p, "aspan.applications.rank:RankConfig",
                   only=("split", "samples", "seed", "deltas", "top", "fraction", "by", "convention", "batch_size",
                         "device", "dtype", "out", "metric", "candidates", "greedy", "profile_split"))

@@ -21,7 +21,8 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="task name (default: the task of the --data samples)")
     p.add_argument("--split", choices=("id", "ood"), help="preset to train on")
-    p.add_argument("--param", action="append", default=[], metavar="K=V", help="task parameter override (repeatable)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a task parameter (repeatable)")
     p.add_argument("--data", help="train on this `aspan data` JSONL file instead of generating samples")
     p.add_argument("--out", required=True, type=output_dir,
                    help="run directory: log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, final model")
