@@ -70,6 +70,7 @@ def test_every_command_with_settings_takes_config():
     found = {name for name, p in commands().items() if "--config" in options(p)}
     assert SETTINGS - found == PENDING_CONFIG
     assert found <= SETTINGS
+    assert all("--print-config" in options(commands()[name]) for name in found)  # and gives the file back
 
 
 @pytest.mark.parametrize("name", ["rank", "sweep", "abc", "study qk", "study abc", "study parity"])
@@ -352,3 +353,40 @@ def test_task_parameters_and_heads_are_spelled_alike_everywhere():
                 assert action.metavar == "L.H,...", (name, flags)
                 heads += 1
     assert params >= 8 and heads == 2
+
+
+# ----------------------------------------------------------------------------------------------- --print-config
+# (settings given by flags, the same command reading them back from the printed file: FILE)
+PRINTABLE = [(["demo"], ["demo"]), (["demo", "--quick", "--samples", "30"], ["demo"]),
+             (["study", "qk", "--out", "o"], ["study", "qk", "--out", "o"]),
+             (["study", "qk", "--quick", "--protocol", "curves", "--out", "o"], ["study", "qk", "--out", "o"]),
+             (["study", "abc", "--quick", "--out", "o"], ["study", "abc", "--out", "o"]),
+             (["study", "abc", "--protocol", "paper", "--quick", "--tasks", "parity", "--out", "o"],
+              ["study", "abc", "--protocol", "paper", "--out", "o"]),
+             (["study", "parity", "--quick", "--lrs", "1e-3,3e-3", "--out", "o"], ["study", "parity", "--out", "o"])]
+
+
+@pytest.mark.parametrize("argv,back", PRINTABLE, ids=[" ".join(a) for a, _ in PRINTABLE])
+def test_print_config_reads_back_through_config_unchanged(argv, back, tmp_path, capsys, monkeypatch):
+    from aspan.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*argv, "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    (tmp_path / "c.toml").write_text(printed)
+    assert cli.main([*back, "--config", "c.toml", "--print-config"]) == 0
+    assert capsys.readouterr().out == printed  # every field, as resolved, the same
+    if argv[0] == "study":
+        args = cli.build_parser(argv).parse_args(argv)
+        built = args._study_config(args)
+        assert load_config(type(built), toml_path=tmp_path / "c.toml") == built
+    assert not (tmp_path / "o").exists() and " = " in printed  # printed, nothing run
+
+
+def test_to_toml_refuses_what_toml_cannot_say():
+    from aspan.applications.demo import DemoConfig
+    from aspan.config import to_toml
+
+    assert "threads" not in to_toml(DemoConfig(steps=None, device=None)).replace("threads = 1", "")
+    with pytest.raises(ValueError, match="threads is None"):
+        to_toml(DemoConfig(threads=None))

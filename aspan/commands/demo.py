@@ -9,7 +9,7 @@ import shlex
 
 from ..options import CONVENTIONS, EOS_REFS
 from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int, shard
-from .grammar import add_quiet, from_settings
+from .grammar import PRINT_CONFIG_HELP, add_quiet, from_settings
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -50,13 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluate only shard I of N of the intervention grid (resumable rows), then stop; a run "
                              "without --shard reuses every shard's rows")
     add_quiet(parser, old=None)
+    parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
     from_settings(parser, "aspan.applications.demo:DemoConfig", presets={"--quick": "quick_config"},
                   only=("task", "out", "samples", "gen_samples", "seed", "threads", "rank_convention"))
 
 
 def run(args: argparse.Namespace) -> int:
     from ..applications.demo import DemoConfig, run_demo
-    from ..config import load_config
+    from ..config import load_config, to_toml
 
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
@@ -67,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
     # the demo's defaults (or --quick's tiny sizes), then --config, then the flags given; checked before any model loads
     cfg = load_config(DemoConfig, toml_path=args.config, flags=flags,
                       base=DemoConfig.quick_config() if args.quick else None, name="demo")
+    if args.print_config:
+        print(to_toml(cfg), end="")
+        return 0
     points = None if args.id_budget is None else f"{args.id_budget * 100:.12g}"  # as given, for the command line
     shard_text = "/".join(map(str, args.shard)) if args.shard else None
     given = {"config": args.config, **kw, "id_budget": points, "shard": shard_text, "eos": args.eos}

@@ -112,6 +112,9 @@ def from_settings(parser: argparse.ArgumentParser, spec: str, rename: dict[str, 
         action.setting = (spec, rename.get(action.dest, action.dest), presets or {})
 
 
+PRINT_CONFIG_HELP = "print the resolved settings as TOML (which --config reads back unchanged), then exit"
+
+
 def epilog(examples: tuple[str, ...]) -> str | None:
     """The examples section that ends a command's `--help` (its module's `EXAMPLES`), or None without examples."""
     return "examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
