@@ -390,3 +390,26 @@ def test_to_toml_refuses_what_toml_cannot_say():
     assert "threads" not in to_toml(DemoConfig(steps=None, device=None)).replace("threads = 1", "")
     with pytest.raises(ValueError, match="threads is None"):
         to_toml(DemoConfig(threads=None))
+
+
+def test_out_names_a_directory_and_o_a_file_everywhere(tmp_path):
+    from aspan.commands import argtypes
+
+    outs = files = 0
+    for name, parser in commands().items():
+        for action in parser._actions:
+            if "--out" in action.option_strings and not isinstance(action, grammar._Deprecated):
+                assert action.type is argtypes.output_dir or action.metavar == "DIR", name
+                outs += 1
+            if "-o" in action.option_strings:
+                assert action.type in (argtypes.output_file, argtypes.output_file_or_stdout), name
+                assert "--output" in action.option_strings, name
+                files += 1
+    assert outs >= 10 and files == 3  # data, eval, report
+    parser = commands()["report"]
+    assert parser.parse_args(["run", "--out", "x.html"]).out == parser.parse_args(["run", "-o", "x.html"]).out
+    old = aspan("report", str(tmp_path / "missing"), "--out", str(tmp_path / "r.html"), cwd=tmp_path)
+    new = aspan("report", str(tmp_path / "missing"), "--output", str(tmp_path / "r.html"), cwd=tmp_path)
+    assert old.returncode == new.returncode == 2
+    assert old.stderr.splitlines() == [
+        "aspan report: --out is deprecated and goes in the next release; use -o/--output", new.stderr.strip()]

@@ -2,6 +2,8 @@
 
 - `--quiet`: no progress bars. `--no-progress`, its old spelling in `rank`, `sweep`, `abc` and the studies, still
   works for one release and says so in one line on stderr.
+- `--out DIR` names a run directory, `-o/--output FILE` a single file (`aspan report`'s `--out FILE` is the old
+  spelling of its `-o/--output`).
 """
 from __future__ import annotations
 
@@ -12,16 +14,23 @@ QUIET_HELP = "no progress bars"
 
 
 class _Deprecated(argparse.Action):
-    """An old spelling of a switch: sets `dest` to True like the new one, after one line on stderr naming both."""
+    """An old spelling: sets `dest` like the new one (True for a switch, else the value, through the new one's
+    type), after one line on stderr naming both."""
 
-    def __init__(self, option_strings, dest, new: str, help=None, **kw):
-        super().__init__(option_strings, dest=dest, nargs=0, help=help, **kw)
+    def __init__(self, option_strings, dest, new: str, help=None, nargs=0, **kw):
+        super().__init__(option_strings, dest=dest, nargs=nargs, help=help, **kw)
         self.new = new
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"{parser.prog}: {option_string} is deprecated and goes in the next release; use {self.new}",
               file=sys.stderr)
-        setattr(namespace, self.dest, True)
+        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+
+
+def add_deprecated(parser: argparse.ArgumentParser, old: str, new: str, dest: str, **kw) -> None:
+    """`old` as a deprecated spelling of the option `new` (same `dest`; `kw`: its type and metavar)."""
+    parser.add_argument(old, action=_Deprecated, dest=dest, new=new, nargs=None, default=argparse.SUPPRESS,
+                        help=f"deprecated spelling of {new} (goes in the next release)", **kw)
 
 
 def add_quiet(parser: argparse.ArgumentParser, old: str | None = "--no-progress") -> None:
