@@ -413,3 +413,9 @@ def test_out_names_a_directory_and_o_a_file_everywhere(tmp_path):
     assert old.returncode == new.returncode == 2
     assert old.stderr.splitlines() == [
         "aspan report: --out is deprecated and goes in the next release; use -o/--output", new.stderr.strip()]
+
+
+def test_the_model_is_the_positional_model_where_a_command_takes_one():
+    for name in ("eval", "rank", "abc"):
+        first = next(a for a in commands()[name]._actions if not a.option_strings and a.dest != "help")
+        assert first.metavar == "MODEL" and "smollm2" in first.help, name

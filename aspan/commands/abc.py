@@ -21,7 +21,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `ABCRun`'s fields; none has an argparse default (a flag not given is None), so the defaults live
     on `ABCRun` alone and `--help` shows them from there."""
-    p.add_argument("model", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
+    p.add_argument("model", metavar="MODEL", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
     p.add_argument("--task", required=True, help="task name (see `aspan data --list`)")
     p.add_argument("--id-param", action="append", dest="id_params", metavar="KEY=VALUE",
                    help="override an ID preset parameter (repeatable)")

@@ -1,4 +1,4 @@
-"""`aspan eval CKPT`: accuracy (teacher-forced or greedy), per-length table and AttnScore correct vs error
+"""`aspan eval MODEL`: accuracy (teacher-forced or greedy), per-length table and AttnScore correct vs error
 (`aspan.applications.eval.run_eval`)."""
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `EvalRun`'s fields, by the same names; none has an argparse default (a flag not given is None),
     so the defaults live on `EvalRun` alone and `--help` shows them from there."""
-    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint or training run directory, .gguf file, or 'smollm2'")
+    p.add_argument("checkpoint", metavar="MODEL",
+                   help="aspan checkpoint or training run directory, HF checkpoint dir, .gguf file, or 'smollm2'")
     p.add_argument("--task", help="task name (default: the checkpoint's training task)")
     p.add_argument("--any-task", action="store_true", default=None,
                    help="score a model on another task than the one it was trained on (refused otherwise)")

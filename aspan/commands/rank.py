@@ -20,7 +20,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
+    p.add_argument("model", metavar="MODEL", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
     p.add_argument("--task", required=True, help="task name (see `aspan data --list`)")
     p.add_argument("--any-task", action="store_true", default=None,
                    help="rank a model's heads on another task than the one it was trained on (refused otherwise)")
