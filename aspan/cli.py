@@ -1,8 +1,9 @@
 """`aspan` command line: a thin dispatcher; each subcommand lives in `aspan.commands.<name>`.
 
-A command module defines `HELP` (one line), `add_arguments(parser)` and `run(args) -> int`; `RUN_DIR = "out"`
-names the option holding its run directory when the dispatcher should hold it for the job (`aspan.io.claim_run`: a
-second job on the same directory fails at once). Commands that also pin a configuration claim it themselves.
+A command module defines `HELP` (one line), `EXAMPLES` (the command lines that end its `--help`),
+`add_arguments(parser)` and `run(args) -> int`; `RUN_DIR = "out"` names the option holding its run directory when
+the dispatcher should hold it for the job (`aspan.io.claim_run`: a second job on the same directory fails at once).
+Commands that also pin a configuration claim it themselves.
 
 Every mistake in what the user asked for ends in one line on stderr and exit code 2, with no traceback:
 argument errors, `UsageError`/`ValueError`, missing files and other OS errors on user paths, a missing optional
@@ -20,6 +21,7 @@ import warnings
 from importlib import import_module
 
 from . import stopping
+from .commands.grammar import HelpFormatter, epilog
 from .errors import Terminated, missing_package_message
 
 COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study",
@@ -71,7 +73,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
             if e.name != f"aspan.commands.{name}":
                 raise
             continue
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, formatter_class=HelpFormatter,
+                           epilog=epilog(getattr(mod, "EXAMPLES", ())))
         if chosen not in COMMANDS or chosen == name:
             mod.add_arguments(p)
         p.set_defaults(_run=mod.run, _run_dir=getattr(mod, "RUN_DIR", None))

@@ -167,3 +167,41 @@ def _culprit(message: str, sources: dict[str, str], default: str) -> str:
     named = [sources[f] for f in re.findall(r"[A-Za-z_]+", message) if f in sources]
     flags = [s for s in named if s.startswith("--")]
     return (flags or named or [default])[0]
+
+
+def to_toml(cfg: Any) -> str:
+    """The settings dataclass `cfg` as a TOML file that `load_config(type(cfg), toml_path=...)` reads back to an
+    equal `cfg` (`--print-config`): one `key = value` line per field; a None field is left out (TOML has no null),
+    so it reads back only where None is also the field's default (ValueError naming the field otherwise)."""
+    defaults = field_defaults(type(cfg))
+    lines = []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if value is None:
+            if f.name in defaults and defaults[f.name] is not None:
+                raise ValueError(f"{f.name} is None, which a TOML file cannot say (default {defaults[f.name]!r})")
+            continue
+        lines.append(f"{f.name} = {_toml_value(value, f.name)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any, name: str) -> str:
+    """One TOML value: booleans, integers, floats, strings, arrays (tuples, lists) and inline tables (dicts)."""
+    import json
+    import math
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return ("-" if value < 0 else "") + ("inf" if math.isinf(value) else "nan")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a TOML basic string: JSON's escapes are TOML's
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml_value(v, name) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v, name)}" for k, v in value.items()) + "}"
+    raise ValueError(f"{name}: a {type(value).__name__} has no TOML form")

@@ -126,8 +126,9 @@ def test_pretrained_steps_flag_sets_one_finetune_key_over_the_file():
     assert (cfg.threads, cfg.out) == (2, from_file.out)
 
 
-STUDIES = {"qk_study_": ["qk"], "qk_curves_": ["qk"], "qk_paper_shape_": ["qk"], "abc_study_": ["abc"],
-           "abc_paper_": ["abc", "--protocol", "paper"], "parity_study_": ["parity"], "parity_curves_": ["parity"]}
+STUDIES = {"qk_study_": ["qk"], "qk_curves_": ["qk"], "qk_paper_shape_": ["qk"], "qk_spectrum_": ["qk"],
+           "abc_study_": ["abc"], "abc_paper_": ["abc", "--protocol", "paper"], "parity_study_": ["parity"],
+           "parity_curves_": ["parity"]}
 
 
 def study_config(argv: list[str]):
@@ -167,7 +168,7 @@ def test_demo_flags_over_its_quick_preset():
 # ------------------------------------------------------------------------------------------- the real commands
 def test_pretrained_command_steps_flag_beats_the_file(tmp_path):
     patch = ("import aspan.applications.pretrained as p\n"
-             "p.run_pretrained = lambda cfg, command: print(cfg.finetune['steps'], cfg.threads, cfg.model)\n")
+             "p.run_pretrained = lambda cfg, command, **kw: print(cfg.finetune['steps'], cfg.threads, cfg.model)\n")
     config = ROOT / "configs" / "smollm2_smoke.toml"
     out = str(tmp_path / "run")
     r = aspan("pretrained", str(config), "--out", out, code=patch, cwd=tmp_path)

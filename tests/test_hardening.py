@@ -330,17 +330,17 @@ def test_a_second_configuration_in_one_run_directory_is_refused_and_a_failed_swe
     heads = "[heads]\nlist = [[0, 0]]\n"
     cfg.write_text(body + "strengths = [1.0]\n" + heads)
     out = tmp_path / "sweep"
-    assert cli.main(["sweep", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()
     rows = (out / "sweep.jsonl").read_text()
     other = tmp_path / "b.toml"
     other.write_text(body + "strengths = [2.0]\n" + heads)
-    code, err = run_cli(capsys, "sweep", str(other), "--out", str(out), "--no-progress")
+    code, err = run_cli(capsys, "sweep", str(other), "--out", str(out), "--quiet")
     assert code == 2
     one_line(err, "another configuration", "strengths", "[1.0]", "[2.0]")
     assert (out / "sweep.jsonl").read_text() == rows  # nothing mixed in
     (ckpt / "model.safetensors").write_bytes(b"corrupt")  # exists (so the config is valid) but cannot load
-    code, err = run_cli(capsys, "sweep", str(cfg), "--out", str(tmp_path / "failed"), "--no-progress")
+    code, err = run_cli(capsys, "sweep", str(cfg), "--out", str(tmp_path / "failed"), "--quiet")
     assert code == 2 and "model.safetensors" in err
     assert not (tmp_path / "failed").exists()  # no run.json, no settings, no empty directory
 

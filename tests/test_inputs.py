@@ -45,7 +45,7 @@ def sweep_config(tmp_path: Path, text: str = SWEEP) -> Path:
 def test_sweep_config_not_utf8_names_the_file(tmp_path):
     cfg = tmp_path / "latin1.toml"
     cfg.write_bytes(SWEEP.encode() + b'# caf\xe9\n')
-    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--no-progress", cwd=tmp_path)
+    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists()
     one_line(r.stderr, str(cfg), "UTF-8")
 
@@ -55,7 +55,7 @@ def test_sweep_rows_file_with_a_foreign_row_names_file_and_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "sweep.jsonl").write_text('{"x": 1}\n')
-    r = aspan("sweep", str(cfg), "--out", str(run), "--no-progress", cwd=tmp_path)
+    r = aspan("sweep", str(cfg), "--out", str(run), "--quiet", cwd=tmp_path)
     assert r.returncode == 2
     one_line(r.stderr, f"{run / 'sweep.jsonl'} line 1: not a sweep row", "'key'")
     assert sorted(p.name for p in run.iterdir()) == ["sweep.jsonl"] and not leftovers(run)
@@ -68,7 +68,7 @@ def test_sweep_row_without_mode_names_file_and_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "sweep.jsonl").write_text("\n" + json.dumps({**row, "key": settings_key(point)}) + "\n")
-    r = aspan("sweep", str(cfg), "--out", str(run), "--no-progress", cwd=tmp_path)
+    r = aspan("sweep", str(cfg), "--out", str(run), "--quiet", cwd=tmp_path)
     assert r.returncode == 2
     one_line(r.stderr, f"{run / 'sweep.jsonl'} line 2: not a sweep row", "'mode'")
     assert sorted(p.name for p in run.iterdir()) == ["sweep.jsonl"]
@@ -80,7 +80,7 @@ def test_qk_study_row_without_key_or_condition_names_file_and_line(tmp_path):
         run = tmp_path / f"qk{i}"
         run.mkdir()
         (run / "runs.jsonl").write_text(json.dumps(row) + "\n")
-        r = aspan("study", "qk", "--quick", "--out", str(run), "--no-progress", cwd=tmp_path)
+        r = aspan("study", "qk", "--quick", "--out", str(run), "--quiet", cwd=tmp_path)
         assert r.returncode == 2
         one_line(r.stderr, f"{run / 'runs.jsonl'} line 1: not a qk study row", "'key'" if i == 0 else "'condition'")
         assert {p.name for p in run.iterdir()} <= {"runs.jsonl", ".aspan.lock", "run.json"}
@@ -233,7 +233,7 @@ def test_sweep_strengths_that_overflow_and_thresholds_that_never_fire_are_refuse
                         ("thresholds = [0.1, 1.5]", ["sweep config: thresholds", "below 1", "1.5"])):
         text = SWEEP.replace("strengths = [1.0]", line if "strengths" in line else "strengths = [1.0]\n" + line)
         cfg = sweep_config(tmp_path, text)
-        r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--no-progress", cwd=tmp_path)
+        r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
         assert r.returncode == 2 and not (tmp_path / "run").exists()
         one_line(r.stderr, *words)
 
@@ -242,7 +242,7 @@ def test_sweep_steer_with_strengths_past_alpha_is_refused_at_config_load(tmp_pat
     """The README's strengths [1.0, 4.0] with method steer (PASTA's alpha must be in (0, 1]): one line naming the
     key and the method before the model loads, no run directory; without steer the same strengths are a grid."""
     text = SWEEP.replace("strengths = [1.0]", 'strengths = [1.0, 4.0]\nmethod = ["reinforce", "steer"]')
-    r = aspan("sweep", str(sweep_config(tmp_path, text)), "--out", str(tmp_path / "run"), "--no-progress",
+    r = aspan("sweep", str(sweep_config(tmp_path, text)), "--out", str(tmp_path / "run"), "--quiet",
               cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists(), r.stderr
     one_line(r.stderr, "sweep config: strengths", "method steer", "4")
@@ -257,7 +257,7 @@ def test_rank_by_effect_refuses_a_bad_edit_before_any_work(tmp_path):
                          (["--strength", "1e300"], ["--strength 1e+300", "overflows"])):
         out = tmp_path / "rank"
         r = aspan("rank", "reversal", "--task", "reversal", "-n", "4", "--by", "effect", *extra, "--out", str(out),
-                  "--no-progress", cwd=tmp_path)
+                  "--quiet", cwd=tmp_path)
         assert r.returncode == 2 and not out.exists(), r.stderr
         one_line(r.stderr, *words)
 

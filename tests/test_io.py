@@ -266,7 +266,7 @@ def sweep_args(tmp_path: Path) -> list[str]:
         tiny_checkpoint(ckpt)
     (tmp_path / "s.toml").write_text(f'model = "{ckpt}"\ntask = "reversal"\nn_samples = 2\nbatch_size = 2\n'
                                      'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
-    return ["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--no-progress"]
+    return ["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--quiet"]
 
 
 def files_of(directory: Path) -> dict[str, bytes]:

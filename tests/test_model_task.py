@@ -76,7 +76,7 @@ def test_eval_command_refuses_another_task_unless_asked(tmp_path):
 def test_sweep_refuses_another_task_before_touching_the_run_directory(tmp_path):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text(SWEEP)
-    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--no-progress", cwd=tmp_path)
+    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists()
     one_line(r.stderr, str(cfg), "'addition'", "'reversal'", "any_task = true")
     model, tok, _ = models.load("reversal", device="cpu")
@@ -84,7 +84,7 @@ def test_sweep_refuses_another_task_before_touching_the_run_directory(tmp_path):
         Engine(model, tok, Data("addition", n=2))
     assert Engine(model, tok, Data("addition", n=2), any_task=True).data.task == "addition"
     cfg.write_text("any_task = 1\n" + SWEEP)
-    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--no-progress", cwd=tmp_path)
+    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists()
     one_line(r.stderr, "sweep config: any_task: must be true or false")
 
@@ -110,9 +110,9 @@ def test_rank_and_abc_refuse_another_task_before_loading(tmp_path):
     for args, words in ((["rank", "reversal", "--task", "addition", "-n", "4"], ["--any-task"]),
                         (["abc", "reversal", "--task", "addition", "--id-samples", "4", "--ood-samples", "4"],
                          ["ABC calibrates"])):
-        r = aspan(*args, "--out", str(tmp_path / "out"), "--no-progress", cwd=tmp_path)
+        r = aspan(*args, "--out", str(tmp_path / "out"), "--quiet", cwd=tmp_path)
         assert r.returncode == 2 and not (tmp_path / "out").exists(), r.stderr
         one_line(r.stderr, "--task", "'addition'", "trained on task 'reversal'", *words)
     r = aspan("rank", "reversal", "--task", "addition", "-n", "4", "--any-task", "--out", str(tmp_path / "out"),
-              "--no-progress", cwd=tmp_path)
+              "--quiet", cwd=tmp_path)
     assert r.returncode == 0 and (tmp_path / "out" / "ranking.csv").is_file(), r.stderr

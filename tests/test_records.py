@@ -47,7 +47,7 @@ def ckpt(tmp_path_factory) -> Path:
 def sweep_args(d: Path, ckpt: Path) -> list[str]:
     (d / "s.toml").write_text(f'model = "{ckpt}"\ntask = "reversal"\nn_samples = 2\nbatch_size = 2\n'
                               'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
-    return ["sweep", str(d / "s.toml"), "--out", str(d / "run"), "--no-progress"]
+    return ["sweep", str(d / "s.toml"), "--out", str(d / "run"), "--quiet"]
 
 
 def pretrained_args(d: Path, ckpt: Path) -> list[str]:
@@ -64,18 +64,18 @@ COMMANDS = {
     "train": (lambda d, c: ["train", *SMALL, "--steps", "1", "--device", "cpu", "--out", str(d / "run")], "cpu"),
     "eval": (lambda d, c: ["eval", str(c), "--split", "id", "-n", "2", "--no-attn", "--run-dir", str(d / "run")],
              "auto"),
-    "rank": (lambda d, c: ["rank", str(c), "--task", "reversal", "-n", "2", "--no-progress", "--device", "cpu",
+    "rank": (lambda d, c: ["rank", str(c), "--task", "reversal", "-n", "2", "--quiet", "--device", "cpu",
                            "--out", str(d / "run")], "cpu"),
     "abc": (lambda d, c: ["abc", str(c), "--task", "reversal", "--abs", "anti:1:0", "--id-samples", "2",
-                          "--ood-samples", "2", "--ood-param", "length=11-12", "--device", "cpu", "--no-progress",
+                          "--ood-samples", "2", "--ood-param", "length=11-12", "--device", "cpu", "--quiet",
                           "--out", str(d / "run")], "cpu"),
     "sweep": (sweep_args, "auto"),
     "demo": (lambda d, c: ["demo", "--quick", "--device", "cpu", "--out", str(d / "run")], "cpu"),
     "pretrained": (pretrained_args, "cpu"),
-    "study qk": (lambda d, c: ["study", "qk", "--quick", "--no-progress", "--out", str(d / "run")], "cpu"),
-    "study abc": (lambda d, c: ["study", "abc", "--quick", "--no-progress", "--out", str(d / "run")], "cpu"),
+    "study qk": (lambda d, c: ["study", "qk", "--quick", "--quiet", "--out", str(d / "run")], "cpu"),
+    "study abc": (lambda d, c: ["study", "abc", "--quick", "--quiet", "--out", str(d / "run")], "cpu"),
     "study parity": (lambda d, c: ["study", "parity", "--quick", "--no-report", "--out", str(d / "run")], "cpu"),
-    "study abc paper": (lambda d, c: ["study", "abc", "--protocol", "paper", "--quick", "--no-progress",
+    "study abc paper": (lambda d, c: ["study", "abc", "--protocol", "paper", "--quick", "--quiet",
                                        "--out", str(d / "run")], "cpu"),
 }
 

@@ -65,14 +65,15 @@ def describe_tasks() -> str:
     return "\n".join(out)
 
 
-def write_samples(task: tasks.Task, n: int, seed: int = 0, output: str = "-", desc: str | None = None) -> None:
+def write_samples(task: tasks.Task, n: int, seed: int = 0, output: str = "-", desc: str | None = None,
+                  progress: bool = True) -> None:
     """`n` samples of `task` from `seed` as JSONL to `output` (a file, written atomically with a progress bar
-    labelled `desc`; '-' for stdout)."""
+    labelled `desc` unless `progress` is False; '-' for stdout, without one)."""
     if n < 0:
         raise ValueError(f"-n must be >= 0, got {n}")
     check_lengths(task)
     stream = task.stream(seed)
-    bar = tqdm(range(n), desc=desc or task.name, disable=True if output == "-" else None)
+    bar = tqdm(range(n), desc=desc or task.name, disable=True if output == "-" or not progress else None)
     lines = (next(stream).to_json() for _ in bar)
     if output == "-":
         for line in lines:

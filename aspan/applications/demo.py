@@ -133,8 +133,9 @@ def ood_task(cfg: DemoConfig):
 
 
 # ----------------------------------------------------------------------------------------------- model
-def get_model(cfg: DemoConfig, log=print):
-    """(model, tokenizer, description, meta): the shipped checkpoint, or a freshly trained model."""
+def get_model(cfg: DemoConfig, log=print, progress: bool = True):
+    """(model, tokenizer, description, meta): the shipped checkpoint, or a freshly trained model (with a progress
+    bar unless `progress` is False)."""
     shipped = CHECKPOINTS / cfg.task
     if not cfg.train and (shipped / "config.json").is_file():
         model, tokenizer, meta = models.load(shipped, device=cfg.device)
@@ -143,7 +144,7 @@ def get_model(cfg: DemoConfig, log=print):
     why = ("--train given" if cfg.train else f"no checkpoint ships for {cfg.task!r}, only for reversal"
            if cfg.task != "reversal" else f"the shipped checkpoint {shipped} is missing")
     log(f"training a tiny model on {cfg.task} for {steps} steps ({why}); this takes a few minutes on CPU")
-    model, tokenizer, meta = train_model(cfg.task, steps=steps, seed=cfg.seed, quick=cfg.quick, progress=True)
+    model, tokenizer, meta = train_model(cfg.task, steps=steps, seed=cfg.seed, quick=cfg.quick, progress=progress)
     if cfg.device:
         model.to(cfg.device)
     return model, tokenizer, f"trained here for {steps} steps", meta
@@ -213,10 +214,10 @@ class Chosen:
     id_held: evaluation.EvalResult  # the held-out ID set (seed + 4): not used by any choice
 
 
-def setup(cfg: DemoConfig, log) -> Setup:
+def setup(cfg: DemoConfig, log, progress: bool = True) -> Setup:
     """Load (or train) the model; the engine on the demo's evaluation sets (seeds: ID +1, selection +2, held-out +3)."""
     id_t, ood_t = tasks.preset(cfg.task, "id"), ood_task(cfg)
-    model, tokenizer, source, meta = get_model(cfg, log)
+    model, tokenizer, source, meta = get_model(cfg, log, progress)
     models.check_context(model, ood_t, tokenizer.offset)
     data = Data(cfg.task, ood_params=ood_t.params(), n=cfg.samples)
     model_id = cfg.task if source.startswith("shipped") else f"trained:{settings_key(meta)}"
@@ -309,9 +310,10 @@ def _label(row: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- the run
-def run_demo(cfg: DemoConfig, command: str = "aspan demo", log=print) -> dict[str, Any]:
+def run_demo(cfg: DemoConfig, command: str = "aspan demo", log=print, progress: bool = True) -> dict[str, Any]:
     """Run the demo end to end, holding `cfg.out` for this job and configuration; writes it (run dir + report.html)
-    and returns the summary dict."""
+    and returns the summary dict. `progress`: the progress bars (over the stages, and over training when it
+    trains)."""
     cfg.check()
     threads = torch.get_num_threads()
     if cfg.threads:
@@ -319,16 +321,16 @@ def run_demo(cfg: DemoConfig, command: str = "aspan demo", log=print) -> dict[st
     # one job per shard, one configuration per run directory (shards and the ID budget share the rows)
     try:
         with claim_config(cfg.out, "demo", cfg, RUNTIME, shard=cfg.shard, command=command):
-            return _run(cfg, command, log)
+            return _run(cfg, command, log, progress)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run(cfg: DemoConfig, command: str, log) -> dict[str, Any]:
-    """The stages in order, with a progress bar; the outputs; the printed tables."""
+def _run(cfg: DemoConfig, command: str, log, progress: bool) -> dict[str, Any]:
+    """The stages in order, with a progress bar (unless `progress` is False); the outputs; the printed tables."""
     t0, run = time.perf_counter(), RunDir(cfg.out)
-    bar = tqdm(total=8, desc="demo", dynamic_ncols=True)
-    s = setup(cfg, log)
+    bar = tqdm(total=8, desc="demo", dynamic_ncols=True, disable=not progress)
+    s = setup(cfg, log, progress)
     r = rank_heads(s, cfg)
     bar.update(1)
     searched = causal.search(s.engine, s.model_id, cfg.seed, *search_config(cfg))

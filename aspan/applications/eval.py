@@ -52,6 +52,7 @@ class EvalRun:
     threads: int | None = None
     output: str | None = None  # per-token records JSONL
     run_dir: str | None = None  # also run.json, summary.json and records.jsonl here
+    progress: bool = True  # a progress bar over the samples
 
 
 def parse_heads(text: str | None) -> list[tuple[int, int]] | None:
@@ -106,7 +107,7 @@ def _run_eval(run: EvalRun) -> dict:
     run_dir = Path(run.run_dir) if run.run_dir else None
     files = [Path(p) for p in (run.output, run_dir and run_dir / "records.jsonl") if p]
     chunks = evaluate_stream(model, tokenizer, samples, mode=run.mode, batch_size=run.batch_size, heads=heads,
-                             delta=run.delta, attn=run.attn, progress=True, any_task=run.any_task)
+                             delta=run.delta, attn=run.attn, progress=run.progress, any_task=run.any_task)
     totals = _evaluate(chunks, names, files, run.mode)
     tables = _print_tables(totals, name, run, names)
     if run.output:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable
 
 import pandas as pd
@@ -195,6 +195,7 @@ class Prepared:
     adapter: Callable[[int], HFCharAdapter]  # k shots -> the prompt's tokenizer
     id_s: list  # the ID set (seed + 1)
     ood_s: list  # the OOD set (seed + 2): Table 2 and the grid's selection set
+    progress: bool = True  # progress bars over evaluation, fine-tuning and ranking
 
 
 @dataclass
@@ -265,8 +266,9 @@ def evaluate_all(model, tok, p: Prepared, cfg: PretrainedConfig, label: dict, he
     g, bs = min(cfg.gen_samples, cfg.eval_samples), cfg.batch_size
     for split, samples in (("id", p.id_s), ("ood", p.ood_s)):
         res = evaluation.evaluate(model, tok, samples, batch_size=bs, heads=heads, attn=heads is not None,
-                                  progress=True)
-        gen = evaluation.evaluate(model, tok, samples[:g], mode="generate", batch_size=bs, attn=False, progress=True)
+                                  progress=p.progress)
+        gen = evaluation.evaluate(model, tok, samples[:g], mode="generate", batch_size=bs, attn=False,
+                                  progress=p.progress)
         results[split], results[f"{split}_generate"] = res, gen
         rows += [_acc_rows(res, **label, split=split, mode="teacher"), _acc_rows(gen, **label, split=split,
                                                                                   mode="generate")]
@@ -280,7 +282,7 @@ def finetune(p: Prepared, cfg: PretrainedConfig, run: RunDir) -> Finetuned:
     config = p.train_config
     gated = config.stop != "none"  # the fit gate: learning curves on a held-out ID set drive the stop rule
     curves = {config.stop_bucket: p.id_task.generate(cfg.eval_samples, seed=FIT_SEED + cfg.seed)} if gated else None
-    result = train(p.model, tok, p.id_task, config, progress=True, curve_data=curves)
+    result = train(p.model, tok, p.id_task, config, progress=p.progress, curve_data=curves)
     model = result.model.eval()
     history = [r for r in result.history if r.get("kind") == "train"]
     run.records("train_log.jsonl", history)
@@ -304,7 +306,7 @@ def analyse(p: Prepared, f: Finetuned, cfg: PretrainedConfig) -> Analysis:
     """Ranking on ID samples (offset scan), Table 2 rows and Table 3 of the fine-tuned model."""
     rank_s = p.id_task.generate(cfg.rank_samples, seed=cfg.seed + 10_000)
     deltas = list(dict.fromkeys([0, *cfg.deltas, cfg.sweep_delta]))
-    offsets = ranking.offset_table(f.model, f.tok, rank_s, deltas, batch_size=cfg.batch_size, progress=True,
+    offsets = ranking.offset_table(f.model, f.tok, rank_s, deltas, batch_size=cfg.batch_size, progress=p.progress,
                                    convention=cfg.rank_convention)  # named in ranking.csv
     table = ranking.ranking_from_offsets(offsets)
     top_heads = ranking.select_heads(table, top=min(max(cfg.top), len(table)))
@@ -336,8 +338,10 @@ def sweep(p: Prepared, f: Finetuned, cfg: PretrainedConfig, run: RunDir) -> Swep
     return Swept(rows, sel, held)
 
 
-def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log=print, loaded=None) -> dict[str, Any]:
-    """Run every stage; writes `cfg.out` (run.json, summary.json, tables as CSV, figures, report.html).
+def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log=print, loaded=None,
+                   progress: bool = True) -> dict[str, Any]:
+    """Run every stage; writes `cfg.out` (run.json, summary.json, tables as CSV, figures, report.html); with
+    progress bars unless `progress` is False.
 
     `loaded` (a `LoadedModel` with an `HFCharAdapter`) skips loading `cfg.model`; the model is fine-tuned in place.
     `cfg.out` is held for this job (the lock of `cfg.shard`) and this configuration throughout.
@@ -345,17 +349,17 @@ def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log
     cfg.check()
     with claim_config(cfg.out, "pretrained", cfg, RUNTIME, shard=cfg.shard, command=command), \
             torch_threads(cfg.threads):  # the caller's number of threads restored afterwards
-        return _run(cfg, command, log, loaded)
+        return _run(cfg, command, log, loaded, progress)
 
 
-def _run(cfg: PretrainedConfig, command: str, log, loaded) -> dict[str, Any]:
+def _run(cfg: PretrainedConfig, command: str, log, loaded, progress: bool) -> dict[str, Any]:
     t0, timings, run = time.perf_counter(), {}, RunDir(cfg.out)
-    p = prepare(cfg, log, loaded)
+    p = replace(prepare(cfg, log, loaded), progress=progress)
     if cfg.shard is not None:  # a job-array member: the same fine-tune (same seed and data), one part of the grid
         rows = sweep(p, finetune(p, cfg, run), cfg, run).rows
         log(f"shard {cfg.shard[0]}/{cfg.shard[1]}: {len(rows)} grid rows in {run.path}; run without a shard to finish")
         return {"rows": len(rows)}
-    bar = tqdm(total=4, desc="pretrained", dynamic_ncols=True)
+    bar = tqdm(total=4, desc="pretrained", dynamic_ncols=True, disable=not progress)
     table2 = []
     for k in cfg.shots:
         table2 += evaluate_all(p.model, p.adapter(k), p, cfg, {"model": "pretrained", "prompt": _prompt(k)})[0]

@@ -7,15 +7,21 @@ import argparse
 from aspan.applications.data import SPLITS, TASK_NAMES
 
 from .argtypes import nonneg_int, output_file_or_stdout
+from .grammar import add_quiet
 
 HELP = "generate task samples as JSONL (or --list the tasks, their parameters and ID/OOD presets)"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan data --list",
+    "aspan data reversal -n 2",
+    "aspan data addition --split ood -n 100 -o addition_ood.jsonl --param digits=5-8",
+)
 
 
 def add_task_arguments(parser: argparse.ArgumentParser) -> None:
     """TASK, --split, --seed, -n and --param, shared by `data` and `show`."""
     parser.add_argument("task", nargs="?", metavar="TASK", help=f"one of {', '.join(TASK_NAMES)}")
     parser.add_argument("--split", choices=SPLITS, default="id", help="preset: in- or out-of-distribution")
-    parser.add_argument("--seed", type=nonneg_int, default=0)
+    parser.add_argument("--seed", type=nonneg_int, default=0, help="sample seed (default 0)")
     parser.add_argument("--param", action="append", metavar="KEY=VALUE",
                         help="override a preset parameter (ints, ranges 5-10 or 5,10, booleans, strings); repeatable")
 
@@ -26,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", type=output_file_or_stdout, default="-",
                         help="JSONL file, '-' for stdout (default)")
     parser.add_argument("--list", action="store_true", help="list tasks, parameters and presets, then exit")
+    add_quiet(parser, old=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,5 +42,6 @@ def run(args: argparse.Namespace) -> int:
         print(describe_tasks())
         return 0
     task = task_preset(args.task, args.split, args.param or [])
-    write_samples(task, args.n, args.seed, args.output, desc=f"{task.name} {args.split}")
+    write_samples(task, args.n, args.seed, args.output, desc=f"{task.name} {args.split}",
+                  progress=not args.quiet)
     return 0

@@ -4,6 +4,10 @@ from __future__ import annotations
 import argparse
 
 HELP = "print the versions, backend and device a run here would record (as in run.json)"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan doctor",
+    "ASPAN_BACKEND=bridge aspan doctor",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

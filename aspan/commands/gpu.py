@@ -13,6 +13,11 @@ import sys
 from pathlib import Path
 
 HELP = "advance a study campaign by one time-limited GPU slice (device checks first), merge a slice, show progress"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
+    "aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice",
+    "aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state",
+)
 PLAN = "configs/gpu/campaign.toml"
 CAMPAIGN = "results/gpu_campaign/state"
 

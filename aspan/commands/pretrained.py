@@ -8,8 +8,13 @@ import shlex
 from aspan.options import MODEL_DTYPES
 
 from .argtypes import device, output_dir, positive_int, shard
+from .grammar import add_quiet
 
 HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan pretrained configs/smollm2_smoke.toml --out runs/smollm2-smoke",
+    "aspan pretrained configs/smollm2_reversal.toml --dtype bfloat16 --threads 2",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard", type=shard, metavar="I/N",
                    help="fine-tune, then evaluate only shard I of N of the reinforcement grid (a job array on "
                         "identical machines); a run without --shard reuses every shard's rows")
+    add_quiet(p, old=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,5 +43,5 @@ def run(args: argparse.Namespace) -> int:
     given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
     words = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
     command = " ".join(["aspan pretrained", shlex.quote(args.config), *words])
-    run_pretrained(cfg, command=command)  # holds the run directory for this job and configuration
+    run_pretrained(cfg, command=command, progress=not args.quiet)  # holds the run directory for this job and config
     return 0

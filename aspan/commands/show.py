@@ -9,6 +9,10 @@ from .argtypes import nonneg_int
 from .data import add_task_arguments
 
 HELP = "print task samples with each target character's reference positions marked"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan show reversal -n 2",
+    "aspan show flipflop --param instructions=6 --seed 3",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 from importlib import import_module
 
+from .grammar import PRINT_CONFIG_HELP, HelpFormatter, epilog
+
 HELP = "run a study that tests a paper's claim (qk, abc, parity); each writes tables, figures and a report"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan study qk --quick --out runs/qk",
+    "aspan study parity --quick --out runs/parity",
+    "aspan study abc --protocol paper --quick --out runs/abc-paper",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,13 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             if e.name != f"aspan.commands.studies.{name}":
                 raise
             continue
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, formatter_class=HelpFormatter,
+                           epilog=epilog(mod.EXAMPLES))
         mod.add_arguments(p)
+        p.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
         p.set_defaults(_study_config=mod.config_from_args, _study_run=mod.run)
 
 
 # Options that change how a study runs, not what it computes: they may differ between a run and its resumption.
-RUNTIME = ("out", "device", "threads", "no_progress", "no_report", "command", "study")
+RUNTIME = ("out", "device", "threads", "quiet", "print_config", "no_report", "command", "study")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
     from ..applications.claims import claim_study
 
     config = args._study_config(args)  # bad settings are refused before the run directory is touched
+    if args.print_config:
+        from ..config import to_toml
+
+        print(to_toml(config), end="")
+        return 0
     out = getattr(args, "out", None)
     if not out:
         return int(args._study_run(args, config) or 0)

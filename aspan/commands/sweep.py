@@ -6,8 +6,14 @@ import argparse
 from pathlib import Path
 
 from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
+from .grammar import add_quiet
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --quiet",
+    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --shard 0/4",
+    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --limit 0",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-budget", type=points_fraction, default="1", metavar="PP",
                    help="selection rule: largest OOD exact gain whose ID exact drop is at most PP percentage points "
                         "(default 1)")
-    p.add_argument("--no-progress", action="store_true")
+    add_quiet(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
     # the file's keys, then --device; fully validated before any model work
     config = load_config(SweepConfig, toml_path=args.config, flags={"device": args.device}, name="sweep config")
     run_sweep_dir(config, args.out or f"runs/sweep-{Path(args.config).stem}", config_file=str(args.config),
-                  shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.no_progress)
+                  shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.quiet)
     return 0

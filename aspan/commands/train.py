@@ -7,14 +7,22 @@ from typing import Any
 
 from ..options import CURVE_METRICS, STOP_RULES
 from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int, unit_float
+from .grammar import add_quiet, from_settings
 
 HELP = "train a model from scratch or fine-tune a checkpoint (--init) on a task; resumable (--resume)"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan train --task reversal --out runs/tiny --steps 40 --n-layers 2 --n-heads 4 --d-model 32 --eval-samples 16",
+    "aspan train --init reversal --task reversal --param length=11-20 --train-only qk-pair:1 --replay 0.5 --steps 50 "
+    "--lr 1e-2 --out runs/ft",
+    "aspan train --out runs/tiny --resume --steps 80",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", help="task name (default: the task of the --data samples)")
-    p.add_argument("--split", default="id", choices=("id", "ood"), help="preset to train on (default id)")
-    p.add_argument("--param", action="append", default=[], metavar="K=V", help="task parameter override (repeatable)")
+    p.add_argument("--split", choices=("id", "ood"), help="preset to train on")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a task parameter (repeatable)")
     p.add_argument("--data", help="train on this `aspan data` JSONL file instead of generating samples")
     p.add_argument("--out", required=True, type=output_dir,
                    help="run directory: log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, final model")
@@ -26,52 +34,63 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="train only these parameter groups, comma-separated: qk, qk-column:C[,C...], qk-pair:I[,I...] "
                         "(RoPE pair I: columns I and I+rotary_dim/2 of W_Q and W_K), attn, mlp, embed, all")
     p.add_argument("--steps", type=positive_int,
-                   help="optimiser steps (default 1500 from scratch; fine-tuning: 1 epoch of --data)")
+                   help="optimiser steps (with --finetune and no --steps: --epochs passes over --data)")
     p.add_argument("--epochs", type=positive_int, help="passes over --data when --steps is not given")
-    p.add_argument("--batch-size", type=positive_int)
-    p.add_argument("--lr", type=positive_float)
-    p.add_argument("--weight-decay", type=nonneg_float)
+    p.add_argument("--batch-size", type=positive_int, help="samples per optimiser step")
+    p.add_argument("--lr", type=positive_float, help="peak learning rate of AdamW")
+    p.add_argument("--weight-decay", type=nonneg_float,
+                   help="AdamW weight decay (on matrices and the q/k/v biases; never on norms or other biases)")
     p.add_argument("--warmup", type=nonneg_int, help="linear warm-up steps before the cosine decay")
-    p.add_argument("--grad-clip", type=positive_float)
+    p.add_argument("--grad-clip", type=positive_float, help="clip the gradient norm to this value")
     p.add_argument("--eval-every", type=nonneg_int,
                    help="evaluate every N steps (0: at the end only) on: train (the training distribution, when it "
                         "differs from both presets), id and ood (the task's presets), and each --buckets range")
     p.add_argument("--buckets", metavar="RANGES",
                    help="also evaluate each length range on its own samples, e.g. 1-10,11-20,21-30,31-50")
-    p.add_argument("--replay", type=nonneg_float, default=0.0, metavar="SHARE",
+    p.add_argument("--replay", type=nonneg_float, metavar="SHARE",
                    help="mix this share of ID-preset samples into every batch (fine-tuning that keeps old lengths)")
-    p.add_argument("--eval-samples", type=nonneg_int, help="samples per split for those evaluations (default 200)")
+    p.add_argument("--eval-samples", type=nonneg_int, help="samples per split for those evaluations")
     p.add_argument("--ckpt-every", type=nonneg_int, help="checkpoint every N steps (0: at the end only)")
     g = p.add_argument_group("learning curves and stop rules (curves.jsonl; see README)")
     g.add_argument("--curve-every", type=nonneg_int, metavar="K",
-                   help="score the curve sets every K steps (and at step 0 and the end); default: the K that keeps "
-                        "them at <= 10%% of training time; 0: no curves")
+                   help="score the curve sets every K steps (and at step 0 and the end); when not given: the K that "
+                        "keeps them at <= 10%% of training time; 0: no curves")
     g.add_argument("--curve-buckets", metavar="SETS",
                    help="curve sets, comma-separated: train, id, ood and length ranges like 11-20, each with "
                         "--eval-samples held-out samples (default: the evaluation sets: train, id, ood, --buckets)")
-    g.add_argument("--stop", choices=STOP_RULES, default="none",
+    g.add_argument("--stop", choices=STOP_RULES,
                    help="end before --steps: none; target (--stop-bucket reaches --target); plateau (no gain of 1 "
                         "point over the last 3 curve evaluations)")
     g.add_argument("--stop-bucket", metavar="SET",
-                   help="the curve set the stop rule watches: id, ood, train or a range like 11-20 (default: id, "
-                        "else the first curve set)")
+                   help="the curve set the stop rule watches: id, ood, train or a range like 11-20 (when not given: "
+                        "id, else the first curve set)")
     g.add_argument("--target", type=unit_float,
                    help="accuracy in [0, 1] for --stop target; with any rule, the run records its steps-to-target")
-    g.add_argument("--stop-metric", choices=CURVE_METRICS, default="exact",
-                   help="what the stop rule watches: exact or partial (per-token) accuracy (default exact)")
-    p.add_argument("--seed", type=nonneg_int, default=0, help="data order and model initialisation")
-    p.add_argument("--device", type=device, default="auto", help="cpu, cuda, cuda:N (default: CUDA when present)")
+    g.add_argument("--stop-metric", choices=CURVE_METRICS,
+                   help="what the stop rule watches: exact or partial (per-token) accuracy")
+    p.add_argument("--seed", type=nonneg_int, help="data order and model initialisation")
+    p.add_argument("--device", type=device, help="cpu, cuda, cuda:N, or auto (CUDA when present)")
     p.add_argument("--threads", type=positive_int,
                    help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
     g = p.add_argument_group("fresh model (ignored with --init)")
-    g.add_argument("--n-layers", type=positive_int, default=2)
-    g.add_argument("--n-heads", type=positive_int, default=8)
-    g.add_argument("--d-model", type=positive_int, default=128)
-    g.add_argument("--positional", default="rotary", choices=("rotary", "learned", "alibi", "none"),
-                   help="positional encoding (default rotary; none = NoPE)")
+    g.add_argument("--n-layers", type=positive_int, help="transformer blocks")
+    g.add_argument("--n-heads", type=positive_int, help="attention heads per block")
+    g.add_argument("--d-model", type=positive_int, help="residual stream width")
+    g.add_argument("--positional", choices=("rotary", "learned", "alibi", "none"),
+                   help="positional encoding (none = NoPE)")
     g.add_argument("--n-ctx", type=positive_int,
-                   help="context length (default: enough for the task's OOD preset, at least 256)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+                   help="context length (when not given: enough for the task's OOD preset, at least 256)")
+    add_quiet(p, old=None)
+    # no argparse defaults: a flag not given leaves the settings' own (TrainConfig's, or its fine-tuning preset's)
+    from_settings(p, "aspan.training:TrainConfig", presets={"--finetune": "finetune"}, only=TRAIN_KEYS)
+    from_settings(p, "aspan.applications.train:TrainRun", only=RUN_KEYS)
+
+
+TRAIN_KEYS = ("steps", "epochs", "batch_size", "lr", "weight_decay", "warmup", "grad_clip", "eval_every",
+              "eval_samples", "ckpt_every", "seed", "device", "train_only", "curve_every", "stop", "target",
+              "stop_metric")
+RUN_KEYS = ("task", "split", "data", "init", "replay", "buckets", "curve_buckets", "threads", "n_layers", "n_heads",
+            "d_model", "positional", "n_ctx")
 
 
 def train_config(args: argparse.Namespace):
@@ -80,22 +99,17 @@ def train_config(args: argparse.Namespace):
     from aspan.curves import stop_set
     from aspan.training import TrainConfig
 
-    keys = ("steps", "epochs", "batch_size", "lr", "weight_decay", "warmup", "grad_clip", "eval_every",
-            "eval_samples", "ckpt_every")
-    kw: dict[str, Any] = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    kw.update(seed=args.seed, device=args.device, train_only=args.train_only, curve_every=args.curve_every,
-              stop=args.stop, stop_bucket=stop_set(args.stop_bucket), target=args.target, stop_metric=args.stop_metric)
+    kw: dict[str, Any] = {k: getattr(args, k) for k in TRAIN_KEYS if getattr(args, k) is not None}
+    kw.update(stop_bucket=stop_set(args.stop_bucket))
     return (TrainConfig.finetune if args.finetune else TrainConfig.scratch)(**kw)
 
 
 def run(args: argparse.Namespace) -> int:
     from aspan.applications.train import TrainRun, train_run
 
-    run = TrainRun(train=train_config(args), task=args.task, split=args.split, params=tuple(args.param),
-                   data=args.data, init=args.init, finetune=args.finetune, resume=args.resume, replay=args.replay,
-                   buckets=args.buckets, curve_buckets=args.curve_buckets,
-                   stop_bucket_given=args.stop_bucket is not None, threads=args.threads, n_layers=args.n_layers,
-                   n_heads=args.n_heads, d_model=args.d_model, positional=args.positional, n_ctx=args.n_ctx,
-                   progress=not args.quiet)
+    given = {k: getattr(args, k) for k in RUN_KEYS}
+    run = TrainRun(train=train_config(args), params=tuple(args.param), finetune=args.finetune, resume=args.resume,
+                   stop_bucket_given=args.stop_bucket is not None, progress=not args.quiet,
+                   **{k: v for k, v in given.items() if v is not None})  # the flags given, over the defaults
     train_run(run, args.out)
     return 0

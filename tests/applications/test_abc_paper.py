@@ -41,7 +41,7 @@ def rows_of(out):
 
 def test_quick_protocol_end_to_end_and_resumes(tmp_path):
     out = tmp_path / "paper"
-    res = cli("--quick", "--out", str(out), "--no-progress")
+    res = cli("--quick", "--out", str(out), "--quiet")
     assert res.returncode == 0, res.stderr
     cfg = PaperConfig.quick()
     rows = {(r["task"], r["condition"]): r for r in rows_of(out)}
@@ -81,7 +81,7 @@ def test_quick_protocol_end_to_end_and_resumes(tmp_path):
     assert "successor: vanilla base fitted on 1 of 1 seeds, ABC 0." in found.answer
     assert set(found.headline.condition) == {"vanilla", "abc", "abs"}
     before = (out / "runs.jsonl").read_text()
-    again = cli("--quick", "--out", str(out), "--no-progress")
+    again = cli("--quick", "--out", str(out), "--quiet")
     assert again.returncode == 0, again.stderr
     assert (out / "runs.jsonl").read_text() == before  # every row found by its key: nothing retrained
 
@@ -91,7 +91,7 @@ def test_a_base_that_does_not_fit_gets_no_abc_row_and_says_so(tmp_path):
     config.write_text('plan = ["successor:vanilla", "successor:abc"]\nfit_exact = 0.99\nmax_steps = 2\n'
                       'check_every = 2\n')
     out = tmp_path / "nofit"
-    res = cli("--quick", "--config", str(config), "--out", str(out), "--no-progress")
+    res = cli("--quick", "--config", str(config), "--out", str(out), "--quiet")
     assert res.returncode == 0, res.stderr
     (row,) = rows_of(out)  # the vanilla row alone
     assert row["condition"] == "vanilla" and row["status"] == "did not fit" and not row["fitted"]
@@ -259,14 +259,14 @@ def test_a_fitted_base_that_answers_no_calibration_sample_gets_a_skipped_row(tmp
     config.write_text('plan = ["successor:vanilla", "successor:abc"]\ncorrect_only = true\nmax_steps = 2\n'
                       'check_every = 2\n')
     out = tmp_path / "calib"
-    res = cli("--quick", "--config", str(config), "--out", str(out), "--no-progress")
+    res = cli("--quick", "--config", str(config), "--out", str(out), "--quiet")
     assert res.returncode == 0, res.stderr
     rows = {r["condition"]: r for r in rows_of(out)}
     assert rows["vanilla"]["status"] == "fitted" and rows["abc"]["status"].startswith("skipped: the base model")
     assert "exact_4" not in rows["abc"] and set(pd.read_csv(out / "table.csv").condition) == {"vanilla"}
     said = json.loads((out / "summary.json").read_text())["not_run"]
     assert len(said) == 1 and "answers none" in said[0]
-    assert cli("--quick", "--config", str(config), "--out", str(out), "--no-progress").returncode == 0  # resumed
+    assert cli("--quick", "--config", str(config), "--out", str(out), "--quiet").returncode == 0  # resumed
     assert json.loads((out / "summary.json").read_text())["not_run"] == said and len(rows_of(out)) == 2
 
 
@@ -298,8 +298,8 @@ def test_without_keep_models_the_models_go_once_their_rows_are_recorded(tmp_path
     kept, pruned = tmp_path / "kept", tmp_path / "pruned"
     config = tmp_path / "prune.toml"
     config.write_text("keep_models = false\n")
-    assert cli("--quick", "--out", str(kept), "--no-progress").returncode == 0
-    res = cli("--quick", "--config", str(config), "--out", str(pruned), "--no-progress")
+    assert cli("--quick", "--out", str(kept), "--quiet").returncode == 0
+    res = cli("--quick", "--config", str(config), "--out", str(pruned), "--quiet")
     assert res.returncode == 0, res.stderr
     assert not list((pruned / "models").iterdir()), "every model's position rows and ABC row are written"
     assert list((kept / "models").iterdir())

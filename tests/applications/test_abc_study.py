@@ -55,7 +55,7 @@ def test_selection_rule_prefers_the_best_mean_and_rejects_missing_rows():
 
 def test_quick_study_writes_a_complete_table_and_resumes(tmp_path, capsys):
     out = tmp_path / "study"
-    assert main(["study", "abc", "--quick", "--out", str(out), "--no-progress"]) == 0
+    assert main(["study", "abc", "--quick", "--out", str(out), "--quiet"]) == 0
     cfg = AbcStudyConfig.quick()
     missing = unavailable(cfg)  # every encoding has a Hugging Face form at these sizes (ALiBi: Bloom, 2 heads)
     assert not missing
@@ -76,7 +76,7 @@ def test_quick_study_writes_a_complete_table_and_resumes(tmp_path, capsys):
     assert json.loads((out / "summary.json").read_text())["not_run"] == missing
     # a rerun into the same directory trains nothing new
     before = (out / "runs.jsonl").read_text()
-    assert main(["study", "abc", "--quick", "--out", str(out), "--no-progress"]) == 0
+    assert main(["study", "abc", "--quick", "--out", str(out), "--quiet"]) == 0
     assert (out / "runs.jsonl").read_text() == before
 
 

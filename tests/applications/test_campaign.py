@@ -16,8 +16,8 @@ from aspan.applications import campaign as c
 from aspan.errors import UsageError
 
 RUNS = (
-    {"name": "abc", "command": ["study", "abc", "--protocol", "paper", "--quick", "--no-progress"]},
-    {"name": "qk", "command": ["study", "qk", "--quick", "--protocol", "curves", "--no-progress"]},
+    {"name": "abc", "command": ["study", "abc", "--protocol", "paper", "--quick", "--quiet"]},
+    {"name": "qk", "command": ["study", "qk", "--quick", "--protocol", "curves", "--quiet"]},
 )
 PLAN = c.CampaignPlan(runs=RUNS, budget_s=10_000, reserve_s=0, checkpoint_s=1_000, checks=())
 TIMING = ("wall_s", "seconds", "train_s", "time", "train_seconds", "eval_s", "wall")

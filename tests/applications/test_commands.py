@@ -57,7 +57,7 @@ def test_a_notebook_evaluates_what_the_eval_command_evaluates(ckpt, tmp_path, ca
 
 def test_a_notebook_biases_what_the_abc_command_biases(ckpt, tmp_path, capsys):
     argv = [str(ckpt), "--task", "reversal", "--abs", "anti:1:0", "--heads", "1.0,1.1", "--id-samples", "3",
-            "--ood-samples", "3", "--ood-param", "length=11-12", "--device", "cpu", "--no-progress"]
+            "--ood-samples", "3", "--ood-param", "length=11-12", "--device", "cpu", "--quiet"]
     assert cli.main(["abc", *argv, "--out", str(tmp_path / "cli")]) == 0
     summary = abc_run(ABCRun(str(ckpt), "reversal", abs="anti:1:0", heads="1.0,1.1", id_samples=3, ood_samples=3,
                              ood_params=("length=11-12",), device="cpu", out=str(tmp_path / "call"), progress=False))

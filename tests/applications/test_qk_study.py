@@ -17,7 +17,7 @@ from aspan.param_groups import trainable_count
 @pytest.fixture(scope="module")
 def study(tmp_path_factory):
     out = tmp_path_factory.mktemp("qk") / "run"
-    assert cli.main(["study", "qk", "--quick", "--out", str(out), "--no-progress"]) == 0
+    assert cli.main(["study", "qk", "--quick", "--out", str(out), "--quiet"]) == 0
     return out
 
 
@@ -58,7 +58,7 @@ def test_killed_study_resumes_to_the_same_rows(study, tmp_path):
     shutil.copytree(study, out)
     lines = (out / "runs.jsonl").read_text().splitlines(keepends=True)
     (out / "runs.jsonl").write_text("".join(lines[:5]) + lines[5][:40])  # killed mid-write of row 6
-    assert cli.main(["study", "qk", "--quick", "--out", str(out), "--no-progress"]) == 0
+    assert cli.main(["study", "qk", "--quick", "--out", str(out), "--quiet"]) == 0
     again = {r["key"]: r for r in map(json.loads, (out / "runs.jsonl").read_text().splitlines())}
     first = {r["key"]: r for r in map(json.loads, lines)}
     assert again.keys() == first.keys()
@@ -91,7 +91,7 @@ def test_gpu_config_parses_into_the_full_design():
 
 
 # ----------------------------------------------------------------------------------------------- curves protocol
-CURVES = ["study", "qk", "--quick", "--protocol", "curves", "--no-progress", "--out"]
+CURVES = ["study", "qk", "--quick", "--protocol", "curves", "--quiet", "--out"]
 
 
 @pytest.fixture(scope="module")

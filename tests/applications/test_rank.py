@@ -14,7 +14,7 @@ def test_a_notebook_ranks_the_heads_the_command_ranks(ckpt, tmp_path, capsys):
                                     out=str(tmp_path / "api"), progress=False))
     assert len(summary["selected_heads"]) == 2
     assert main(["rank", str(ckpt), "--task", "reversal", "-n", "6", "--seed", "2", "--deltas", "0,1", "--top", "2",
-                 "--device", "cpu", "--out", str(tmp_path / "cli"), "--no-progress"]) == 0
+                 "--device", "cpu", "--out", str(tmp_path / "cli"), "--quiet"]) == 0
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "api" / "ranking.csv"),
                                   pd.read_csv(tmp_path / "cli" / "ranking.csv"))
     assert json.loads((tmp_path / "cli" / "summary.json").read_text())["selected_heads"] == summary["selected_heads"]

@@ -11,7 +11,7 @@ def test_abs_cli_with_finetune(ckpt, tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(["abc", str(ckpt), "--task", "reversal", "--abs", "anti:1:0", "--id-samples", "3", "--ood-samples", "3",
                "--ood-param", "length=11-12", "--finetune-steps", "2", "--finetune-batch-size", "2", "--device", "cpu",
-               "--out", str(out), "--no-progress"])
+               "--out", str(out), "--quiet"])
     assert rc == 0
     table = pd.read_csv(out / "abc.csv")
     assert set(table.variant) == {"baseline", "bias", "bias+finetune", "finetune (no bias)"}
@@ -39,7 +39,7 @@ def test_abc_cli_refuses_a_model_that_does_not_interpolate(ckpt, tmp_path, capsy
             "cpu",
             "--out",
             str(tmp_path / "r"),
-            "--no-progress",
+            "--quiet",
         ]
     )
     assert rc == 2 and "interpolates" in capsys.readouterr().err

@@ -16,7 +16,7 @@ def test_rank_cli_matches_head_scores(ckpt, tmp_path, capsys, convention):
     out = tmp_path / "run"
     flag = [] if convention is None else ["--convention", convention]
     rc = main(["rank", str(ckpt), "--task", "reversal", "-n", "12", "--seed", "5", "--deltas", "0..2",
-               "--top", "3", "--out", str(out), "--device", "cpu", "--no-progress", *flag])
+               "--top", "3", "--out", str(out), "--device", "cpu", "--quiet", *flag])
     assert rc == 0
     convention = convention or "sample"  # the default: the paper's public code
     model, tok, _ = models.load(ckpt, device="cpu")

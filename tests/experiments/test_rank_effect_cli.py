@@ -14,7 +14,7 @@ def test_rank_by_effect_matches_profiling(ckpt, tmp_path, capsys):
     rc = main(["rank", str(ckpt), "--task", "reversal", "-n", "10", "--seed", "4", "--by", "effect",
                "--method", "patch", "--delta", "1", "--profile-param", "length=11-13", "--candidates", "5",
                "--greedy", "2", "--top", "2",
-               "--out", str(out), "--device", "cpu", "--no-progress"])
+               "--out", str(out), "--device", "cpu", "--quiet"])
     assert rc == 0
     model, tok, _ = models.load(ckpt, device="cpu")
     samples = tasks.preset("reversal", "ood", length=(11, 13)).generate(10, seed=5)  # profiling set: seed + 1

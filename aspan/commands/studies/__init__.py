@@ -1,6 +1,7 @@
 """The command line of each study in `aspan.applications.studies` (`aspan study NAME`): one module per study, named
-as the study, defining `HELP` (one line), `add_arguments(parser)`, `config_from_args(args)` (the study's settings
-through `aspan.config.load_config`, checked before its run directory is claimed) and `run(args, config) -> int`."""
+as the study, defining `HELP` (one line), `EXAMPLES` (the command lines that end its `--help`),
+`add_arguments(parser)`, `config_from_args(args)` (the study's settings through `aspan.config.load_config`, checked
+before its run directory is claimed) and `run(args, config) -> int`."""
 from __future__ import annotations
 
 import argparse

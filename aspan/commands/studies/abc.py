@@ -10,9 +10,14 @@ from pathlib import Path
 from ...applications.studies.abc import CONDITIONS, STUDY_TASKS
 from ...errors import UsageError
 from ..argtypes import output_dir
+from ..grammar import add_quiet
 from . import flag_list
 
 HELP = "ABC/ABS study (Duan & Shi 2023): successor, addition, parity; vanilla (rotary/learned/alibi/none), ABS, ABC"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan study abc --quick --out runs/abc_study",
+    "aspan study abc --protocol paper --config configs/abc_paper_cpu.toml --out runs/abc_paper",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,11 +34,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                         "vanilla,abc,abs; both filter its plan)")
     p.add_argument("--seeds", help="comma-separated seeds (the first one chooses the learning rate)")
     p.add_argument("--lrs", help="comma-separated learning-rate grid (paper protocol: one learning rate)")
-    for name in ("steps", "retrain-steps", "batch-size", "n-layers", "n-heads", "d-model", "n-test"):
-        p.add_argument(f"--{name}", type=int)
+    for name, text in (("steps", "optimiser steps of every from-scratch training (paper protocol: the cap)"),
+                       ("retrain-steps", "ABC: steps of the retraining under the calibrated bias"),
+                       ("batch-size", "training batch size"), ("n-layers", "layers of every model"),
+                       ("n-heads", "attention heads per layer"), ("d-model", "residual stream width"),
+                       ("n-test", "samples per test bucket")):
+        p.add_argument(f"--{name}", type=int, help=text)
     p.add_argument("--device", help="cpu or cuda (default cpu)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--no-progress", action="store_true")
+    add_quiet(p)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -91,14 +100,14 @@ def run(args: argparse.Namespace, cfg) -> int:
     if args.protocol == "paper":
         from ...applications.studies.abc_paper import run_paper_study
 
-        table = run_paper_study(cfg, args.out, progress=not args.no_progress)
+        table = run_paper_study(cfg, args.out, progress=not args.quiet)
         for r in table[table.digits == max(cfg.buckets)].itertuples():
             print(f"{r.task:10s} {r.condition:8s}: exact at {r.digits} digits {r.exact_mean:.3f} "
                   f"[{r.wilson_low:.3f}, {r.wilson_high:.3f}] ({r.fitted}/{r.seeds} seeds fitted, n {r.n})")
     else:
         from ...applications.studies.abc import run_study
 
-        table = run_study(cfg, args.out, progress=not args.no_progress)
+        table = run_study(cfg, args.out, progress=not args.quiet)
         for r in table[table.digits == max(cfg.buckets)].itertuples():
             print(f"{r.task:10s} {r.condition:8s} lr {r.lr:g}: exact at {r.digits} digits "
                   f"{r.exact_mean:.3f} ± {r.exact_sd:.3f}")

@@ -7,9 +7,14 @@ from pathlib import Path
 
 from ...tasks.parity import FORMATS
 from ..argtypes import output_dir
+from ..grammar import add_quiet
 from . import flag_list, preset
 
 HELP = "parity formats (Ebrahimi et al. 2024): train each from scratch, test at 1x/2x/5x/10x the training length"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan study parity --quick --out runs/parity",
+    "aspan study parity --config configs/parity_study_gpu.toml --out runs/parity --device cuda",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu (default), cuda or auto")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default 1)")
     parser.add_argument("--no-report", action="store_true", help="skip report.html")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_quiet(parser)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -49,7 +54,7 @@ def run(args: argparse.Namespace, config) -> int:
     from ...applications.studies.parity import run_study
 
     run_study(config, Path(args.out), command=command(args), report=not args.no_report,
-              progress=not args.no_progress)
+              progress=not args.quiet)
     return 0
 
 

@@ -7,9 +7,15 @@ import sys
 from pathlib import Path
 
 from ..argtypes import output_dir
+from ..grammar import add_quiet
 from . import flag_list, preset
 
 HELP = "fine-tune only some attention parameters (qk, RoPE pairs, single columns) on longer lengths; per-bucket table"
+EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
+    "aspan study qk --quick --out runs/qk",
+    "aspan study qk --config configs/qk_study_gpu.toml --out runs/qk --device cuda",
+    "aspan study qk --quick --protocol curves --out runs/qk-curves",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a complete but tiny study (seconds; for tests)")
     p.add_argument("--init", help="checkpoint to fine-tune (default: the shipped reversal model)")
     p.add_argument("--steps", type=int, help="optimiser steps per run (equal for every condition)")
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--batch-size", type=int, help="fine-tuning batch size")
     p.add_argument("--seeds", help="comma-separated data-order seeds (the first runs the learning-rate grid)")
     p.add_argument("--replays", help="comma-separated replay shares of the ID preset, e.g. 0,0.5")
     p.add_argument("--columns", help="comma-separated single qk columns to try")
@@ -33,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cap", type=int, help="curves protocol: the most steps a run trains (default 3000)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
-    p.add_argument("--no-progress", action="store_true")
+    add_quiet(p)
 
 
 def config_from_args(args: argparse.Namespace):
@@ -54,7 +60,7 @@ def run(args: argparse.Namespace, cfg) -> int:
     from ...applications.studies.qk import headline_table, run_study, write_outputs
 
     use_threads(args.threads)
-    res = run_study(cfg, args.out, progress=not args.no_progress, device=args.device)
+    res = run_study(cfg, args.out, progress=not args.quiet, device=args.device)
     summary = write_outputs(cfg, res, args.out, "aspan " + " ".join(sys.argv[1:]), args.device)
     print(headline_table(cfg, res.table))
     for replay, f in summary["findings"]["by_replay"].items():
