@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -182,27 +181,13 @@ def test_no_loader_reaches_the_network_with_the_offline_switches_off(tmp_path, m
     backends) load by their arguments alone (`local_files_only=True`), attempting no connection."""
     import huggingface_hub.constants
 
-    attempts = []
-
-    def no_network(*args, **kwargs):
-        attempts.append(args)
-        raise AssertionError(f"network access attempted: {args}")
+    from .models.hf_fixtures import block_network, load_every_kind
 
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "getaddrinfo", no_network)
-    monkeypatch.setattr(socket, "create_connection", no_network)
-    from .models.hf_fixtures import save_random_model
-
-    save_random_model("llama", tmp_path / "plain")
-    tok = CharTokenizer()
-    aspan_format = models.save(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=32, device="cpu"),
-                               tmp_path / "aspan", tok, hf=False)
-    for source in (aspan_format, "reversal", tmp_path / "plain"):
-        for backend in ("hooked", "bridge"):
-            models.load(source, device="cpu", backend=backend)
+    attempts = block_network(monkeypatch)
+    load_every_kind(tmp_path)
     models.load("smollm2", device="cpu", dtype="bfloat16")  # the GGUF path, at half the memory
     assert attempts == []
 

@@ -4,7 +4,6 @@ import json
 import os
 import re
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
@@ -87,24 +86,10 @@ def test_security_a_checkpoint_naming_a_hub_tokenizer_is_refused_at_once(tmp_pat
 def test_security_no_load_path_reaches_the_network(tmp_path, monkeypatch):
     """Every loader (aspan format, the shipped Hugging Face form on both backends, a Llama directory on both, the
     hostile checkpoints) runs with socket connections and name lookups failing loudly: none is attempted."""
-    attempts = []
+    from tests.models.hf_fixtures import block_network, load_every_kind
 
-    def no_network(*args, **kwargs):
-        attempts.append(args)
-        raise AssertionError(f"network access attempted: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", no_network)
-    monkeypatch.setattr(socket, "getaddrinfo", no_network)
-    monkeypatch.setattr(socket, "create_connection", no_network)
-    from tests.models.hf_fixtures import save_random_model
-
-    save_random_model("llama", tmp_path / "plain")
-    tok = CharTokenizer()
-    aspan_format = models.save(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=32, device="cpu"),
-                               tmp_path / "aspan", tok, hf=False)
-    for source in (aspan_format, "reversal", tmp_path / "plain"):
-        for backend in ("hooked", "bridge"):
-            models.load(source, device="cpu", backend=backend)
+    attempts = block_network(monkeypatch)
+    load_every_kind(tmp_path)
     for ckpt, key in hostile_checkpoints(tmp_path / "hostile").items():
         with pytest.raises(ValueError, match=key.replace(".", r"\.")):
             models.load(ckpt, device="cpu", backend="hooked")

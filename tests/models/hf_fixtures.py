@@ -74,3 +74,35 @@ def save_random_model(arch: str, directory: Path, seed: int = 0):
     hf.save_pretrained(directory)
     tok.save_pretrained(directory)
     return hf
+
+
+def block_network(monkeypatch) -> list:
+    """Make every socket connection and name lookup fail loudly (an AssertionError); returns the list the attempts
+    are recorded in, which a test asserts empty."""
+    import socket
+
+    attempts: list = []
+
+    def no_network(*args, **kwargs):
+        attempts.append(args)
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    return attempts
+
+
+def load_every_kind(directory: Path) -> None:
+    """Load a model of every on-disk kind (the aspan format, the shipped Hugging Face form, a Llama directory) on
+    both backends, on the CPU."""
+    from aspan import models
+    from aspan.tokenization import CharTokenizer
+
+    save_random_model("llama", directory / "plain")
+    tok = CharTokenizer()
+    aspan_format = models.save(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=32, device="cpu"),
+                               directory / "aspan", tok, hf=False)
+    for source in (aspan_format, "reversal", directory / "plain"):
+        for backend in ("hooked", "bridge"):
+            models.load(source, device="cpu", backend=backend)
