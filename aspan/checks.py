@@ -84,7 +84,8 @@ def check_output_dir(path: str | os.PathLike, what: str = "run directory") -> Pa
 
 
 def check_offsets(deltas, n_tokens: int, what: str = "delta") -> list[int]:
-    """Key offsets as a non-empty list of ints that some sequence of `n_tokens` tokens can hold (|delta| < n_tokens).
+    """Key offsets as a non-empty list of ints that some sequence of `n_tokens` tokens can hold
+    (`abs(delta) < n_tokens`).
 
     A reference shifted by `n_tokens` or more leaves every sequence: its scores would be all NaN or zero and its
     edits no-ops, so it is refused instead of being reported as a result.

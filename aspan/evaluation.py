@@ -15,10 +15,12 @@ partial accuracy is the mean over samples of the fraction of correct target char
 is measured on scored rows only (target rows with references); every other row is NaN, never 0.
 
 AttnScore conventions (every score column is named `attn_{rollout|heads}_{convention}`):
+
 - `sample` (the paper's; Table 3's default): the mass on the references divided by the mass on the sample's own
   columns (`Batch.sample_columns`: BOS, instruction and few-shot columns left out of the denominator), as the
   public code of Spiegel et al. 2025 (Appendix B, `compute_percentages`) computes it;
 - `raw`: the mass on the references over the whole row (rows sum to 1).
+
 On a pretrained model nearly all rollout mass sits on the prefix (attention sinks), so only `sample` is comparable
 with the paper; with a BOS-only prefix they differ by the BOS column alone.
 """

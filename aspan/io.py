@@ -282,7 +282,7 @@ def write_csv(path: PathLike, table: Any) -> Path:
 
 
 def save_figure(fig: Any, path: PathLike) -> Path:
-    """Write a plotly figure as JSON (`aspan report` reads RUN_DIR/figures/*.json), atomically."""
+    """Write a plotly figure as JSON (`aspan report` reads `RUN_DIR/figures/*.json`), atomically."""
     return write_text(path, fig.to_json())
 
 

@@ -85,7 +85,8 @@ def write_samples(task: tasks.Task, n: int, seed: int = 0, output: str = "-", de
 
 
 def show_samples(task: tasks.Task, n: int, seed: int = 0, width: int = 100, split: str | None = None) -> None:
-    """Print a header naming the task (its `split` preset), seed and parameters, then `n` samples, each `render`ed."""
+    """Print a header naming the task (its `split` preset), seed and parameters, then `n` samples,
+    each rendered by `render`."""
     if n < 0:
         raise ValueError(f"-n must be >= 0, got {n}")
     check_lengths(task)

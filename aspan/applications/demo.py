@@ -157,7 +157,8 @@ def _describe(model) -> str:
 
 # ----------------------------------------------------------------------------------------------- stages
 def best_delta(offsets: pd.DataFrame, k: int) -> int:
-    """The offset whose top-`k` heads put the most attention on the shifted references (smallest |delta| on ties)."""
+    """The offset whose top-`k` heads put the most attention on the shifted references (the smallest
+    `abs(delta)` on ties)."""
     top = offsets.sort_values("score_row", ascending=False).groupby("delta").head(k).groupby("delta").score_row.mean()
     return int(sorted(top.index, key=lambda d: (-round(float(top[d]), 12), abs(d), d))[0])
 

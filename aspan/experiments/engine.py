@@ -106,7 +106,7 @@ def point(data: Data, model: str, heads: str, strength: float | None = None, **k
     renormalize (False), mode ("teacher"), seed (0), set ("selection"), gate (None: see `parse_gate`; stored only
     when set, so ungated points keep their keys), eos ("none" or "extrapolate"; stored only when "extrapolate"),
     rank (a `Ranking`, needed by top/fraction selections; its delta defaults to the point's) and, with method
-    "atoms", atoms (a list of `Edit`s of one head each)."""
+    "atoms", atoms (a list of `Edit` objects of one head each)."""
     rank: Ranking | None = kw.pop("rank", None)
     rank_delta = kw.pop("rank_delta", None)
     gate = kw.pop("gate", None)

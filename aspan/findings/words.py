@@ -11,7 +11,7 @@ import pandas as pd
 
 @dataclass
 class Claim:
-    """One claim of a run: a heading, a paragraph from the run's numbers, its figures (stems of figures/*.json)."""
+    """One claim of a run: a heading, a paragraph from the run's numbers, its figures (stems of `figures/*.json`)."""
 
     title: str
     text: str

@@ -163,8 +163,8 @@ def _whole(v: Any) -> bool:
 
 
 def check_seed(seed: Any) -> int:
-    """`seed` as an int >= 0; ValueError otherwise. `random.Random` seeds with |seed|, so -1 would silently draw the
-    samples of seed 1, and a float or string seed would be hashed into some unrelated stream."""
+    """`seed` as an int >= 0; ValueError otherwise. `random.Random` seeds with `abs(seed)`, so -1 would silently
+    draw the samples of seed 1, and a float or string seed would be hashed into some unrelated stream."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be an int >= 0, got {seed!r}")
     return int(seed)

@@ -18,7 +18,7 @@ With `protocol = "curves"` every run trains until its learning curve on held-out
 `fit_exact` (or `cap` steps); a format that did not fit claims no accuracy beyond its training length.
 
 Outputs (RUN_DIR): rows.jsonl (one row per run x evaluation set, keyed by its settings; a rerun skips finished
-runs), selection.csv, summary.csv, summary.json, figures/*.json, views/*.html, models/*, run.json, report.html;
+runs), selection.csv, summary.csv, summary.json, `figures/*.json`, `views/*.html`, `models/*`, run.json, report.html;
 with the curves protocol also learning_curves.jsonl (one row per run, step and curve set) and convergence.csv.
 """
 from __future__ import annotations
