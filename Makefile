@@ -87,7 +87,8 @@ gpu-wheels:
 
 # The documentation site, into docs/_build/html (open docs/_build/html/index.html): its own .venv-docs, the locked
 # stack plus the `docs` extra at the versions of constraints-docs.txt (`.venv` stays as `make venv` left it). Strict:
-# a warning, a broken reference or a tutorial notebook that raises fails the build. Refresh the docs lock with
+# a warning, a broken reference or a tutorial notebook that raises fails the build, and every build reads every page
+# and runs every notebook afresh (-E: no stale page hides a warning). Refresh the docs lock with
 # `.venv-docs/bin/python scripts/lock.py --without constraints.txt > constraints-docs.txt`.
 DOCS_VENV := .venv-docs
 DOCS_LOCK := constraints-docs.txt
@@ -102,7 +103,7 @@ $(DOCS_STAMP): pyproject.toml $(LOCK) $(DOCS_LOCK)
 	echo "locked $$(cat $(LOCK) $(DOCS_LOCK) | sha256sum | cut -c1-64)" > $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	$(DOCS_VENV)/bin/python -m sphinx -b html -W --keep-going -q $(SPHINXOPTS) docs docs/_build/html
+	$(DOCS_VENV)/bin/python -m sphinx -b html -E -W --keep-going -q $(SPHINXOPTS) docs docs/_build/html
 
 clean:
 	rm -rf $(VENV) $(NEW) $(DOCS_VENV) build *.egg-info docs/_build

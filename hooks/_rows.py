@@ -36,7 +36,16 @@ def check_gate(gate_below: float | None) -> float | None:
 
 
 def rows_beyond(tokens: Tensor, position: int) -> Bool[Tensor, "batch pos"]:
-    """Rows whose query position is >= `position` (e.g. past the longest training sample), for an edit's `rows`."""
+    """Rows whose query position is >= `position` (e.g. past the longest training sample), for an edit's `rows`.
+
+    Shapes:
+        tokens: [batch, pos].
+        returns: bool [batch, pos].
+
+    Example:
+        >>> hooks.rows_beyond(tokens, 6)[0].tolist()
+        [False, False, False, False, False, False, True, True]
+    """
     if not isinstance(position, numbers.Integral) or isinstance(position, bool) or position < 0:
         raise ValueError(f"position must be an int >= 0, got {position!r}")
     t = tokens[None] if tokens.ndim == 1 else tokens

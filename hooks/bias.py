@@ -27,6 +27,15 @@ def offset_bias(per_offset: Tensor | Mapping[int, float | Tensor], fill: float =
     elsewhere.
 
     Returns `fn(q_len, k_len, device=None) -> [head, q, k]` (or [q, k] for scalar dict values) for any length.
+
+    Shapes:
+        per_offset: [head, n_offsets] (offsets 0, 1, ...) or `{offset: value or [head]}`.
+        returns: a function `(q_len, k_len, device=None)` -> [head, q, k], or [q, k] for scalar values.
+
+    Example:
+        >>> fn = hooks.offset_bias({0: 1.0})  # +1 where q - k = 0
+        >>> fn(3, 3).tolist()
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     """
     if isinstance(per_offset, Mapping):
         if not per_offset:
@@ -81,6 +90,16 @@ def attn_bias(
 
     `bias` is [q, k], [head, q, k] (head = the selected heads in order) or [batch, head, q, k] indexed by absolute
     position, or a function (q_len, k_len, device=...) -> bias for the last q_len queries (any length, KV cache).
+
+    Shapes:
+        bias: [q, k], [head, q, k] or [batch, head, q, k] over absolute positions, or a function
+            `(q_len, k_len, device=...)` returning such a tensor for the last `q_len` queries.
+        returns: a list of `(hook name, function)` on `hook_attn_scores`.
+
+    Example:
+        >>> fwd = hooks.attn_bias(torch.zeros(8, 8), layers=0)  # a zero bias changes nothing
+        >>> torch.allclose(model.run_with_hooks(tokens, fwd_hooks=fwd), model(tokens))
+        True
     """
     cfg = getattr(model, "cfg", None)
     n_layers, n_heads = getattr(cfg, "n_layers", None), getattr(cfg, "n_heads", None)

@@ -37,7 +37,18 @@ def capture_hooks(
     cols: Index = None,
     model=None,
 ) -> list[tuple[str, object]]:
-    """Hooks that copy each selected head's pattern [batch, q, k] (cropped) into `store[(layer, head)]` per call."""
+    """Hooks that copy each selected head's pattern [batch, q, k] (cropped) into `store[(layer, head)]` per call.
+
+    Shapes:
+        store: filled with `{(layer, head): [batch, q, k]}` at every forward.
+        returns: a list of `(hook name, function)` on `hook_pattern`.
+
+    Example:
+        >>> store = {}
+        >>> _ = model.run_with_hooks(tokens, fwd_hooks=hooks.capture_hooks([(0, 1)], store))
+        >>> tuple(store[(0, 1)].shape)
+        (1, 8, 8)
+    """
     cfg = getattr(model, "cfg", None)
     sel = _heads(heads, getattr(cfg, "n_layers", None), getattr(cfg, "n_heads", None))
     by_layer: dict[int, list[int]] = {}
@@ -65,7 +76,17 @@ def capture(
     attention_mask: Tensor | None = None,
     fwd_hooks: list | None = None,
 ) -> dict[Head, Float[Tensor, "batch q k"]]:
-    """Patterns of `heads` (pairs, or layers meaning all their heads), cropped; `fwd_hooks` (e.g. edits) run before."""
+    """Patterns of `heads` (pairs, or layers meaning all their heads), cropped; `fwd_hooks` (e.g. edits) run before.
+
+    Shapes:
+        tokens: [batch, pos] token ids.
+        returns: `{(layer, head): [batch, q, k]}`, `q` and `k` cropped to `rows` and `cols`.
+
+    Example:
+        >>> patterns = hooks.capture(model, tokens, [(0, 1), (1, 0)])
+        >>> sorted(patterns), tuple(patterns[(1, 0)].shape)
+        ([(0, 1), (1, 0)], (1, 8, 8))
+    """
     tokens, attention_mask = prepare(model, tokens, attention_mask)
     store: dict[Head, Tensor] = {}
     fwd = list(fwd_hooks or []) + capture_hooks(heads, store, rows, cols, model)

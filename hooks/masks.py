@@ -10,6 +10,16 @@ def attn_mass(attn: Float[Tensor, "batch q k"], mask: Bool[Tensor, "batch q k"])
     """Attention mass of each row on its reference set (AttnScore per row, Spiegel et al. 2025, Eq. 3).
 
     0 on rows without references.
+
+    Shapes:
+        attn: [batch, q, k], one head's pattern.
+        mask: bool [batch, q, k], the references of each row.
+        returns: [batch, q].
+
+    Example:
+        >>> A = torch.full((1, 8, 8), 1 / 8)
+        >>> hooks.attn_mass(A, mask)[0].tolist()
+        [0.0, 0.0, 0.0, 0.0, 0.125, 0.125, 0.125, 0.0]
     """
     if attn.shape[-2:] != mask.shape[-2:]:
         raise ValueError(f"attention {tuple(attn.shape)} and mask {tuple(mask.shape)} differ in their last two dims")
@@ -24,6 +34,16 @@ def share(
     `columns` is True on the denominator's columns, e.g. the sample's own tokens (the `sample` convention of
     Spiegel et al. 2025, Appendix B, whose public code leaves the BOS, instruction and few-shot columns out); 0 where
     that mass is 0.
+
+    Shapes:
+        attn: [batch, q, k]; mask: bool [batch, q, k]; columns: bool [batch, k] or None.
+        returns: [batch, q].
+
+    Example:
+        >>> A = torch.full((1, 8, 8), 1 / 8)
+        >>> own = torch.tensor([[False, True, True, True, True, True, True, True]])  # BOS left out
+        >>> round(hooks.share(A, mask, own)[0, 4].item(), 4)
+        0.1429
     """
     mass = attn_mass(attn, mask)
     if columns is None:
@@ -33,7 +53,16 @@ def share(
 
 
 def shift_mask(mask: Bool[Tensor, "... q k"], delta: int) -> Bool[Tensor, "... q k"]:
-    """Move every reference `k` to column `k + delta`, dropping those outside `0..q` (causal part)."""
+    """Move every reference `k` to column `k + delta`, dropping those outside `0..q` (causal part).
+
+    Shapes:
+        mask: bool [..., q, k].
+        returns: bool [..., q, k].
+
+    Example:
+        >>> hooks.shift_mask(mask, 1)[0, 4].nonzero().flatten().tolist()  # row 4: column 3 -> 4
+        [4]
+    """
     if delta == 0:
         return mask
     q, k = mask.shape[-2:]
@@ -57,7 +86,16 @@ def query_rows(mask: Bool[Tensor, "batch pos pos"], q_len: int, k_len: int) -> B
 
 
 def target_rows(mask: Bool[Tensor, "batch q k"], attention_mask: Tensor | None = None) -> Bool[Tensor, "batch q"]:
-    """Rows that have at least one reference (and are real tokens when an attention_mask is given)."""
+    """Rows that have at least one reference (and are real tokens when an attention_mask is given).
+
+    Shapes:
+        mask: bool [batch, q, k]; attention_mask: [batch, q] or None.
+        returns: bool [batch, q].
+
+    Example:
+        >>> hooks.target_rows(mask)[0].tolist()
+        [False, False, False, False, True, True, True, False]
+    """
     rows = mask.any(-1)
     return rows if attention_mask is None else rows & attention_mask.to(rows.device).bool()
 
@@ -74,6 +112,15 @@ def extrapolate_mask(
     moved set fits the causal part of the new row (keys 0 … row); with `attention_mask` the new row must also be a
     real token. Elsewhere the sample is unchanged. Reversal's anti-diagonal (step -1) continues to the column before
     the first character; any other task's map is continued the same way, or not at all.
+
+    Shapes:
+        mask: bool [batch, pos, pos], row = query position.
+        attention_mask: [batch, pos] (1 on real tokens) or None.
+        returns: bool [batch, pos, pos].
+
+    Example:
+        >>> hooks.extrapolate_mask(mask)[0, 7].nonzero().flatten().tolist()  # row 7 continues the anti-diagonal
+        [0]
     """
     if last < 2:
         raise ValueError(f"last must be >= 2 (at least one step between two rows), got {last!r}")

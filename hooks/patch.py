@@ -90,6 +90,17 @@ def patch_pattern(
     rows; `gate_below` (needs `mask`) patches a head's row only where that head's own attention on the (shifted)
     references is below τ. Masks and sources cover the full length; under a KV cache the pattern [b, h, q_new, k]
     holds query rows k-q_new … k-1. Pass `model` to check heads up front.
+
+    Shapes:
+        mask: bool [batch, pos, pos] or None; rows: bool [batch, pos] or None.
+        source: `{(layer, head): [batch, pos, pos]}` or None.
+        returns: a list of `(hook name, function)` on `hook_pattern`.
+
+    Example:
+        >>> fwd = hooks.patch_pattern([(1, 0)], mask)
+        >>> A = hooks.capture(model, tokens, [(1, 0)], fwd_hooks=fwd)[(1, 0)]
+        >>> A[0, 5].tolist()  # row 5's one reference, column 2, now holds all the attention
+        [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     """
     sel = check_model_heads(model, check_heads(heads))
     if mask is None and source is None:

@@ -91,6 +91,17 @@ def reinforce(
     the pattern [b, h, q_new, k_total] is edited on query rows k_total-q_new … k_total-1. Failure gates: `rows`
     (bool [batch, pos], e.g. `rows_beyond`) restricts the edited rows; `gate_below` edits a head's row only where
     that head's attention on the (shifted) references is below τ. Pass `model` to check heads up front.
+
+    Shapes:
+        mask: bool [batch, pos, pos] or [pos, pos]; rows: bool [batch, pos] or None.
+        returns: a list of `(hook name, function)` on `hook_pattern`.
+
+    Example:
+        >>> fwd = hooks.reinforce([(1, 0)], mask, strength=0.3)
+        >>> before = hooks.capture(model, tokens, [(1, 0)])[(1, 0)]
+        >>> after = hooks.capture(model, tokens, [(1, 0)], fwd_hooks=fwd)[(1, 0)]
+        >>> round(float(after[0, 5, 2] - before[0, 5, 2]), 4)
+        0.3
     """
     sel = check_model_heads(model, check_heads(heads))
     strength, threshold = check_strength(strength, model_dtype(model)), check_threshold(threshold)

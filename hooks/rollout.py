@@ -64,6 +64,15 @@ def rollout(
     """Attention rollout R_L = Â_L ⋯ Â_1 with Â_l = mean_h A_{l,h} + I (rows normalized by default); pad rows are 0.
 
     `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
+
+    Shapes:
+        tokens: [batch, pos]; attention_mask: [batch, pos] or None.
+        returns: [batch, pos, pos], row = query position.
+
+    Example:
+        >>> R = hooks.rollout(model, tokens)
+        >>> tuple(R.shape), bool(torch.allclose(R.sum(-1), torch.ones(1, 8)))
+        ((1, 8, 8), True)
     """
     tokens = as_batch(tokens)
     check_attention_mask(attention_mask, tokens)
@@ -85,6 +94,14 @@ def rollout_scores(
 
     The mass of R on each row's references, divided by its mass on `columns` (True on the denominator's columns,
     e.g. `Batch.sample_columns` for the paper's `sample` convention) or, with None, by the whole row (`raw`).
+
+    Shapes:
+        tokens: [batch, pos]; mask: bool [batch, pos, pos]; columns: bool [batch, pos] or None.
+        returns: [batch, q].
+
+    Example:
+        >>> tuple(hooks.rollout_scores(model, tokens, mask).shape)
+        (1, 8)
     """
     tokens = as_batch(tokens)
     mask = check_mask(mask, tokens)

@@ -60,6 +60,14 @@ def head_row_scores(
     The mass on the references over the mass on `columns` (True on the denominator's columns, e.g.
     `Batch.sample_columns` for the paper's `sample` convention), or over the whole row (`raw`) with None.
     `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
+
+    Shapes:
+        tokens: [batch, pos]; mask: bool [batch, pos, pos]; columns: bool [batch, pos] or None.
+        returns: [batch, q, layer, head], or [batch, q, n_selected] with `heads`; NaN on rows without references.
+
+    Example:
+        >>> tuple(hooks.head_row_scores(model, tokens, mask).shape)
+        (1, 8, 2, 2)
     """
     tokens = as_batch(tokens)
     mask = check_mask(mask, tokens)
@@ -124,6 +132,14 @@ def head_scores(
 
     Each row's mass is divided by its mass on `columns` when given (the `sample` convention; None: `raw`).
     `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
+
+    Shapes:
+        tokens: [batch, pos]; mask: bool [batch, pos, pos]; columns: bool [batch, pos] or None.
+        returns: [layer, head].
+
+    Example:
+        >>> tuple(hooks.head_scores(model, tokens, mask, reduce="row").shape)
+        (2, 2)
     """
     return _scores(model, tokens, mask, [0], reduce, attention_mask, batch_size, columns)[0]
 
@@ -142,6 +158,14 @@ def offset_scores(
     """Head scores for references shifted by each δ (column k+δ), in one pass; rows are the unshifted target rows.
 
     `columns`: the AttnScore denominator as in `head_row_scores` (None: the whole row).
+
+    Shapes:
+        tokens: [batch, pos]; mask: bool [batch, pos, pos]; columns: bool [batch, pos] or None.
+        returns: [delta, layer, head], in the order of `deltas`.
+
+    Example:
+        >>> tuple(hooks.offset_scores(model, tokens, mask, deltas=[-1, 0, 1]).shape)
+        (3, 2, 2)
     """
     deltas = [check_delta(d) for d in deltas]
     if not deltas:

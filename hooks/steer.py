@@ -48,6 +48,16 @@ def steer(
     rows without references are untouched. Failure gates: `rows` (bool [batch, pos], e.g. `rows_beyond`) restricts
     the steered rows; `gate_below` steers a head's row only where that head's unsteered attention on the references
     is below τ. `mask` is [batch, pos, pos] (or [pos, pos]) for the full length. Pass `model` to check heads.
+
+    Shapes:
+        mask: bool [batch, pos, pos] or [pos, pos]; rows: bool [batch, pos] or None.
+        returns: a list of `(hook name, function)` on `hook_attn_scores`.
+
+    Example:
+        >>> fwd = hooks.steer([(1, 0)], mask, alpha=0.01)
+        >>> A = hooks.capture(model, tokens, [(1, 0)], fwd_hooks=fwd)[(1, 0)]
+        >>> bool(A[0, 5, 2] > 0.9)  # row 5 now attends almost only to its reference
+        True
     """
     sel = check_model_heads(model, check_heads(heads))
     alpha = check_alpha(alpha)

@@ -1,0 +1,162 @@
+"""The API reference: every public function, class and method of `aspan` and `hooks` has a docstring, and, once the
+site is built (`make docs`), a rendered entry with that docstring on its module's page.
+
+Public: a module with no leading underscore in its dotted name; in it, a function or class without a leading
+underscore that the module itself defines (a package's re-export from a private module, such as `hooks.rows_beyond`,
+counts for the package); in such a class, the methods and properties it defines. Names still without a docstring are
+listed in UNDOCUMENTED, which may only shrink: a new name without one fails, and so does a listed name that got one.
+"""
+from __future__ import annotations
+
+import html
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SITE = ROOT / "docs" / "_build" / "html"
+PACKAGES = ("aspan", "hooks")
+
+# Public names without a docstring yet (each one is still listed, undocumented, on its module's page only once it
+# has one). Remove a name here when you give it a docstring.
+UNDOCUMENTED: set[str] = set()
+
+
+def _private(dotted: str) -> bool:
+    return any(part.startswith("_") for part in dotted.split("."))
+
+
+def public_modules() -> list:
+    found = []
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        found.append(module)
+        for info in pkgutil.walk_packages(module.__path__, f"{package}."):
+            if not _private(info.name):
+                found.append(importlib.import_module(info.name))
+    return found
+
+
+def _members(cls) -> dict[str, object]:
+    """Public methods and properties `cls` defines itself."""
+    out = {}
+    for name, value in vars(cls).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if inspect.isfunction(value) or isinstance(value, property):
+            out[name] = value
+    return out
+
+
+def _doc(owner, name: str, value) -> str | None:
+    """The docstring autodoc shows: the object's own, else the one of the same member in a base class."""
+    if owner is None and inspect.isclass(value):
+        doc = value.__doc__ and inspect.cleandoc(value.__doc__)
+        generated = doc and doc.startswith(f"{value.__name__}(")  # what dataclasses and namedtuples write themselves
+        return None if generated else doc
+    if owner is None:
+        return inspect.getdoc(value)
+    doc = inspect.getdoc(value.fget if isinstance(value, property) else value)
+    for base in owner.__mro__[1:]:
+        if doc:
+            break
+        doc = inspect.getdoc(getattr(base, name, None)) if name in dir(base) else None
+    return doc
+
+
+def public_names() -> dict[str, str | None]:
+    """{dotted name of the rendered entry: its docstring or None} for every public function, class and method."""
+    names: dict[str, str | None] = {}
+    for module in public_modules():
+        for name, obj in vars(module).items():
+            if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                continue
+            home = getattr(obj, "__module__", "") or ""
+            reexport = name in getattr(module, "__all__", ()) and _private(home)
+            if home != module.__name__ and not reexport:
+                continue
+            names[f"{module.__name__}.{name}"] = _doc(None, name, obj)
+            if inspect.isclass(obj):
+                for attr, value in _members(obj).items():
+                    names[f"{module.__name__}.{name}.{attr}"] = _doc(obj, attr, value)
+    return names
+
+
+def test_there_are_public_names_in_both_packages():
+    names = public_names()
+    assert len(names) > 500
+    assert "hooks.rows_beyond" in names and "hooks.reinforce.reinforce" in names and "aspan.tasks.base.Task" in names
+    assert not any(_private(n.rsplit(".", 1)[0]) for n in names if n != "hooks.rows_beyond")
+
+
+def test_every_public_name_has_a_docstring_except_the_listed_ones():
+    names = public_names()
+    missing = {name for name, doc in names.items() if not doc}
+    assert not missing - UNDOCUMENTED, f"public names without a docstring: {sorted(missing - UNDOCUMENTED)}"
+    assert not UNDOCUMENTED - missing, f"have a docstring now (or are gone): take them off UNDOCUMENTED: " \
+                                       f"{sorted(UNDOCUMENTED - missing)}"
+
+
+HOOKS_FUNCTIONS = sorted(__import__("hooks").__all__)
+
+
+@pytest.mark.parametrize("name", HOOKS_FUNCTIONS)
+def test_every_hooks_function_documents_shapes_and_an_example(name):
+    import hooks
+
+    doc = inspect.getdoc(getattr(hooks, name)) or ""
+    assert re.search(r"^Shapes:$", doc, re.M), f"hooks.{name}: no `Shapes:` section"
+    assert re.search(r"^Example:$", doc, re.M) and ">>> " in doc, f"hooks.{name}: no `Example:` with a >>> line"
+
+
+def _entries(page: str) -> dict[str, str]:
+    """{id: text of its description up to the first nested entry} for every object entry of a built page."""
+    out = {}
+    for m in re.finditer(r'<dt class="sig sig-object py[^"]*" id="([^"]+)">.*?</dt>\s*<dd>(.*?)(?=<dl|</dd>)',
+                         page, re.S):
+        out[m[1]] = html.unescape(re.sub(r"<[^>]+>", "", m[2])).strip()
+    return out
+
+
+@pytest.mark.skipif(not SITE.is_dir(), reason="the docs site is not built (docs/_build/html): run `make docs`")
+def test_every_documented_name_has_a_rendered_entry_with_its_docstring():
+    rendered: dict[str, str] = {}
+    for page in (SITE / "api" / "generated").glob("*.html"):
+        rendered.update(_entries(page.read_text(encoding="utf-8")))
+    assert rendered, "no API entries in the built site"
+    absent, empty = [], []
+    for name, doc in public_names().items():
+        if not doc:
+            continue
+        if name not in rendered:
+            absent.append(name)
+        elif not rendered[name]:
+            empty.append(name)
+    assert not absent, f"{len(absent)} public names have no entry in the API reference: {absent[:20]}"
+    assert not empty, f"{len(empty)} API entries render no docstring: {empty[:20]}"
+
+
+def test_the_hooks_docstring_examples_run_and_print_what_they_show():
+    """The package docstring's set-up, then every `hooks` function's example, as doctests (one shared namespace)."""
+    import doctest
+
+    import hooks
+
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    parser = doctest.DocTestParser()
+    globs: dict = {}
+    failures: list[str] = []
+    for name in ["hooks", *HOOKS_FUNCTIONS]:
+        obj = hooks if name == "hooks" else getattr(hooks, name)
+        test = parser.get_doctest(inspect.getdoc(obj), globs, name, None, 0)
+        assert test.examples, f"{name}: no example"
+        runner.run(test, out=failures.append, clear_globs=False)
+        globs = test.globs  # the set-up (model, tokens, mask) carries into every example
+    summary = runner.summarize(verbose=False)
+    assert summary.failed == 0, "".join(failures)
