@@ -79,8 +79,8 @@ def public_names() -> dict[str, str | None]:
                 continue
             home = getattr(obj, "__module__", "") or ""
             reexport = name in getattr(module, "__all__", ()) and _private(home)
-            if home != module.__name__ and not reexport:
-                continue
+            if (home != module.__name__ or obj.__name__ != name) and not reexport:
+                continue  # documented where it is defined, under its own name (`TASK = Parity` is an alias)
             names[f"{module.__name__}.{name}"] = _doc(None, name, obj)
             if inspect.isclass(obj):
                 for attr, value in _members(obj).items():
