@@ -30,6 +30,7 @@ def scores_eos(sample: Sample) -> bool:
 
 @dataclass
 class Batch:
+    """A padded batch of samples and its reference masks, as tensors (one row per sample; see `make_batch`)."""
     tokens: Int[Tensor, "batch pos"]
     attention_mask: Int[Tensor, "batch pos"]  # 1 on real tokens, 0 on padding
     labels: Int[Tensor, "batch pos"]  # next-token id on target rows, IGNORE elsewhere
@@ -49,6 +50,7 @@ class Batch:
         return (pos >= self.offset)[None, :] & self.attention_mask.bool()
 
     def to(self, device: torch.device | str) -> "Batch":
+        """The batch with every tensor moved to `device` (a new `Batch`)."""
         moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
         return Batch(**moved)
 
@@ -57,6 +59,7 @@ class Batch:
 
 
 def encode_sample(sample: Sample, tokenizer: Tokenizer, eos: bool = True) -> list[int]:
+    """A sample's token ids: the tokenizer's prefix, its text, then EOS when `eos` and the tokenizer has one."""
     ids = tokenizer.prefix_ids() + tokenizer.encode(sample.text)
     if eos and tokenizer.eos_id is not None:
         ids.append(tokenizer.eos_id)

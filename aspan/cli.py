@@ -49,6 +49,7 @@ class _Version(argparse.Action):
 
 
 def version_line() -> str:
+    """`aspan X.Y.Z`, what `aspan --version` prints."""
     from . import __version__
 
     return f"aspan {__version__}"
@@ -126,6 +127,7 @@ def _stdout_closed() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run `aspan` with `argv` (default: the process's arguments); the exit code (0 ok, 2 usage, 130/143 stopped)."""
     warnings.filterwarnings("ignore", message=r"HookedTransformer(\.from_pretrained)? is deprecated",
                             category=DeprecationWarning)
     name = "aspan"

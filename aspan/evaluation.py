@@ -85,6 +85,7 @@ def hooks_for(fwd_hooks: FwdHooks, batch: Batch) -> list[tuple[str, Callable]]:
 
 @dataclass
 class EvalResult:
+    """What `evaluate` returns: one row per scored target token (`records`) and one per sample (`samples`)."""
     records: pd.DataFrame  # one row per scored target token (RECORD_COLUMNS)
     samples: pd.DataFrame  # one row per sample: sample_id, length, exact, partial, SCORE_COLUMNS
     mode: Mode
@@ -462,6 +463,7 @@ class Moments:
 
     @classmethod
     def of(cls, x: np.ndarray) -> "Moments":
+        """Count, mean and sum of squared deviations of `x` (empty: all zero)."""
         if not len(x):
             return cls()
         mean = float(x.mean())
@@ -561,6 +563,7 @@ class StreamTotals:
         self.moments: dict[str, tuple[Moments, Moments]] = {}
 
     def add(self, chunk: EvalResult) -> None:
+        """Fold one chunk's evaluation into the totals (its sample rows and the moments of each score column)."""
         self.parts.append(chunk.samples)
         for col in SCORE_COLUMNS:
             good, bad = correct_vs_error_moments(chunk.records, col)
@@ -574,6 +577,7 @@ class StreamTotals:
         return EvalResult(pd.DataFrame(columns=RECORD_COLUMNS), self.parts[0], self.mode)
 
     def correct_vs_error_table(self) -> pd.DataFrame:
+        """The correct-vs-error table (see `correct_vs_error_table`) of everything added so far."""
         return cve_table({"": self.moments})
 
 

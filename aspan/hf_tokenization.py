@@ -67,10 +67,12 @@ class HFCharAdapter:
             )
 
     def encode(self, text: str) -> list[int]:
+        """One id per character of `text`; ValueError on a character the adapter cannot encode as one token."""
         self.check(text)
         return [self._ids[c] for c in text]
 
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
+        """Text of `ids`, special tokens left out, up to the first EOS when `stop_at_eos`."""
         def to_char(i: int) -> str:
             return self._chars[i] if i in self._chars else self.hf_tokenizer.decode([i])
 
@@ -87,18 +89,22 @@ class HFCharAdapter:
         return ids
 
     def prefix_ids(self) -> list[int]:
+        """The ids that precede every sample: BOS, the instruction and the few-shot samples."""
         return list(self._prefix)
 
     @property
     def offset(self) -> int:
+        """The number of prefix tokens (BOS, instruction, few-shot) before a sample's first character."""
         return len(self._prefix)
 
     @property
     def vocab_size(self) -> int:
+        """The Hugging Face tokenizer's vocabulary size."""
         return len(self.hf_tokenizer)
 
     # -- checkpoints --------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """The adapter's settings as JSON-ready data (what a checkpoint records)."""
         return {
             "type": "hf_char",
             "hf_path": getattr(self.hf_tokenizer, "name_or_path", None),

@@ -533,15 +533,19 @@ class RunDir:
         return self.path / name
 
     def write_text(self, name: str, text: str) -> Path:
+        """Write `text` to `name` in the run directory, atomically; the path."""
         return write_text(self.path / name, text)
 
     def write_json(self, name: str, obj: Any) -> Path:
+        """Write `obj` as strict JSON to `name` in the run directory, atomically; the path."""
         return write_json(self.path / name, obj)
 
     def write_csv(self, name: str, table: Any) -> Path:
+        """Write `table` (a DataFrame or rows) as CSV to `name` in the run directory, atomically; the path."""
         return write_csv(self.path / name, table)
 
     def records(self, name: str, rows: Iterable[dict[str, Any]] | Any, double_precision: int = 10) -> Path:
+        """Write `rows` as JSON lines to `name` in the run directory, atomically; the path."""
         return write_jsonl(self.path / name, rows, double_precision)
 
     def figure(self, fig: Any, name: str) -> Path:

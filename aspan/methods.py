@@ -51,6 +51,7 @@ class Rule:
 
     @property
     def takes_strength(self) -> bool:
+        """Whether the method has a strength parameter."""
         return "strength" in self.params
 
     @property

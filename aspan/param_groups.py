@@ -270,15 +270,18 @@ class Freezer:
         self.frozen = {n: self.params[n].detach().clone() for n in self.masks}
 
     def trainable(self) -> int:
+        """The number of trainable parameter entries."""
         return self.n_trainable
 
     @torch.no_grad()
     def restore(self) -> None:
+        """Copy the frozen entries back into each partly trained parameter (after an optimizer step)."""
         for n, m in self.masks.items():
             p = self.params[n]
             p.copy_(torch.where(m, p, self.frozen[n]))
 
     def close(self) -> None:
+        """Remove the gradient hooks and give every parameter back its `requires_grad`."""
         for h in self.handles:
             h.remove()
         self.handles = []

@@ -22,13 +22,22 @@ class Tokenizer(Protocol):
     pad_id: int
     eos_id: int | None
 
-    def encode(self, text: str) -> list[int]: ...  # one id per character, ValueError otherwise
-    def decode(self, ids: Iterable[int]) -> str: ...
-    def prefix_ids(self) -> list[int]: ...
+    def encode(self, text: str) -> list[int]:
+        """One id per character of `text`; ValueError otherwise."""
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids`, special tokens left out."""
+
+    def prefix_ids(self) -> list[int]:
+        """The ids before every sample (BOS, an instruction, few-shot samples)."""
+
     @property
-    def offset(self) -> int: ...  # == len(prefix_ids())
+    def offset(self) -> int:
+        """The number of prefix tokens before a sample's first character (`len(prefix_ids())`)."""
+
     @property
-    def vocab_size(self) -> int: ...
+    def vocab_size(self) -> int:
+        """The number of ids."""
 
 
 class CharTokenizer:
@@ -51,22 +60,27 @@ class CharTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of ids: the characters and the special tokens."""
         return len(self.itos)
 
     @property
     def offset(self) -> int:
+        """The number of prefix tokens before a sample's first character (1 with BOS, else 0)."""
         return len(self.prefix_ids())
 
     def prefix_ids(self) -> list[int]:
+        """The ids before every sample: `[bos_id]`, or none."""
         return [self.bos_id] if self.bos else []
 
     def encode(self, text: str) -> list[int]:
+        """One id per character of `text`; ValueError naming the characters outside the vocabulary."""
         missing = sorted(set(text) - self.stoi.keys())
         if missing:
             raise ValueError(f"characters not in the tokenizer's vocabulary: {''.join(missing)!r}")
         return [self.stoi[c] for c in text]
 
     def decode(self, ids: Iterable[int], stop_at_eos: bool = True) -> str:
+        """Text of `ids`, special tokens left out, up to the first EOS when `stop_at_eos`."""
         return decode_ids(ids, self.itos.__getitem__, (self.pad_id, self.bos_id, self.eos_id), self.eos_id, stop_at_eos)
 
     def check(self, alphabet: str) -> None:
@@ -74,10 +88,12 @@ class CharTokenizer:
         self.encode(alphabet)
 
     def to_dict(self) -> dict:
+        """The tokenizer as JSON-ready data (what a checkpoint records)."""
         return {"type": "char", "chars": self.chars, "bos": self.bos}
 
     @classmethod
     def from_dict(cls, d: dict) -> "CharTokenizer":
+        """The tokenizer `to_dict` wrote; ValueError if `d` is not a char tokenizer's."""
         if d.get("type", "char") != "char":
             raise ValueError(f"not a char tokenizer config: {json.dumps(d)[:200]}")
         return cls(d["chars"], bos=d.get("bos", True))
@@ -104,6 +120,7 @@ def decode_ids(
 
 
 def as_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """The ids of each text (`tokenizer.encode` of each)."""
     return [tokenizer.encode(t) for t in texts]
 
 

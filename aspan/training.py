@@ -133,6 +133,7 @@ class TrainConfig:
 
 
 class TrainResult(NamedTuple):
+    """What `train` returns: the model, its history rows, its output directory and why it stopped."""
     model: Any
     history: list[dict]
     out_dir: Path | None
@@ -232,15 +233,19 @@ class DataStream:
 
     @property
     def steps_per_epoch(self) -> int | None:
+        """Steps per pass over a file source, or None for generated data."""
         return self.sources[0].steps_per_epoch
 
     def batch(self, step: int) -> list[Sample]:
+        """The samples of training step `step`, from every source."""
         return [s for src in self.sources for s in src.batch(step)]
 
     def max_text_len(self) -> int:
+        """The longest text any source produces."""
         return max(src.max_text_len() for src in self.sources)
 
     def alphabet(self) -> str:
+        """Every character the stream's sources can produce, sorted."""
         return "".join(sorted(set("".join(src.alphabet() for src in self.sources))))
 
 
@@ -502,6 +507,7 @@ class TimeBudget:
     clock: Callable[[], float] = time.monotonic  # tests pass a step counter here
 
     def spent(self) -> bool:
+        """Whether the deadline has passed."""
         return self.clock() >= self.deadline
 
 

@@ -65,6 +65,7 @@ class ABCRun:
 
 
 def parse_heads(text: str) -> list[tuple[int, int]]:
+    """`--heads 1.3,0.2` as a list of (layer, head); ValueError on any other form."""
     try:
         return [tuple(int(x) for x in h.split(".")) for h in text.split(",") if h.strip()]  # type: ignore[misc]
     except ValueError:
@@ -72,6 +73,7 @@ def parse_heads(text: str) -> list[tuple[int, int]]:
 
 
 def parse_abs(text: str) -> tuple[str, int, int]:
+    """`--abs DIRECTION:LINE:WIDTH` (e.g. `anti:1:0`) as (direction, line, width); ValueError on any other form."""
     parts = text.split(":")
     try:
         direction, line, width = parts[0], int(parts[1]), int(parts[2])

@@ -53,6 +53,7 @@ class CampaignPlan:
     checks: tuple[str, ...] = ("hooks", "generation", "training", "distributed")  # device checks run first
 
     def entries(self) -> list[Entry]:
+        """The plan's runs as `Entry` objects, in plan order."""
         return [Entry(**{k: tuple(v) if k in ("command", "requires") else v for k, v in r.items()})
                 for r in self.runs]
 
@@ -115,6 +116,7 @@ def status(plan: CampaignPlan, campaign: str | Path) -> list[dict[str, Any]]:
 
 
 def format_status(rows: list[dict[str, Any]]) -> str:
+    """The campaign's state as text: runs done, then one line per run (state, rows, paused trainings)."""
     done = sum(r["state"] == "done" for r in rows)
     lines = [f"{done} of {len(rows)} runs done"]
     for r in rows:

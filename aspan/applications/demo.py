@@ -102,6 +102,7 @@ class DemoConfig:
 
     @classmethod
     def quick_config(cls, **kw: Any) -> "DemoConfig":
+        """The `--quick` configuration (fewer samples, a smaller grid), `kw` overriding it."""
         base = dict(samples=24, gen_samples=8, tops=(1, 2), strengths=(1.0, 4.0), deltas=(-1, 0, 1, 2), quick=True)
         return cls(**{**base, **kw})
 

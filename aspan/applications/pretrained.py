@@ -176,6 +176,7 @@ class PretrainedConfig:
         return cfg
 
     def finetune_label(self) -> str:
+        """How the fine-tuning is named in the report: its `label`, else its steps, batch and learning rate."""
         t = self.train_config()
         default = "paper defaults" if t.lr == TrainConfig.finetune().lr else f"lr {t.lr:g} (not the paper's 5e-6)"
         return str(self.finetune.get("label") or f"fine-tuned {t.steps} steps, batch {t.batch_size}, {default}")

@@ -298,6 +298,7 @@ def build_model(run: TrainRun, alphabet: str, tasks_needed: list, device):
 
 
 def print_result(result, out: str, quiet: bool) -> None:
+    """Print how a training run ended (trainable parameters when `quiet`, the last train row, where it was written)."""
     size = [r for r in result.history if r["kind"] == "params"]
     if quiet and size:  # (printed at the start otherwise)
         p = size[0]

@@ -57,6 +57,7 @@ FIELDS = ("model", "task", "id_samples", "ood_samples", "seed", "lam", "directio
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan abc` with the parsed arguments; the exit code."""
     from aspan.applications.abc import ABCRun, abc_run
 
     given = {k: getattr(args, k) for k in FIELDS}

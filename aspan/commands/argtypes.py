@@ -76,7 +76,7 @@ def points_fraction(text: str) -> float:
     return nonneg_float(text) / 100
 
 
-def _wrap(check: Callable[[str], object]) -> Callable[[str], str]:
+def _wrap(check: Callable[[str], object], doc: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         try:
             check(text)
@@ -85,12 +85,13 @@ def _wrap(check: Callable[[str], object]) -> Callable[[str], str]:
         return text
 
     parse.__name__ = check.__name__.removeprefix("check_")
+    parse.__doc__ = doc
     return parse
 
 
-device = _wrap(check_device)  # a device this machine has (cpu, cuda[:N], mps) or auto
-output_file = _wrap(check_output_file)  # a writable file path (not a directory)
-output_dir = _wrap(check_output_dir)  # a writable directory path (not a file)
+device = _wrap(check_device, "A device this machine has (`cpu`, `cuda[:N]`, `mps`) or `auto`.")
+output_file = _wrap(check_output_file, "A writable file path (not a directory).")
+output_dir = _wrap(check_output_dir, "A writable directory path (not a file).")
 
 
 def shard(text: str) -> tuple[int, int]:

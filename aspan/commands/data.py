@@ -27,6 +27,7 @@ def add_task_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan data` to its parser."""
     add_task_arguments(parser)
     parser.add_argument("-n", type=nonneg_int, default=1000, help="number of samples")
     parser.add_argument("-o", "--output", type=output_file_or_stdout, default="-",
@@ -36,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan data` with the parsed arguments; the exit code."""
     from aspan.applications.data import describe_tasks, task_preset, write_samples
 
     if args.list:

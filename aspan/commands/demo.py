@@ -56,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan demo` with the parsed arguments; the exit code."""
     from ..applications.demo import DemoConfig, run_demo
     from ..config import load_config, to_toml
 

@@ -15,6 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan doctor` with the parsed arguments; the exit code."""
     from aspan.environment import describe_environment
 
     print("\n".join(describe_environment()))

@@ -52,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan eval` with the parsed arguments; the exit code."""
     from aspan.applications.eval import EvalRun, run_eval
 
     given = {k: getattr(args, k) for k in ("checkpoint", "task", "any_task", "split", "samples", "mode", "seed",

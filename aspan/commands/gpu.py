@@ -23,6 +23,7 @@ CAMPAIGN = "results/gpu_campaign/state"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan gpu` to its parser."""
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     s = sub.add_parser("slice", help="device checks, then the first unfinished runs until the budget is spent")
     m = sub.add_parser("merge", help="apply a slice's output (run.json and state archive) to the campaign")
@@ -41,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan gpu` with the parsed arguments; the exit code."""
     from dataclasses import replace
 
     from ..applications import campaign as c

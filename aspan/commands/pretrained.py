@@ -18,6 +18,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan pretrained` to its parser."""
     p.add_argument("config", help="TOML config (see configs/smollm2_reversal.toml)")
     p.add_argument("--model", help="override the config's model: 'smollm2', an HF checkpoint dir or a .gguf file")
     p.add_argument("--out", type=output_dir, help="override the run directory")
@@ -33,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan pretrained` with the parsed arguments; the exit code."""
     from ..applications.pretrained import PretrainedConfig, run_pretrained
     from ..config import load_config
 

@@ -20,6 +20,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan rank` to its parser."""
     p.add_argument("model", metavar="MODEL", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
     p.add_argument("--task", required=True, help="task name (see `aspan data --list`)")
     p.add_argument("--any-task", action="store_true", default=None,
@@ -81,6 +82,7 @@ def parse_deltas(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan rank` with the parsed arguments; the exit code."""
     from dataclasses import replace
 
     from aspan.applications.rank import CAUSAL, RankConfig, rank_heads

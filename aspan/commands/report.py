@@ -16,6 +16,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan report` to its parser."""
     parser.add_argument("run_dir", metavar="RUN_DIR",
                         help="run directory (run.json, summary.json, *.csv, figures/, views/)")
     parser.add_argument("-o", "--output", dest="out", type=output_file, default=None, metavar="FILE",
@@ -28,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan report` with the parsed arguments; the exit code."""
     from ..report import write_images, write_report
 
     if args.images:

@@ -16,12 +16,14 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan show` to its parser."""
     add_task_arguments(parser)
     parser.add_argument("-n", type=nonneg_int, default=1, help="number of samples")
     parser.add_argument("--width", type=nonneg_int, default=0, help="line width (default: the terminal's)")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan show` with the parsed arguments; the exit code."""
     from aspan.applications.data import show_samples, task_preset
 
     task = task_preset(args.task, args.split, args.param or [])

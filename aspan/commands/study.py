@@ -16,6 +16,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan study` to its parser."""
     from ..applications.studies import STUDIES
 
     sub = parser.add_subparsers(dest="study", metavar="STUDY", required=True)

@@ -17,6 +17,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan sweep` to its parser."""
     p.add_argument("config", help="TOML sweep config (see configs/*.toml)")
     p.add_argument("--out", type=output_dir, default=None, help="run directory (default runs/sweep-<config name>)")
     p.add_argument("--shard", type=shard, default=None, metavar="I/N",
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan sweep` with the parsed arguments; the exit code."""
     from aspan.applications.sweep import run_sweep_dir
     from aspan.config import load_config
     from aspan.experiments.sweep import SweepConfig

@@ -19,6 +19,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options and arguments of `aspan train` to its parser."""
     p.add_argument("--task", help="task name (default: the task of the --data samples)")
     p.add_argument("--split", choices=("id", "ood"), help="preset to train on")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
@@ -105,6 +106,7 @@ def train_config(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan train` with the parsed arguments; the exit code."""
     from aspan.applications.train import TrainRun, train_run
 
     given = {k: getattr(args, k) for k in RUN_KEYS}

@@ -45,9 +45,11 @@ class Coords:
 
     @classmethod
     def of(cls, x: "Coords | Tensor") -> "Coords":
+        """`x` as `Coords` (a tensor is taken as the separator positions)."""
         return x if isinstance(x, Coords) else cls(sep=torch.as_tensor(x))
 
     def to(self, device) -> "Coords":
+        """The coordinates moved to `device`."""
         move = (lambda t: None if t is None else t.to(device))  # noqa: E731
         return Coords(self.sep.to(device), move(self.segment), move(self.local))
 
@@ -440,6 +442,7 @@ def lines_table(lines: dict[Head, HeadLines]) -> "pd.DataFrame":
 
 @dataclass
 class ABCResult:
+    """What an ABC run returns: each head's lines, the table per variant, split and length, and the summaries."""
     lines: dict[Head, HeadLines]
     table: "pd.DataFrame"  # variant, split, length, n, exact, partial, attn_rollout_sample, attn_rollout_raw
     summary: dict  # {variant: {split: evaluate summary}}

@@ -95,6 +95,7 @@ class Ranking:
         check_option("ranking convention", self.convention, CONVENTIONS)
 
     def settings(self, delta: int) -> dict[str, Any]:
+        """The ranking's settings for offset `delta`, as recorded in a grid point."""
         s = {"by": self.by, "samples": self.samples, "seed": self.seed, "delta": delta, "params": self.params}
         return s if self.convention == "raw" else {**s, "convention": self.convention}
 
@@ -189,6 +190,7 @@ class Engine:
         self._baselines: dict[tuple, tuple[dict, list]] = {}
 
     def samples(self, name: str, seed: int) -> list:
+        """The samples of evaluation set `name` for `seed`, generated once and cached."""
         if (name, seed) not in self._samples:
             self._samples[(name, seed)] = self.data.samples(name, seed)
         return self._samples[(name, seed)]

@@ -297,6 +297,7 @@ class ProfileConfig:
     progress: bool = False  # tqdm bar over the heads profiled exactly
 
     def check(self, n_heads: int) -> None:
+        """Validate the configuration for a model of `n_heads` heads; ValueError naming the field otherwise."""
         if self.metric not in METRICS:
             raise ValueError(f"unknown metric {self.metric!r}; choose one of {', '.join(METRICS)}")
         if self.candidates is not None and not 1 <= self.candidates <= n_heads:

@@ -54,6 +54,7 @@ class SearchConfig:
     eos: tuple[EosRefs, ...] = ("none",)  # how each atom may treat the end-of-sequence row (greedy tries each)
 
     def check(self, n_heads: int) -> None:
+        """Validate the configuration for a model of `n_heads` heads; ValueError naming the field otherwise."""
         if not self.deltas:
             raise ValueError("deltas is empty: give at least one key offset")
         if not 1 <= self.profile <= n_heads:

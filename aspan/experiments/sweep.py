@@ -154,6 +154,7 @@ class SweepConfig:
         return out
 
     def needs_ranking(self) -> bool:
+        """Whether the sweep selects heads by rank (`top` or `fractions`), so needs a ranking first."""
         return bool(self.top or self.fractions)
 
     def check_heads(self, n_layers: int, n_heads: int) -> None:

@@ -15,10 +15,12 @@ ACCURACY = ("ID exact", "ID per-token", "OOD exact", "OOD per-token")
 
 
 def is_demo(summary: dict, settings: dict) -> bool:
+    """Whether a run's summary is `aspan demo`'s."""
     return "headline" in (summary.get("tables") or {}) and "paper_recipe" in summary
 
 
 def is_pretrained(summary: dict, settings: dict) -> bool:
+    """Whether a run's summary is `aspan pretrained`'s."""
     return "table2" in (summary.get("tables") or {}) and "finetune" in summary
 
 

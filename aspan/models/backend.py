@@ -63,18 +63,23 @@ class Hooked:
         return lambda new, total: model(new, past_kv_cache=cache, attention_mask=_ones(batch, new.shape[1], device))
 
     def live_parameters(self, model) -> dict[str, Tensor]:
+        """The model's parameters by name."""
         return dict(model.named_parameters())
 
     def qk_projections(self, model) -> list[tuple[str, Layout]]:
+        """The query and key weights and biases, with their layout (`heads`: one slice per head)."""
         return [(n, "heads") for n, _ in model.named_parameters() if n.rsplit(".", 1)[-1] in QK_NAMES]
 
     def group_parameters(self, model, kind: str, live: dict[str, Tensor]) -> list[str]:
+        """The names in `live` that parameter group `kind` (`attn`, `mlp` or embeddings) selects."""
         def selects(parts: list[str]) -> bool:
             return kind in parts if kind in ("attn", "mlp") else parts[0] in ("embed", "pos_embed")
 
         return [n for n in live if selects(n.split("."))]
 
     def hf_model(self, model, tokenizer: Tokenizer, hf: bool | None) -> Any:
+        """The Hugging Face model a checkpoint of `model` writes (see `Backend.hf_model`), or None for the aspan format.
+        """
         from . import hfform
 
         if hf is not False and isinstance(tokenizer, CharTokenizer):
@@ -88,6 +93,7 @@ class Hooked:
         return None
 
     def hf_config(self, model) -> dict[str, Any] | None:
+        """None: a HookedTransformer carries no Hugging Face config."""
         return None
 
 
@@ -159,6 +165,7 @@ class Bridge:
         return hfform.unwrap(model.original_model, hfform.split_qkv_is_live(model))
 
     def hf_config(self, model) -> dict[str, Any] | None:
+        """The Hugging Face config of the model the bridge wraps, as a dict."""
         return model.original_model.config.to_dict()
 
 

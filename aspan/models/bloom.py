@@ -106,6 +106,7 @@ def _solve_v(En: np.ndarray, u: np.ndarray, s: float, tol: float) -> tuple[Tenso
 
 
 def hf_class():
+    """`transformers.BloomForCausalLM`, imported on call."""
     from transformers import BloomForCausalLM
 
     return BloomForCausalLM
@@ -125,16 +126,19 @@ def hf_config(sizes: Sizes, tokenizer: CharTokenizer | None = None):
 
 
 def sizes_of_config(config: dict[str, Any]) -> Sizes:
+    """The `Sizes` of a BLOOM Hugging Face config."""
     d_model = config["hidden_size"]
     return Sizes(config["vocab_size"], config["n_layer"], config["n_head"], d_model, 4 * d_model,
                  config["n_positions"], config["layer_norm_epsilon"])
 
 
 def pos_cfg(sizes: Sizes) -> dict[str, Any]:
+    """The TransformerLens config entries of the form's positions (ALiBi)."""
     return {"positional_embedding_type": "alibi"}
 
 
 def positional_of_config(config: dict[str, Any]) -> str:
+    """The positional scheme of a BLOOM config: always `alibi`."""
     return "alibi"
 
 

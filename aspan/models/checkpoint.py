@@ -28,6 +28,7 @@ MAX_CONFIG_BYTES = 16 * 2**20  # a config.json (sizes, tokenizer, metadata) is k
 
 
 def default_device() -> str:
+    """`cuda` when a GPU is available, else `cpu`."""
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -290,6 +291,7 @@ class Placement(NamedTuple):
 
     @classmethod
     def of(cls, device: str | None, backend: Backend | None, dtype: Any, device_map: Any) -> Placement:
+        """Resolve device, backend, dtype and device map (None or `auto`: the defaults); ValueError on a bad choice."""
         device = default_device() if device in (None, "auto") else check_device(device)
         backend = default_backend() if backend is None else check_option("backend", backend, BACKENDS)
         if backend == "hooked" and not has_hooked():

@@ -30,6 +30,7 @@ def why_not(model) -> str | None:
 
 
 def hf_class():
+    """`transformers.GPT2LMHeadModel`, imported on call."""
     from transformers import GPT2LMHeadModel
 
     return GPT2LMHeadModel
@@ -50,16 +51,19 @@ def hf_config(sizes: Sizes, tokenizer: CharTokenizer | None = None):
 
 
 def sizes_of_config(config: dict[str, Any]) -> Sizes:
+    """The `Sizes` of a GPT-2 Hugging Face config."""
     d_model = config["n_embd"]
     return Sizes(config["vocab_size"], config["n_layer"], config["n_head"], d_model,
                  config.get("n_inner") or 4 * d_model, config["n_positions"], config["layer_norm_epsilon"])
 
 
 def pos_cfg(sizes: Sizes) -> dict[str, Any]:
+    """The TransformerLens config entries of the form's positions (learned)."""
     return {"positional_embedding_type": "standard"}
 
 
 def positional_of_config(config: dict[str, Any]) -> str:
+    """The positional scheme of a GPT-2 config: always `learned`."""
     return "learned"
 
 

@@ -278,6 +278,7 @@ def aspan_entry(path: Path, config: dict[str, Any]) -> tuple[CharTokenizer, dict
 
 
 def dumps_config(config: dict[str, Any]) -> str:
+    """A config as indented JSON with sorted keys (the `config.json` written beside the weights)."""
     return json.dumps(config, indent=2, sort_keys=True)
 
 

@@ -41,6 +41,7 @@ def why_not(model) -> str | None:
 
 
 def hf_class():
+    """`transformers.GPTNeoXForCausalLM`, imported on call."""
     from transformers import GPTNeoXForCausalLM
 
     return GPTNeoXForCausalLM
@@ -62,6 +63,7 @@ def hf_config(sizes: Sizes, tokenizer: CharTokenizer | None = None):
 
 
 def sizes_of_config(config: dict[str, Any]) -> Sizes:
+    """The `Sizes` of a GPT-NeoX Hugging Face config (rotary fraction and base included)."""
     rope = config.get("rope_parameters") or {}
     return Sizes(config["vocab_size"], config["num_hidden_layers"], config["num_attention_heads"],
                  config["hidden_size"], config["intermediate_size"], config["max_position_embeddings"],
@@ -76,6 +78,7 @@ def pos_cfg(sizes: Sizes) -> dict[str, Any]:
 
 
 def positional_of_config(config: dict[str, Any]) -> str:
+    """The positional scheme of a GPT-NeoX config: `rotary`, or `none` when no dimension rotates."""
     return "rotary" if sizes_of_config(config).rotary_fraction > 0 else "none"
 
 

@@ -38,6 +38,8 @@ def _split(prompt: str) -> tuple[str, str]:
 
 
 class Assign(Task):
+    """Value assignment (Spiegel et al. 2025, Appendix A.4): a key-value table, `:`, a string of keys, `=`; the target
+    maps each key to its value."""
     name = "assign"
     instruction = "Each letter before ':' is followed by its value. Replace every letter after ':' by its value."
     length_param = "length"

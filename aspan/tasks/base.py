@@ -58,10 +58,12 @@ class Sample:
 
     @property
     def prompt(self) -> str:
+        """The text before the target (`text[:prompt_len]`)."""
         return self.text[: self.prompt_len]
 
     @property
     def target(self) -> str:
+        """The text the model must produce (`text[prompt_len:]`)."""
         return self.text[self.prompt_len :]
 
     def query_row(self, j: int, offset: int = 1) -> int:
@@ -92,6 +94,7 @@ class Sample:
         return rows, cols
 
     def to_dict(self) -> dict[str, Any]:
+        """The sample as JSON-ready data (one line of an `aspan data` file)."""
         d = {
             "task": self.task,
             "text": self.text,
@@ -125,6 +128,7 @@ class Sample:
             raise ValueError(f"field {_field_of(str(e))!r}: {e}") from None
 
     def to_json(self) -> str:
+        """The sample as one line of JSON, keys sorted."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
@@ -281,6 +285,7 @@ class Task:
             yield self._sample(rng)
 
     def generate(self, n: int, seed: int = 0) -> list[Sample]:
+        """`n` samples of seed `seed` (the first `n` of `stream(seed)`); ValueError unless `n` is an int >= 0."""
         if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
             raise ValueError(f"n must be an int >= 0, got {n!r}")
         it = self.stream(seed)

@@ -21,6 +21,8 @@ BITS = "01"
 
 
 class FlipFlop(Task):
+    """Flip-flop language: write, read, ignore and flip instructions on registers; the target is the bit the last read
+    returns."""
     name = "flipflop"
     instruction = ("Instructions are an operation (w write, r read, i ignore, f flip), a register and a bit. "
                    "Give the bit the last read returns.")

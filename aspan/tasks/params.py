@@ -12,6 +12,7 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
 def parse_bool(text: str) -> bool:
+    """`true/false`, `yes/no`, `on/off` or `1/0` (any case) as a bool; ValueError otherwise."""
     t = text.strip().lower()
     if t in _TRUE or t in _FALSE:
         return t in _TRUE

@@ -56,6 +56,7 @@ def running(bits: str) -> str:
 
 
 class Parity(Task):
+    """Running parity of a bit string: the target is the parity after each bit, in the chosen format."""
     name = "parity"
     instruction = "Write the running parity of the bits."
     length_param = "length"
@@ -101,6 +102,7 @@ class Parity(Task):
 
     @property
     def anchor_symbols(self) -> str:
+        """The anchor symbols of the `mnemonic` format (empty for the others)."""
         return ANCHOR_POOL[: self.anchors] if self.format == "mnemonic" else ""
 
     @property

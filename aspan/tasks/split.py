@@ -28,6 +28,7 @@ def held_out(key: str, share: float) -> bool:
 
 
 def prompt_key(sample: Sample) -> str:
+    """The key two samples share when they have the same prompt (its text before the target)."""
     return sample.text[: sample.prompt_len]
 
 

@@ -37,6 +37,7 @@ def ref_label(delta: int) -> str:
 
 
 def head_names(heads: Sequence[Head]) -> list[str]:
+    """Heads as `LxHy` labels."""
     return [f"L{layer}H{head}" for layer, head in heads]
 
 

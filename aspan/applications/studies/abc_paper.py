@@ -104,6 +104,7 @@ class PaperConfig:
         return cls(**{**base, **kw})
 
     def runs(self) -> list[tuple[str, str]]:
+        """The plan as (task, variant) pairs, from its `TASK:VARIANT` entries."""
         return [tuple(p.split(":", 1)) for p in self.plan]  # type: ignore[misc]
 
     def check(self) -> None:

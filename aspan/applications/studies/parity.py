@@ -132,6 +132,7 @@ class StudyConfig:
 
     @property
     def longest(self) -> int:
+        """The longest evaluated length: the largest multiple of the training length."""
         return max(max(self.multiples), self.select_multiple) * self.train_length
 
 
@@ -198,6 +199,7 @@ def curve_sets(config: StudyConfig, fmt: str) -> dict[str, list]:
 
 
 def run_id(fmt: str, lr: float, seed: int) -> str:
+    """A run's identifier, `FORMAT-lrLR-seedSEED` (e.g. `scratchpad-lr0.001-seed0`)."""
     return f"{fmt}-lr{lr:g}-seed{seed}"
 
 
@@ -211,6 +213,7 @@ class Run:
 
     @property
     def id(self) -> str:
+        """The run's identifier, `FORMAT-lrLR-seedSEED` (see `run_id`)."""
         return run_id(self.format, self.lr, self.seed)
 
 

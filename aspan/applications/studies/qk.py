@@ -488,6 +488,7 @@ def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, de
 
 @dataclass
 class StudyResult:
+    """What the Q/K study returns: its rows, its tables, its wall time and its learning-curve rows."""
     rows: list[dict]  # one per training run (and one for the untrained model)
     table: Any  # pandas DataFrame: one row per (condition, replay)
     selection: Any  # pandas DataFrame: the learning-rate grid on the selection set

@@ -21,6 +21,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options of `aspan study abc` to its parser."""
     p.add_argument("--protocol", choices=("aligned", "paper"), default="aligned",
                    help="aligned (default): this study's variant, lines in sample coordinates, unpadded numbers of 1-6 "
                         "digits; paper: Duan & Shi's protocol (numbers of [0, 2^20] split 7:1, the padded layout, a "
@@ -94,6 +95,7 @@ def paper_config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, cfg) -> int:
+    """Run `aspan study abc` with the parsed arguments and its resolved configuration; the exit code."""
     from ...applications.studies import use_threads
 
     use_threads(args.threads)

@@ -19,6 +19,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options of `aspan study qk` to its parser."""
     p.add_argument("--out", required=True, type=output_dir,
                    help="run directory (resumable: rerun the same command to continue)")
     p.add_argument("--config", metavar="TOML",
@@ -56,6 +57,7 @@ def config_from_args(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace, cfg) -> int:
+    """Run `aspan study qk` with the parsed arguments and its resolved configuration; the exit code."""
     from ...applications.studies import use_threads
     from ...applications.studies.qk import headline_table, run_study, write_outputs
 
