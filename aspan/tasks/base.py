@@ -58,12 +58,12 @@ class Sample:
 
     @property
     def prompt(self) -> str:
-        """The text before the target (`text[:prompt_len]`)."""
+        """The text before the target: the first `prompt_len` characters of `text`."""
         return self.text[: self.prompt_len]
 
     @property
     def target(self) -> str:
-        """The text the model must produce (`text[prompt_len:]`)."""
+        """The text the model must produce: `text` after its first `prompt_len` characters."""
         return self.text[self.prompt_len :]
 
     def query_row(self, j: int, offset: int = 1) -> int:
