@@ -36,7 +36,9 @@ def share(
     that mass is 0.
 
     Shapes:
-        attn: [batch, q, k]; mask: bool [batch, q, k]; columns: bool [batch, k] or None.
+        attn: [batch, q, k].
+        mask: bool [batch, q, k].
+        columns: bool [batch, k] or None.
         returns: [batch, q].
 
     Example:
@@ -89,7 +91,8 @@ def target_rows(mask: Bool[Tensor, "batch q k"], attention_mask: Tensor | None =
     """Rows that have at least one reference (and are real tokens when an attention_mask is given).
 
     Shapes:
-        mask: bool [batch, q, k]; attention_mask: [batch, q] or None.
+        mask: bool [batch, q, k].
+        attention_mask: [batch, q] or None.
         returns: bool [batch, q].
 
     Example:

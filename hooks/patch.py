@@ -92,7 +92,8 @@ def patch_pattern(
     holds query rows k-q_new … k-1. Pass `model` to check heads up front.
 
     Shapes:
-        mask: bool [batch, pos, pos] or None; rows: bool [batch, pos] or None.
+        mask: bool [batch, pos, pos] or None.
+        rows: bool [batch, pos] or None.
         source: `{(layer, head): [batch, pos, pos]}` or None.
         returns: a list of `(hook name, function)` on `hook_pattern`.
 

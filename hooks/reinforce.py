@@ -93,7 +93,8 @@ def reinforce(
     that head's attention on the (shifted) references is below τ. Pass `model` to check heads up front.
 
     Shapes:
-        mask: bool [batch, pos, pos] or [pos, pos]; rows: bool [batch, pos] or None.
+        mask: bool [batch, pos, pos] or [pos, pos].
+        rows: bool [batch, pos] or None.
         returns: a list of `(hook name, function)` on `hook_pattern`.
 
     Example:

@@ -66,7 +66,8 @@ def rollout(
     `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
 
     Shapes:
-        tokens: [batch, pos]; attention_mask: [batch, pos] or None.
+        tokens: [batch, pos].
+        attention_mask: [batch, pos] or None.
         returns: [batch, pos, pos], row = query position.
 
     Example:
@@ -96,7 +97,9 @@ def rollout_scores(
     e.g. `Batch.sample_columns` for the paper's `sample` convention) or, with None, by the whole row (`raw`).
 
     Shapes:
-        tokens: [batch, pos]; mask: bool [batch, pos, pos]; columns: bool [batch, pos] or None.
+        tokens: [batch, pos].
+        mask: bool [batch, pos, pos].
+        columns: bool [batch, pos] or None.
         returns: [batch, q].
 
     Example:

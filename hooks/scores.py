@@ -62,7 +62,9 @@ def head_row_scores(
     `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
 
     Shapes:
-        tokens: [batch, pos]; mask: bool [batch, pos, pos]; columns: bool [batch, pos] or None.
+        tokens: [batch, pos].
+        mask: bool [batch, pos, pos].
+        columns: bool [batch, pos] or None.
         returns: [batch, q, layer, head], or [batch, q, n_selected] with `heads`; NaN on rows without references.
 
     Example:
@@ -134,7 +136,9 @@ def head_scores(
     `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
 
     Shapes:
-        tokens: [batch, pos]; mask: bool [batch, pos, pos]; columns: bool [batch, pos] or None.
+        tokens: [batch, pos].
+        mask: bool [batch, pos, pos].
+        columns: bool [batch, pos] or None.
         returns: [layer, head].
 
     Example:
@@ -160,7 +164,9 @@ def offset_scores(
     `columns`: the AttnScore denominator as in `head_row_scores` (None: the whole row).
 
     Shapes:
-        tokens: [batch, pos]; mask: bool [batch, pos, pos]; columns: bool [batch, pos] or None.
+        tokens: [batch, pos].
+        mask: bool [batch, pos, pos].
+        columns: bool [batch, pos] or None.
         returns: [delta, layer, head], in the order of `deltas`.
 
     Example:

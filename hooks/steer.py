@@ -50,7 +50,8 @@ def steer(
     is below τ. `mask` is [batch, pos, pos] (or [pos, pos]) for the full length. Pass `model` to check heads.
 
     Shapes:
-        mask: bool [batch, pos, pos] or [pos, pos]; rows: bool [batch, pos] or None.
+        mask: bool [batch, pos, pos] or [pos, pos].
+        rows: bool [batch, pos] or None.
         returns: a list of `(hook name, function)` on `hook_attn_scores`.
 
     Example:

@@ -1,13 +1,18 @@
-"""Real-browser check of the built documentation site (`make docs` -> docs/_build/html), opened from disk in headless
-Chromium (driven by playwright, launched as tests/test_browser.py does) with every request that leaves the machine
-refused: a page that tries one fails. The home page shows its picture, an API page renders a signature, a tutorial
-draws its plotly figures and its circuitsvis view, and search finds `reinforce`. No page may log an error.
+"""Real-browser check of the built documentation site (`make docs` -> docs/_build/html), served from disk by a local
+HTTP server on 127.0.0.1 (as a user's `python -m http.server` would; Sphinx's search fetches pages, which a browser
+refuses for file: URLs) and opened in headless Chromium (driven by playwright, launched as tests/test_browser.py
+does) with every other request refused: a page that tries one fails. The home page shows its picture, an API page
+renders a signature, a tutorial draws its plotly figures and its circuitsvis view, and search finds `reinforce`. No
+page may log an error.
 
 Skipped, with the reason, when the site is not built; `.ci/run` builds it before it runs this file, so CI always
 runs it.
 """
 from __future__ import annotations
 
+import functools
+import http.server
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +29,22 @@ pytestmark = [
 ]
 
 
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # no line per request on stderr
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    """The base URL of the built site, served on 127.0.0.1 at a free port for this module."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
@@ -37,12 +58,13 @@ def browser():
 
 
 @pytest.fixture
-def page(browser):
-    """A page that refuses (and records) every request that is not local, and records every error it logs."""
+def page(browser, site):
+    """A page that refuses (and records) every request that is not to the site's server or local, and records every
+    error it logs."""
     attempted, problems = [], []
 
     def route(r):
-        if r.request.url.startswith(LOCAL):
+        if r.request.url.startswith((site, *LOCAL)):
             r.continue_()
         else:
             attempted.append(r.request.url)
@@ -59,27 +81,27 @@ def page(browser):
     assert not problems, problems
 
 
-def test_home_page_shows_its_picture(page):
-    page.goto((SITE / "index.html").as_uri(), wait_until="load")
+def test_home_page_shows_its_picture(page, site):
+    page.goto(site + "index.html", wait_until="load")
     images = page.evaluate("""() => Array.from(document.querySelectorAll('article img')).map(i => ({
         src: i.getAttribute('src'), width: i.naturalWidth, height: i.naturalHeight, shown: i.checkVisibility()}))""")
     assert images, "the home page has no picture"
     assert all(i["width"] > 100 and i["height"] > 100 and i["shown"] for i in images), images
 
 
-def test_api_page_renders_a_signature_with_its_docstring(page):
-    page.goto((SITE / "api" / "generated" / "hooks.reinforce.html").as_uri(), wait_until="load")
+def test_api_page_renders_a_signature_with_its_docstring(page, site):
+    page.goto(site + "api/generated/hooks.reinforce.html", wait_until="load")
     entry = page.locator('dt[id="hooks.reinforce.reinforce"]')
     assert entry.is_visible()
     params = entry.locator(".sig-param").all_inner_texts()
     assert any(p.startswith("model") for p in params) and any(p.startswith("strength") for p in params), params
-    doc = page.locator('dt[id="hooks.reinforce.reinforce"] + dd').inner_text()
+    doc = page.locator('dt[id="hooks.reinforce.reinforce"] + dd').text_content()
     assert "Shapes" in doc and ">>>" in doc, doc[:500]
 
 
-def test_tutorial_draws_its_plotly_figures_and_circuitsvis_view(page):
+def test_tutorial_draws_its_plotly_figures_and_circuitsvis_view(page, site):
     path = SITE / "tutorials" / "02_attention_and_rollout.html"
-    page.goto(path.as_uri(), wait_until="load")
+    page.goto(site + "tutorials/02_attention_and_rollout.html", wait_until="load")
     expected = path.read_text(encoding="utf-8").count('class="plotly-graph-div"')
     assert expected >= 1, "the tutorial page holds no plotly figure"
     page.wait_for_function(
@@ -97,8 +119,8 @@ def test_tutorial_draws_its_plotly_figures_and_circuitsvis_view(page):
     assert inked and max(inked) > 100, f"the circuitsvis view paints nothing: {inked}"
 
 
-def test_search_finds_reinforce(page):
-    page.goto((SITE / "search.html").as_uri() + "?q=reinforce", wait_until="load")
+def test_search_finds_reinforce(page, site):
+    page.goto(site + "search.html?q=reinforce", wait_until="load")
     page.wait_for_function("document.querySelectorAll('#search-results li').length > 0", timeout=60_000)
     links = page.evaluate("() => Array.from(document.querySelectorAll('#search-results li a')).map(a => a.href)")
     assert any("hooks.reinforce" in link for link in links), links[:20]
