@@ -1,5 +1,6 @@
 """The CLI reference of the docs site (docs/cli.rst, built by `make docs`) is `aspan --help` and every subcommand's
-`--help`, verbatim, at 100 columns: one block per command, nothing missing, nothing extra."""
+`--help`, verbatim, at 86 columns (the width docs/_ext/aspan_docs.py formats them for): one block per command,
+nothing missing, nothing extra."""
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,8 @@ def commands(parser: argparse.ArgumentParser | None = None, prefix: tuple[str, .
 
 
 def help_text(words: tuple[str, ...], monkeypatch) -> str:
-    """What `aspan WORDS --help` prints in a terminal 100 columns wide."""
-    monkeypatch.setenv("COLUMNS", "100")
+    """What `aspan WORDS --help` prints in a terminal 86 columns wide."""
+    monkeypatch.setenv("COLUMNS", "86")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = main([*words, "--help"])

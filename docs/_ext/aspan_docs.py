@@ -29,7 +29,7 @@ from sphinx.util.nodes import nested_parse_with_titles
 DOCS = Path(__file__).resolve().parent.parent
 ROOT = DOCS.parent
 PACKAGES = ("aspan", "hooks")
-CLI_WIDTH = 100  # the terminal width the CLI reference is formatted for
+CLI_WIDTH = 86  # the terminal width the CLI reference is formatted for (what fits furo's text column)
 
 
 # ---------------------------------------------------------------------------------------------------- the API pages
