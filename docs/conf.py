@@ -64,6 +64,6 @@ nb_merge_streams = True
 
 html_theme = "furo"
 html_title = f"aspan {version}"
-html_static_path = ["_static"]
+html_static_path = ["_static"] if (DOCS / "_static").is_dir() else []  # the site's own pictures, when there are any
 html_theme_options = {"navigation_with_keys": True}
 html_show_sourcelink = False

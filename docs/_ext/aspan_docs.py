@@ -159,6 +159,7 @@ class AspanCli(SphinxDirective):
 def link_notebooks(app: Sphinx) -> None:
     """`docs/tutorials/NAME.ipynb` -> `notebooks/NAME.ipynb` for every notebook; links to notebooks gone removed."""
     here = DOCS / "tutorials"
+    here.mkdir(exist_ok=True)  # holds nothing but these links, so a fresh clone has no such folder
     wanted = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
     for link in here.glob("*.ipynb"):
         if link.is_symlink() and link.name not in wanted:
