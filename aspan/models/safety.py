@@ -351,13 +351,15 @@ def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: s
     d_mlp = _first(config, "intermediate_size", "n_inner")[1] or 4 * width
     d_head = config.get("head_dim") or width // heads
     model_type = config.get("model_type")
-    hooked = backend == "hooked"
+    from .backend import backend_named  # it loads torch; this module is read without it (the checks before a load)
+
+    built = backend_named(backend)
     needed = parameter_bytes(config["vocab_size"], width, layers, heads, d_head, d_mlp, n_ctx,
                              n_kv_heads=config.get("num_key_value_heads"), learned_positions=model_type == "gpt2",
                              gated=model_type not in ("gpt2", "gpt_neox", "bloom"), dtype_bytes=dtype_bytes,
-                             masks=hooked)
+                             masks=built.keeps_masks)
     shown = {k: config[k] for k in HF_SIZES if config.get(k) is not None}
-    check_memory((needed + layers * LAYER_OVERHEAD) * (2 if hooked else 1), str(file), shown, device)
+    check_memory((needed + layers * LAYER_OVERHEAD) * (2 if built.converts_weights else 1), str(file), shown, device)
 
 
 def stored_tensors(directory: Path) -> dict[str, tuple[Path, list[int]]]:
@@ -674,7 +676,9 @@ def check_gguf_memory(path: Path, device: str | None, backend: str,
     needed = params * (4 + dtype_bytes)
     if isinstance(layers, int) and layers > 0:
         needed += 2 * layers * LAYER_OVERHEAD
-    if backend == "hooked":
+    from .backend import backend_named  # it loads torch; this module is read without it
+
+    if backend_named(backend).keeps_masks:
         if all(isinstance(v, int) and v > 0 for v in (layers, n_ctx, heads, width)):
             needed += layers * (n_ctx * n_ctx + 2 * n_ctx * (width // heads) * 4)
     entries = len(meta) + sum(v.length for v in meta.values() if isinstance(v, GGUFArray))  # keys and array items
