@@ -365,7 +365,7 @@ def nb03():
         id_samples = tasks.preset("reversal", "id").generate(64, seed=0)
         ood_samples = tasks.preset("reversal", "ood", length=(11, 20)).generate(64, seed=1)
         ranking = rank_heads(model, tokenizer, tasks.preset("reversal", "id").generate(64, seed=10), deltas=range(0, 4))
-        ranking.head(6)
+        ranking.head(6)[["layer", "head", "rank", "score_sum", "score_row", *(f"score_row_d{d}" for d in range(4))]]
         """),
         md("""
         `score_sum` is the paper's ranking score (attention on references summed over target rows and samples),
@@ -427,14 +427,14 @@ def nb03():
         by_length = {"baseline": summarize(baseline), "reinforced": summarize(reinforced)}
         viz.accuracy_vs_length(by_length, y="partial").show()
         pd.DataFrame({
-            "ID baseline": evaluate(model, tokenizer, id_samples, attn=False).summary(),
-            "ID reinforced": evaluate(model, tokenizer, id_samples, fwd_hooks=chosen, attn=False).summary(),
+            "ID baseline": evaluate(model, tokenizer, id_samples).summary(),
+            "ID reinforced": evaluate(model, tokenizer, id_samples, fwd_hooks=chosen).summary(),
             "OOD baseline": baseline.summary(),
             "OOD reinforced": reinforced.summary(),
-            "OOD gated (τ=0.05)": evaluate(model, tokenizer, ood_samples, fwd_hooks=edit(heads, c, d, threshold=0.05),
-                                           attn=False).summary(),
-            "OOD renormalised": evaluate(model, tokenizer, ood_samples, fwd_hooks=edit(heads, c, d, renormalize=True),
-                                         attn=False).summary(),
+            "OOD gated (τ=0.05)": evaluate(model, tokenizer, ood_samples,
+                                           fwd_hooks=edit(heads, c, d, threshold=0.05)).summary(),
+            "OOD renormalised": evaluate(model, tokenizer, ood_samples,
+                                         fwd_hooks=edit(heads, c, d, renormalize=True)).summary(),
         }).T[["exact", "partial", "attn_rollout_sample"]]
         """),
         md("""
@@ -556,7 +556,8 @@ def nb04():
         md("""
         The AttnScores are measured *through* the edit. Additive reinforcement adds `C = 2` to every reference
         cell of the selected heads without renormalising, so an edited row is no longer a distribution: its raw
-        mass on the references is the old share plus 2 (above 1 in `attn_heads_raw`), while `attn_heads_sample`
+        mass on the references is the old share plus 2 per reference (reversal has one a row: above 1 in
+        `attn_heads_raw`), while `attn_heads_sample`
         divides by the row's (edited) mass on the sample's columns and stays a share. With `renormalize=True`
         every row is a distribution again and both columns are shares. Correct vs wrong tokens of the baseline
         (the paper's Table 3; this random model gets almost nothing right, so the correct side is tiny):
