@@ -556,11 +556,11 @@ def nb04():
         md("""
         The AttnScores are measured *through* the edit. Additive reinforcement adds `C = 2` to every reference
         cell of the selected heads without renormalising, so an edited row is no longer a distribution: its raw
-        mass on the references is the old share plus 2 per reference (reversal has one a row: above 1 in
-        `attn_heads_raw`), while `attn_heads_sample`
-        divides by the row's (edited) mass on the sample's columns and stays a share. With `renormalize=True`
-        every row is a distribution again and both columns are shares. Correct vs wrong tokens of the baseline
-        (the paper's Table 3; this random model gets almost nothing right, so the correct side is tiny):
+        mass on the references is the old share plus 2 per reference (reversal has one a row), above 1 in
+        `attn_heads_raw`, while `attn_heads_sample` divides by the row's (edited) mass on the sample's columns and
+        stays a share. With `renormalize=True` every row is a distribution again and both columns are shares.
+        Correct vs wrong tokens of the baseline (the paper's Table 3; this random model gets almost nothing right,
+        so the correct side is tiny):
         """),
         code("""
         table = correct_vs_error_table({"baseline": baseline})
