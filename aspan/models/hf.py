@@ -188,12 +188,12 @@ def load_hf_bridge(path: Path, config: dict[str, Any], device: str | None = None
     `dtype`, on `device` or spread by `device_map` (Hugging Face's placement, e.g. "auto")."""
     from transformers import AutoTokenizer
 
-    from .loaded import bridge
+    from . import loaded
 
     try:
         arch = architecture(config)
         hf_tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = bridge(path, device or "cpu", dtype=dtype, device_map=device_map)
+        model = loaded.bridge(path, device or "cpu", dtype=dtype, device_map=device_map)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot load the Hugging Face checkpoint as a TransformerBridge ({e})") from None
     return _adapted(model, hf_tok, {"source": "hf", "path": str(path), "architecture": arch}, **adapter)
