@@ -289,7 +289,7 @@ def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, 
             return new
         _watch(plan, config, resources, source, progress)
         merge_shards(config, out)
-        shutil.rmtree(out / STATE_DIR)  # the job scripts and logs of tasks that all completed
+        shutil.rmtree(out / STATE_DIR, ignore_errors=True)  # the job scripts and logs of tasks that all completed
     return run_sweep_dir(config, out, config_file=config_file, id_budget=ID_BUDGET if id_budget is None else id_budget,
                          progress=progress)
 
