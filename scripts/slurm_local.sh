@@ -75,10 +75,10 @@ start_munge() {
     chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key
   fi
   if id munge >/dev/null 2>&1; then
-    runuser -u munge -- /usr/sbin/munged || die "munged did not start"
+    runuser -u munge -- /usr/sbin/munged || pgrep -x munged >/dev/null || die "munged did not start"
   else
-    /usr/sbin/munged --force || die "munged did not start"
-  fi
+    /usr/sbin/munged --force || pgrep -x munged >/dev/null || die "munged did not start"
+  fi  # (another cluster starting at the same time may have started it first)
 }
 
 wait_idle() {

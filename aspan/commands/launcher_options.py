@@ -58,6 +58,8 @@ def check_launcher(args: argparse.Namespace) -> None:
     if args.launcher == "slurm":
         if getattr(args, "shard", None) is not None:
             raise UsageError("--shard and --launcher slurm: the launcher submits every shard itself (see --tasks)")
+        if getattr(args, "limit", None) is not None:
+            raise UsageError("--limit and --launcher slurm: every task completes its shard")
         return
     given = [n for n in (*RESOURCE_FLAGS, "sbatch") if getattr(args, n) is not None] + \
         (["no_wait"] if args.no_wait else [])

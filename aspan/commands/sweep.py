@@ -14,7 +14,6 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
     "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --quiet",
     "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --shard 0/4",
     "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --limit 0",
-    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --launcher slurm --partition gpu --gpus 1 --tasks 8",
 )
 
 
