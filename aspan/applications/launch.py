@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from .. import stopping
 from ..checks import check_output_dir
@@ -51,7 +51,8 @@ class SlurmResources:
     gpus: int = 0  # GPUs per task (--gpus-per-node; each task is one process on one node)
     mem: str | None = None  # memory per task, e.g. "16G" (--mem); None: the partition's default
     array_parallelism: int = 256  # array tasks running at once (the array's %N)
-    tasks: int | None = None  # array tasks, one grid shard each; None: one per grid point, at most 64
+    array_tasks: int | None = None  # array tasks, one grid shard each; None: the command's default (sweep: one per
+    # grid point, at most 64; demo and pretrained: 4); a resumed launch keeps its first count
     max_retries: int = 2  # times one failed, cancelled or pre-empted task is resubmitted alone
     sbatch: dict[str, str] = field(default_factory=dict)  # extra sbatch options, e.g. {account = "lab", qos = "low"}
     poll: float = 10.0  # seconds between two looks at the queue while waiting
@@ -64,8 +65,8 @@ class SlurmResources:
         for name in ("gpus", "max_retries"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
-        if self.tasks is not None and self.tasks < 1:
-            raise ValueError(f"tasks must be at least 1, got {self.tasks}")
+        if self.array_tasks is not None and self.array_tasks < 1:
+            raise ValueError(f"array_tasks must be at least 1, got {self.array_tasks}")
         if self.poll <= 0:
             raise ValueError(f"poll must be positive, got {self.poll}")
         for key, value in self.sbatch.items():
@@ -144,22 +145,31 @@ def queued_jobs() -> dict[str, str]:
     return jobs
 
 
-# ----------------------------------------------------------------------------------------------- the sweep
-def sweep_task(config: SweepConfig, out: str, shard: tuple[int, int], source: str) -> int:
-    """One array task: shard `shard` of `config`'s grid into `out`'s shard file, holding that shard's lock (rows
-    only: the launcher's merge writes the tables, figures and selection). Returns the rows the shard file holds."""
-    settings = sweep_settings(config)
-    with claim_run(out, settings, shard=shard, command=f"aspan sweep {source} --shard {shard[0]}/{shard[1]}"):
-        rows = run_sweep(config, rows_file(Path(out), shard), shard=shard, progress=False)
-    return len(rows)
+# ----------------------------------------------------------------------------------------------- the array
+@dataclass
+class Array:
+    """One command's work as a Slurm job array over the shards of its grid."""
+
+    out: Path  # the run directory
+    name: str  # the command ("sweep", "demo", "pretrained"); the jobs are named aspan-<name>
+    task: Callable[..., Any]  # what a task runs, task((i, n), *args): a module-level function
+    args: tuple  # the task's other arguments (pickled into the run directory's .slurm folder)
+    default_tasks: int  # the number of shards when neither the flags nor a previous launch give one
+    finished: Callable[[int], set[int]] | None = None  # shards of n whose work is on disk; None: whose task returned
+
+
+def run_task(task: Callable[..., Any], shard: tuple[int, int], args: tuple, marker: str) -> Any:
+    """What each Slurm task runs: `task(shard, *args)`, then `marker` written (its shard is finished)."""
+    result = task(shard, *args)
+    write_json(marker, {"shard": list(shard)})
+    return result
 
 
 @dataclass
 class _Plan:
-    """The array of one run directory: how many shards, which are done, and the job each live one runs as."""
+    """The array of one run directory: how many shards, and the job each shard's latest task runs as."""
 
     out: Path
-    points: list[dict[str, Any]]
     tasks: int
     jobs: dict[int, str]  # shard -> Slurm job id of its latest task
     attempts: dict[int, int]  # shard -> tasks submitted for it, this launch and before
@@ -168,42 +178,43 @@ class _Plan:
     def state_file(self) -> Path:
         return self.out / STATE_DIR / "launch.json"
 
-    def done_keys(self) -> set[str]:
-        return {r["key"] for r in union_rows(sorted(self.out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")}
-
-    def incomplete(self) -> list[int]:
-        done = self.done_keys()
-        return [i for i in range(self.tasks)
-                if any(settings_key(p) not in done for p in shard_points(self.points, (i, self.tasks)))]
+    def marker(self, shard: int) -> Path:
+        return self.out / STATE_DIR / "finished" / f"shard-{shard}-of-{self.tasks}.json"
 
     def save(self) -> None:
         write_json(self.state_file, {"tasks": self.tasks, "jobs": {str(i): j for i, j in self.jobs.items()},
                                      "attempts": {str(i): n for i, n in self.attempts.items()}})
 
 
-def _plan(out: Path, points: list[dict[str, Any]], resources: SlurmResources) -> _Plan:
-    """The array for `out`: a previous launch's (its task count, jobs and attempts), else a new one of
-    `resources.tasks` shards (default one per grid point, at most `MAX_TASKS`)."""
-    state_file = out / STATE_DIR / "launch.json"
+def _plan(array: Array, resources: SlurmResources) -> _Plan:
+    """The array for `array.out`: a previous launch's (its task count, jobs and attempts), else a new one of
+    `resources.array_tasks` shards (default `array.default_tasks`)."""
+    state_file = array.out / STATE_DIR / "launch.json"
     if state_file.exists():
         state = read_json(state_file, "launch state")
         try:
-            return _Plan(out, points, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()},
+            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()},
                          {int(i): int(n) for i, n in state["attempts"].items()})
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ValueError(f"{state_file}: not a launch state; remove it to start the array afresh") from None
-    tasks = resources.tasks or min(len(points), MAX_TASKS)
-    return _Plan(out, points, min(tasks, len(points)), {}, {})
+    return _Plan(array.out, resources.array_tasks or array.default_tasks, {}, {})
 
 
-def _submit(plan: _Plan, shards: list[int], config: SweepConfig, resources: SlurmResources, source: str) -> list[str]:
+def _incomplete(plan: _Plan, array: Array) -> list[int]:
+    done = array.finished(plan.tasks) if array.finished else \
+        {i for i in range(plan.tasks) if plan.marker(i).exists()}
+    return [i for i in range(plan.tasks) if i not in done]
+
+
+def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResources) -> list[str]:
     """Submit one array of `shards` (one task each); record their job ids in the plan. Returns the ids."""
     import submitit
 
     executor = submitit.SlurmExecutor(folder=plan.out / STATE_DIR, max_num_timeout=0)
-    executor.update_parameters(**resources.executor_parameters())
-    args = [(config, str(plan.out), (i, plan.tasks), source) for i in shards]
-    jobs = executor.map_array(sweep_task, *zip(*args))
+    executor.update_parameters(**{**resources.executor_parameters(), "job_name": f"aspan-{array.name}"})
+    n = len(shards)
+    jobs = executor.map_array(run_task, [array.task] * n, [(i, plan.tasks) for i in shards], [array.args] * n,
+                              [str(plan.marker(i)) for i in shards])
     for i, job in zip(shards, jobs):
         plan.jobs[i] = str(job.job_id)
         plan.attempts[i] = plan.attempts.get(i, 0) + 1
@@ -219,34 +230,33 @@ def _failure(plan: _Plan, shard: int) -> str:
     return f"{lines[-1] if lines else 'no error output'} (log: {log})"
 
 
-def _watch(plan: _Plan, config: SweepConfig, resources: SlurmResources, source: str, progress: bool) -> None:
-    """Wait until every shard's rows are complete, resubmitting a shard whose task left the queue without
-    completing them; ChildProcessError naming the shard once it has used its `max_retries`. Ctrl-C or SIGTERM stop
-    the wait (`aspan.stopping`), not the tasks: the next launch adopts them."""
+def _watch(plan: _Plan, array: Array, resources: SlurmResources, progress: bool) -> None:
+    """Wait until every shard is finished, resubmitting a shard whose task left the queue without finishing it;
+    ChildProcessError naming the shard once it has used its `max_retries`. Ctrl-C or SIGTERM stop the wait
+    (`aspan.stopping`), not the tasks: the next launch adopts them."""
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=plan.tasks, desc="slurm tasks", unit="task", disable=not progress)
+    bar = tqdm(total=plan.tasks, desc=f"slurm tasks ({array.name})", unit="task", disable=not progress)
     try:
         while True:
-            todo = plan.incomplete()
+            todo = _incomplete(plan, array)
             bar.n = plan.tasks - len(todo)
             bar.refresh()
             if not todo:
                 return
             queued = queued_jobs()
             gone = [i for i in todo if plan.jobs.get(i) not in queued]
-            if gone:
-                gone = [i for i in gone if i in plan.incomplete()]  # rows written just before the task left
+            if gone:  # finished just before it left the queue?
+                gone = [i for i in gone if i in _incomplete(plan, array)]
             over = [i for i in gone if plan.attempts.get(i, 0) > resources.max_retries]
             if over:
-                i = over[0]
-                raise ChildProcessError(f"shard {i}/{plan.tasks} of {plan.out} failed {plan.attempts[i]} times: "
-                                   f"{_failure(plan, i)}; rerun the command to try again")
+                raise ChildProcessError(f"shard {over[0]}/{plan.tasks} of {plan.out} failed {plan.attempts[over[0]]} "
+                                        f"times: {_failure(plan, over[0])}; rerun the command to try again")
             if gone:
                 for i in gone:
-                    bar.write(f"shard {i}/{plan.tasks}: task {plan.jobs.get(i)} ended with its rows incomplete "
+                    bar.write(f"shard {i}/{plan.tasks}: task {plan.jobs.get(i)} ended with its shard unfinished "
                               f"({_failure(plan, i)}); resubmitting", file=sys.stderr)
-                _submit(plan, gone, config, resources, source)
+                _submit(plan, gone, array, resources)
             stopping.check()
             time.sleep(resources.poll)
             stopping.check()
@@ -254,17 +264,76 @@ def _watch(plan: _Plan, config: SweepConfig, resources: SlurmResources, source: 
         bar.close()
 
 
-def merge_shards(config: SweepConfig, out: Path) -> int:
-    """Every row of `out`'s rows files that belongs to the grid, into `sweep.jsonl` in grid order (as a run
-    without shards writes it), then the shard files removed. Returns the number of rows."""
-    keys = [settings_key(p) for p in grid(config)]
-    shard_files = sorted(out.glob("sweep.shard-*.jsonl"))
-    by_key = {r["key"]: r for r in union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")}
-    rows = [by_key[k] for k in keys if k in by_key]
-    write_lines(out / "sweep.jsonl", (json.dumps(r, sort_keys=True, allow_nan=False, default=str) for r in rows))
-    for f in shard_files:
+def run_array(array: Array, resources: SlurmResources, wait: bool = True, progress: bool = True) -> list[str]:
+    """Inside the caller's hold on `array.out`: adopt the tasks a previous launch left queued, submit the shards
+    neither finished nor queued, and (with `wait`) watch until every shard is finished. Returns the job ids
+    submitted by this call before the watch."""
+    plan = _plan(array, resources)
+    todo = _incomplete(plan, array)
+    queued = queued_jobs() if todo else {}
+    missing = [i for i in todo if plan.jobs.get(i) not in queued]
+    new = _submit(plan, missing, array, resources) if missing else []
+    if wait:
+        _watch(plan, array, resources, progress)
+    return new
+
+
+def shard_files(out: Path) -> list[Path]:
+    """The shard rows files in `out`, in shard order of each count."""
+    def order(p: Path) -> tuple[int, int]:
+        i, _, n = p.name.removeprefix("sweep.shard-").removesuffix(".jsonl").partition("-of-")
+        return (int(n), int(i)) if i.isdigit() and n.isdigit() else (0, 0)
+    return sorted(out.glob("sweep.shard-*-of-*.jsonl"), key=order)
+
+
+def merge_rows(out: Path, keys: list[str] | None = None) -> int:
+    """Every shard file's rows into `out/sweep.jsonl` (after the rows it holds), once per key, then the shard files
+    removed: in the order of `keys` (rows of other keys left out), else round robin over the shards of each count,
+    which is the grid order a run without shards writes (shard I of N holds the points I, I + N, ...). Returns the
+    number of rows."""
+    files = shard_files(out)
+    main = out / "sweep.jsonl"
+    rows = union_rows([main] if main.exists() else [], ROW_FIELDS, "sweep")
+    by_count: dict[str, list[list[dict]]] = {}
+    for f in files:
+        by_count.setdefault(f.name.rpartition("-of-")[2], []).append(union_rows([f], ROW_FIELDS, "sweep"))
+    for shards in by_count.values():
+        rows += [r for j in range(max(map(len, shards), default=0)) for s in shards if j < len(s) for r in [s[j]]]
+    unique = {}
+    for r in rows:
+        unique.setdefault(r["key"], r)
+    ordered = [unique[k] for k in keys if k in unique] if keys is not None else list(unique.values())
+    write_lines(main, (json.dumps(r, sort_keys=True, allow_nan=False, default=str) for r in ordered))
+    for f in files:
         f.unlink()
+    return len(ordered)
+
+
+def _finish(out: Path) -> None:
+    """The job scripts, pickled calls and logs of an array whose shards all finished."""
+    shutil.rmtree(out / STATE_DIR, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------- the commands
+def sweep_task(shard: tuple[int, int], config: SweepConfig, out: str, source: str) -> int:
+    """One array task of a sweep: shard `shard` of `config`'s grid into `out`'s shard file, holding that shard's lock
+    (rows only: the launcher's merge writes the tables, figures and selection). Returns the shard file's rows."""
+    with claim_run(out, sweep_settings(config), shard=shard,
+                   command=f"aspan sweep {source} --shard {shard[0]}/{shard[1]}"):
+        rows = run_sweep(config, rows_file(Path(out), shard), shard=shard, progress=False)
     return len(rows)
+
+
+def sweep_array(config: SweepConfig, out: Path, source: str) -> Array:
+    """A sweep's array: one task per shard (default one per grid point, at most `MAX_TASKS`); a shard is finished
+    when every row of its points is on disk (in any rows file)."""
+    points = grid(config)
+
+    def finished(n: int) -> set[int]:
+        done = {r["key"] for r in union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")}
+        return {i for i in range(n) if all(settings_key(p) in done for p in shard_points(points, (i, n)))}
+
+    return Array(out, "sweep", sweep_task, (config, str(out), source), min(len(points), MAX_TASKS), finished)
 
 
 def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, *, config_file: str | None = None,
@@ -277,22 +346,62 @@ def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, 
     source = config_file or "sweep config"
     check_sweep(config, source)
     out = check_output_dir(out)
-    points = grid(config)
     union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")  # a corrupt rows file is refused first
     with claim_run(out, sweep_settings(config), command=f"aspan sweep {source} --launcher slurm"):
-        plan = _plan(out, points, resources)
-        todo = plan.incomplete()
-        queued = queued_jobs() if todo else {}
-        new = _submit(plan, [i for i in todo if plan.jobs.get(i) not in queued], config, resources, source) \
-            if any(plan.jobs.get(i) not in queued for i in todo) else []
+        new = run_array(sweep_array(config, out, source), resources, wait, progress)
         if not wait:
             return new
-        _watch(plan, config, resources, source, progress)
-        merge_shards(config, out)
-        shutil.rmtree(out / STATE_DIR, ignore_errors=True)  # the job scripts and logs of tasks that all completed
+        merge_rows(out, [settings_key(p) for p in grid(config)])
+        _finish(out)
     return run_sweep_dir(config, out, config_file=config_file, id_budget=ID_BUDGET if id_budget is None else id_budget,
                          progress=progress)
 
 
-__all__ = ["Launcher", "SlurmResources", "launch_sweep", "load_resources", "merge_shards", "queued_jobs",
-           "sweep_task"]
+APPS = {"demo": "aspan.applications.demo:run_demo", "pretrained": "aspan.applications.pretrained:run_pretrained"}
+APP_TASKS = 4  # the default number of shards of `aspan demo` and `aspan pretrained` (each task sets its model up)
+
+
+def _app(name: str) -> tuple[Any, Callable[..., dict]]:
+    """(module, run function) of application `name`."""
+    import importlib
+
+    module, _, function = APPS[name].partition(":")
+    mod = importlib.import_module(module)
+    return mod, getattr(mod, function)
+
+
+def app_task(shard: tuple[int, int], name: str, cfg: Any, command: str) -> dict:
+    """One array task of `aspan demo` or `aspan pretrained`: the run with `shard` (it sets its model up, evaluates
+    that shard of the grid into its own rows file and stops), holding that shard's lock."""
+    from dataclasses import replace
+
+    run = _app(name)[1]
+    return run(replace(cfg, shard=shard), command=f"{command} --shard {shard[0]}/{shard[1]}", progress=False)
+
+
+def launch_app(name: str, cfg: Any, resources: SlurmResources, *, command: str, wait: bool = True,
+               progress: bool = True) -> dict | list[str]:
+    """Run (or resume) application `name` ("demo" or "pretrained") with settings `cfg` as a Slurm job array over
+    the shards of its intervention grid; wait, resubmitting failed tasks, merge the shards' rows into `sweep.jsonl`,
+    then run it without a shard in this process (it computes no row again) to write the run directory as a
+    one-machine run. A shard is finished when its task returned. Returns the run's summary, or with `wait=False`
+    the job ids just submitted."""
+    from .claims import claim_config
+
+    module, run = _app(name)
+    if cfg.shard is not None:
+        raise UsageError("--shard and --launcher slurm: the launcher submits every shard (see --array-tasks)")
+    cfg.check()
+    out = check_output_dir(cfg.out)
+    union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")  # a corrupt rows file is refused first
+    with claim_config(out, name, cfg, module.RUNTIME, command=f"{command} --launcher slurm"):
+        new = run_array(Array(out, name, app_task, (name, cfg, command), APP_TASKS), resources, wait, progress)
+        if not wait:
+            return new
+        merge_rows(out)
+        _finish(out)
+    return run(cfg, command=command, progress=progress)
+
+
+__all__ = ["Array", "Launcher", "SlurmResources", "app_task", "launch_app", "launch_sweep", "load_resources",
+           "merge_rows", "queued_jobs", "run_array", "sweep_task"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from .argtypes import nonneg_int, positive_float, positive_int
 
-RESOURCE_FLAGS = ("partition", "time", "cpus", "gpus", "mem", "array_parallelism", "tasks", "max_retries", "poll")
+RESOURCE_FLAGS = ("partition", "time", "cpus", "gpus", "mem", "array_parallelism", "array_tasks", "max_retries", "poll")
 
 
 def _sbatch_option(text: str) -> tuple[str, str]:
@@ -31,9 +31,9 @@ def add_launcher_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--mem", default=None, metavar="SIZE", help="memory per task, e.g. 16G (default: the partition's)")
     g.add_argument("--array-parallelism", type=positive_int, default=None, metavar="N",
                    help="array tasks running at once (default 256)")
-    g.add_argument("--tasks", type=positive_int, default=None, metavar="N",
-                   help="array tasks, one grid shard each (default: one per grid point, at most 64; a resumed "
-                        "launch keeps its first count)")
+    g.add_argument("--array-tasks", type=positive_int, default=None, metavar="N",
+                   help="array tasks, one shard of the grid each (default: sweep one per grid point, at most 64; demo "
+                        "and pretrained 4; a resumed launch keeps its first count)")
     g.add_argument("--max-retries", type=nonneg_int, default=None, metavar="N",
                    help="times a failed, cancelled or pre-empted task is resubmitted alone (default 2)")
     g.add_argument("--sbatch", type=_sbatch_option, action="append", default=None, metavar="KEY=VALUE",
@@ -57,7 +57,7 @@ def check_launcher(args: argparse.Namespace) -> None:
 
     if args.launcher == "slurm":
         if getattr(args, "shard", None) is not None:
-            raise UsageError("--shard and --launcher slurm: the launcher submits every shard itself (see --tasks)")
+            raise UsageError("--shard and --launcher slurm: the launcher submits every shard (see --array-tasks)")
         if getattr(args, "limit", None) is not None:
             raise UsageError("--limit and --launcher slurm: every task completes its shard")
         return
@@ -65,3 +65,20 @@ def check_launcher(args: argparse.Namespace) -> None:
         (["no_wait"] if args.no_wait else [])
     if given:
         raise UsageError(f"--{given[0].replace('_', '-')} needs --launcher slurm")
+
+
+def print_job_ids(ids: list[str]) -> None:
+    """What `--no-wait` prints: the array's job id (a resubmitted shard runs as a job of its own)."""
+    print(" ".join(sorted({j.split("_")[0] for j in ids}, key=int)) if ids
+          else "nothing submitted: every shard is finished or already queued")
+
+
+def run_launched(args: argparse.Namespace, name: str, cfg: Any, command: str) -> int:
+    """`aspan demo` or `aspan pretrained` with `--launcher slurm` (`aspan.applications.launch.launch_app`)."""
+    from aspan.applications.launch import launch_app, load_resources
+
+    resources = load_resources(getattr(args, "config", None), resource_flags(args))
+    result = launch_app(name, cfg, resources, command=command, wait=not args.no_wait, progress=not args.quiet)
+    if args.no_wait:
+        print_job_ids(result)
+    return 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
 from .grammar import add_quiet
-from .launcher_options import add_launcher_options, check_launcher, resource_flags
+from .launcher_options import add_launcher_options, check_launcher, print_job_ids, resource_flags
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -55,7 +55,5 @@ def launch(args: argparse.Namespace, config) -> int:
                           config_file=str(args.config), id_budget=args.id_budget, wait=not args.no_wait,
                           progress=not args.quiet)
     if args.no_wait:
-        # the array's job id (a resubmitted shard runs as a job of its own)
-        print(" ".join(sorted({j.split("_")[0] for j in result}, key=int)) if result
-              else "nothing submitted: every shard is complete or already queued")
+        print_job_ids(result)
     return 0

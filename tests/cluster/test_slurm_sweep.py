@@ -72,7 +72,7 @@ def test_a_slurm_sweep_survives_a_cancelled_task_and_equals_a_local_run(slurm, t
     out = tmp_path / "slurm"
     log = tmp_path / "launcher.err"
     cmd = [sys.executable, "-m", "aspan.cli", "sweep", str(toml), "--out", str(out), "--launcher", "slurm",
-           "--tasks", "2", "--array-parallelism", "1", "--max-retries", "1", "--quiet"]
+           "--array-tasks", "2", "--array-parallelism", "1", "--max-retries", "1", "--quiet"]
     with log.open("w") as err:
         launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         try:
@@ -87,7 +87,7 @@ def test_a_slurm_sweep_survives_a_cancelled_task_and_equals_a_local_run(slurm, t
             if launcher.poll() is None:
                 launcher.kill()
     assert launcher.returncode == 0, log.read_text()[-3000:]
-    assert f"task {running} ended with its rows incomplete" in log.read_text() and "resubmitting" in log.read_text()
+    assert f"task {running} ended with its shard unfinished" in log.read_text() and "resubmitting" in log.read_text()
 
     local = tmp_path / "local"
     config = SweepConfig.from_toml(toml)
@@ -102,7 +102,7 @@ def test_a_slurm_sweep_survives_a_cancelled_task_and_equals_a_local_run(slurm, t
 def test_no_wait_then_a_rerun_adopts_the_queued_tasks_and_reruns_no_finished_shard(slurm, toml, tmp_path, capsys,
                                                                                     monkeypatch):
     out = tmp_path / "run"
-    assert main(["sweep", str(toml), "--out", str(out), "--launcher", "slurm", "--tasks", "2", "--no-wait"]) == 0
+    assert main(["sweep", str(toml), "--out", str(out), "--launcher", "slurm", "--array-tasks", "2", "--no-wait"]) == 0
     job_ids = capsys.readouterr().out.split()
     assert len(job_ids) == 1 and job_ids[0].isdigit(), job_ids  # the array's job id
     assert not (out / "sweep.jsonl").exists()
