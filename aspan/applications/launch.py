@@ -130,13 +130,21 @@ def _hints() -> dict[str, Any]:
 def queued_jobs() -> dict[str, str]:
     """{job id: state} of this user's jobs in the Slurm queue, one entry per array task (`12_3`); ChildProcessError
     in one line when `squeue` cannot be run."""
-    try:
-        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T", "-u", getpass.getuser()], capture_output=True,
-                              text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ChildProcessError(f"squeue failed: {e}") from None
-    if done.returncode != 0:
-        raise ChildProcessError(f"squeue failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+    cmd = ["squeue", "-h", "-r", "-o", "%i|%T", "-u", getpass.getuser()]
+    for attempt in range(3):  # a busy controller may time out once
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            raise ChildProcessError("squeue not found: --launcher slurm runs on a Slurm login node") from None
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = str(e)
+        else:
+            if done.returncode == 0:
+                break
+            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        if attempt == 2:
+            raise ChildProcessError(f"squeue failed: {why}")
+        time.sleep(5)
     jobs = {}
     for line in done.stdout.splitlines():
         job_id, _, state = line.strip().partition("|")
@@ -213,8 +221,15 @@ def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResour
     executor = submitit.SlurmExecutor(folder=plan.out / STATE_DIR, max_num_timeout=0)
     executor.update_parameters(**{**resources.executor_parameters(), "job_name": f"aspan-{array.name}"})
     n = len(shards)
-    jobs = executor.map_array(run_task, [array.task] * n, [(i, plan.tasks) for i in shards], [array.args] * n,
-                              [str(plan.marker(i)) for i in shards])
+    try:
+        jobs = executor.map_array(run_task, [array.task] * n, [(i, plan.tasks) for i in shards], [array.args] * n,
+                                  [str(plan.marker(i)) for i in shards])
+    except (submitit.core.utils.FailedJobError, OSError) as e:
+        if not plan.jobs:  # nothing was ever submitted from this run directory: leave no submitit folder
+            shutil.rmtree(plan.out / STATE_DIR, ignore_errors=True)
+        lines = [line for line in str(e).strip().splitlines() if line.strip()]
+        why = lines[-1].removeprefix("sbatch: error: ") if lines else type(e).__name__
+        raise ChildProcessError(f"sbatch failed: {why}") from None
     for i, job in zip(shards, jobs):
         plan.jobs[i] = str(job.job_id)
         plan.attempts[i] = plan.attempts.get(i, 0) + 1

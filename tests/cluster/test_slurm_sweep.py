@@ -117,3 +117,11 @@ def test_no_wait_then_a_rerun_adopts_the_queued_tasks_and_reruns_no_finished_sha
     before = (out / "sweep.jsonl").read_bytes()
     assert main(["sweep", str(toml), "--out", str(out), "--launcher", "slurm", "--quiet"]) == 0
     assert submitted == [] and (out / "sweep.jsonl").read_bytes() == before
+
+
+def test_a_submission_slurm_refuses_ends_in_one_line_and_leaves_no_run_directory(slurm, toml, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["sweep", str(toml), "--out", str(out), "--launcher", "slurm", "--partition", "nope"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == "aspan sweep: error: sbatch failed: Batch job submission failed: Invalid partition name specified"
+    assert not out.exists()
