@@ -180,7 +180,7 @@ class _Plan:
     out: Path
     tasks: int
     jobs: dict[int, str]  # shard -> Slurm job id of its latest task
-    attempts: dict[int, int]  # shard -> tasks submitted for it, this launch and before
+    attempts: dict[int, int]  # shard -> tasks submitted for it by this launch
 
     @property
     def state_file(self) -> Path:
@@ -195,14 +195,14 @@ class _Plan:
 
 
 def _plan(array: Array, resources: SlurmResources) -> _Plan:
-    """The array for `array.out`: a previous launch's (its task count, jobs and attempts), else a new one of
+    """The array for `array.out`: a previous launch's (its task count and jobs), else a new one of
     `resources.array_tasks` shards (default `array.default_tasks`)."""
     state_file = array.out / STATE_DIR / "launch.json"
     if state_file.exists():
         state = read_json(state_file, "launch state")
         try:
-            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()},
-                         {int(i): int(n) for i, n in state["attempts"].items()})
+            # its jobs are adopted; the count of attempts starts again (a rerun gives each shard its retries anew)
+            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()}, {})
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ValueError(f"{state_file}: not a launch state; remove it to start the array afresh") from None
     return _Plan(array.out, resources.array_tasks or array.default_tasks, {}, {})

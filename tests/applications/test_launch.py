@@ -135,3 +135,14 @@ def test_a_task_that_dies_is_resubmitted_alone_until_its_shard_completes(tmp_pat
 def test_a_shard_out_of_retries_stops_the_wait_naming_it(tmp_path, ckpt, monkeypatch):
     with pytest.raises(ChildProcessError, match=r"shard 1/2 of .* failed 2 times: no error output"):
         watch(tmp_path, ckpt, monkeypatch, fail={1: (1, 2)}, retries=1)
+
+
+def test_a_rerun_keeps_the_shard_count_adopts_the_jobs_and_gives_each_shard_its_retries_anew(tmp_path):
+    launch._Plan(tmp_path, 3, {0: "7_0", 1: "8"}, {0: 1, 1: 3}).save()
+    array = launch.Array(tmp_path, "sweep", print, (), 5)
+    again = launch._plan(array, SlurmResources(array_tasks=9))
+    assert (again.tasks, again.jobs, again.attempts) == (3, {0: "7_0", 1: "8"}, {})
+    (tmp_path / ".slurm" / "launch.json").write_text('{"tasks": "many"}')
+    with pytest.raises(ValueError, match=r"launch.json: not a launch state"):
+        launch._plan(array, SlurmResources())
+    assert launch._plan(launch.Array(tmp_path / "new", "demo", print, (), 4), SlurmResources()).tasks == 4
