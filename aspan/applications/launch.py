@@ -1,18 +1,19 @@
-"""`--launcher slurm`: a sweep as a Slurm job array through submitit, one array task per shard of its grid, then one
-merge that writes the run directory as a one-machine run would.
+"""`--launcher slurm`: a command's grid as a Slurm job array through submitit, one array task per shard of the grid
+(`aspan sweep`, `aspan demo`, `aspan pretrained`), then one merge that writes the run directory as a one-machine run.
 
 The run directory makes it safe. The launching command holds it (`aspan.io.claim_run`: a second launch is refused in
 one line); each task holds its own shard's lock and appends its rows (keyed, resumable) to its own shard file. The
-launcher watches the tasks (`squeue`; no accounting database needed): a task that left the queue with its shard's
-rows incomplete (failed, cancelled, pre-empted, out of time) is resubmitted alone, up to `max_retries` times. The
-submitted job ids are recorded in `<run dir>/.slurm/launch.json` (submitit's scripts and logs lie beside it), so a
-rerun of the command (after `--no-wait`, a lost login session, or a task that ran out of retries) adopts the tasks
-still queued, submits only the shards whose rows are incomplete, and never runs a finished shard again. Once every
-shard is complete, the shard files are merged into `sweep.jsonl` in grid order and `run_sweep_dir` writes the table,
-figures, summary and held-out selection exactly as `aspan sweep` without shards does.
+launcher watches the tasks (`squeue`; no accounting database needed): a task that left the queue with its shard
+unfinished (failed, cancelled, pre-empted, out of time) is resubmitted alone, up to `max_retries` times. A sweep's
+shard is finished when its rows are on disk; a demo's or pretrained run's when its task returned. The submitted job
+ids are recorded in `<run dir>/.slurm/launch.json` (submitit's scripts, pickled calls and logs lie beside it), so a
+rerun of the command (after `--no-wait`, a lost login session, or a shard out of retries) adopts the tasks still
+queued, submits only the unfinished shards, and never runs a finished shard again. Once every shard is finished, the
+shard files are merged into `sweep.jsonl` in grid order and the command runs once without a shard in the launching
+process (computing no grid row again) to write the tables, figures, summary and report.
 
 The tasks run `sys.executable` on the nodes: the environment and the run directory must be on a filesystem the nodes
-share (see the cluster notes).
+share.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from .. import stopping
 from ..checks import check_output_dir
@@ -34,7 +35,6 @@ from ..experiments.sweep import SweepConfig, grid, run_sweep, shard_points
 from ..io import PathLike, claim_run, read_json, settings_key, union_rows, write_json, write_lines
 from .sweep import check_sweep, rows_file, run_sweep_dir, sweep_settings
 
-Launcher = Literal["local", "slurm"]
 STATE_DIR = ".slurm"  # submitit's folder inside the run directory: job scripts, pickled calls, logs, launch.json
 # (removed once every shard is merged; a failed launch leaves it for its logs and for the next launch)
 MAX_TASKS = 64  # the default number of array tasks is one per grid point, at most this many
@@ -418,5 +418,5 @@ def launch_app(name: str, cfg: Any, resources: SlurmResources, *, command: str, 
     return run(cfg, command=command, progress=progress)
 
 
-__all__ = ["Array", "Launcher", "SlurmResources", "app_task", "launch_app", "launch_sweep", "load_resources",
+__all__ = ["Array", "SlurmResources", "app_task", "launch_app", "launch_sweep", "load_resources",
            "merge_rows", "queued_jobs", "run_array", "sweep_task"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..options import LAUNCHERS
 from .argtypes import nonneg_int, positive_float, positive_int
 
 RESOURCE_FLAGS = ("partition", "time", "cpus", "gpus", "mem", "array_parallelism", "array_tasks", "max_retries", "poll")
@@ -21,7 +22,7 @@ def add_launcher_options(p: argparse.ArgumentParser) -> None:
     """The launcher, the resources of each Slurm task (each default: the `--config` TOML's `[slurm]` table, else the
     built-in one) and how the launcher waits."""
     g = p.add_argument_group("launcher", "where the work runs; with slurm, one Slurm array task per shard (submitit)")
-    g.add_argument("--launcher", choices=("local", "slurm"), default="local",
+    g.add_argument("--launcher", choices=LAUNCHERS, default="local",
                    help="local: this process (default); slurm: a job array, watched, failed tasks resubmitted, "
                         "then merged into the run directory")
     g.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")
