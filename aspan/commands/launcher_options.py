@@ -7,6 +7,7 @@ from typing import Any
 
 from ..options import LAUNCHERS
 from .argtypes import nonneg_int, positive_float, positive_int
+from .grammar import from_settings
 
 RESOURCE_FLAGS = ("partition", "time", "cpus", "gpus", "mem", "array_parallelism", "array_tasks", "max_retries", "poll")
 
@@ -25,24 +26,27 @@ def add_launcher_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--launcher", choices=LAUNCHERS, default="local",
                    help="local: this process (default); slurm: a job array, watched, failed tasks resubmitted, "
                         "then merged into the run directory")
-    g.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's)")
-    g.add_argument("--time", type=positive_int, default=None, metavar="MIN", help="minutes per task (default 60)")
-    g.add_argument("--cpus", type=positive_int, default=None, help="CPUs per task (default 1)")
-    g.add_argument("--gpus", type=nonneg_int, default=None, help="GPUs per task (default 0)")
-    g.add_argument("--mem", default=None, metavar="SIZE", help="memory per task, e.g. 16G (default: the partition's)")
+    g.add_argument("--partition", default=None, help="Slurm partition (when not given: the cluster's default)")
+    g.add_argument("--time", type=positive_int, default=None, metavar="MIN", help="minutes per task")
+    g.add_argument("--cpus", type=positive_int, default=None, help="CPUs per task")
+    g.add_argument("--gpus", type=nonneg_int, default=None, help="GPUs per task")
+    g.add_argument("--mem", default=None, metavar="SIZE",
+                   help="memory per task, e.g. 16G (when not given: the partition's default)")
     g.add_argument("--array-parallelism", type=positive_int, default=None, metavar="N",
-                   help="array tasks running at once (default 256)")
+                   help="array tasks running at once")
     g.add_argument("--array-tasks", type=positive_int, default=None, metavar="N",
-                   help="array tasks, one shard of the grid each (default: sweep one per grid point, at most 64; demo "
-                        "and pretrained 4; a resumed launch keeps its first count)")
+                   help="array tasks, one shard of the grid each (when not given: sweep one per grid point, at most "
+                        "64; demo and pretrained 4; a resumed launch keeps its first count)")
     g.add_argument("--max-retries", type=nonneg_int, default=None, metavar="N",
-                   help="times a failed, cancelled or pre-empted task is resubmitted alone (default 2)")
+                   help="times a failed, cancelled or pre-empted task is resubmitted alone")
     g.add_argument("--sbatch", type=_sbatch_option, action="append", default=None, metavar="KEY=VALUE",
                    help="extra sbatch option, repeatable, e.g. --sbatch account=lab --sbatch qos=low")
     g.add_argument("--poll", type=positive_float, default=None, metavar="SECONDS",
-                   help="seconds between two looks at the queue (default 10)")
+                   help="seconds between two looks at the queue")
     g.add_argument("--no-wait", action="store_true",
                    help="submit, print the job ids and return (rerun without it to wait, resubmit and merge)")
+    # --help shows each default as SlurmResources holds it (imported only then)
+    from_settings(p, "aspan.applications.launch:SlurmResources", only=RESOURCE_FLAGS)
 
 
 def resource_flags(args: argparse.Namespace) -> dict[str, Any]:
