@@ -146,3 +146,27 @@ def test_a_rerun_keeps_the_shard_count_adopts_the_jobs_and_gives_each_shard_its_
     with pytest.raises(ValueError, match=r"launch.json: not a launch state"):
         launch._plan(array, SlurmResources())
     assert launch._plan(launch.Array(tmp_path / "new", "demo", print, (), 4), SlurmResources()).tasks == 4
+
+
+def test_the_slurm_how_to_parses(tmp_path):
+    """Every command line of docs/howto/slurm.md parses with aspan's own parser (as `--launcher slurm`), and its
+    `[slurm]` table loads through the loader a run uses, to the values the page states."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from aspan.cli import build_parser
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "howto" / "slurm.md").read_text(encoding="utf-8")
+    lines = [line.strip() for block in re.findall(r"```shell\n(.*?)```", page, re.S)
+             for line in re.sub(r"\\\n\s*", " ", block).splitlines()]
+    commands = [shlex.split(line)[1:] for line in lines if line.startswith("aspan ")]
+    assert {argv[0] for argv in commands} == {"sweep", "demo", "pretrained"}
+    for argv in commands:
+        assert build_parser(argv).parse_args(argv).launcher == "slurm", argv
+    table = re.search(r"```toml\n(.*?)```", page, re.S)[1]
+    tmp = tmp_path / "slurm.toml"
+    tmp.write_text(table, encoding="utf-8")
+    got = load_resources(tmp, {})
+    assert (got.partition, got.time, got.gpus, got.array_tasks, got.max_retries) == ("gpu", 120, 1, 8, 2)
+    assert dict(got.sbatch) == {"account": "mylab", "qos": "normal"}
