@@ -390,7 +390,7 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
                "seeds": g.seeds.iloc[0]}
         row.update({f"{n} digits": f"{m:.3f} ± {sd:.3f}" for n, m, sd in zip(g.digits, g.exact_mean, g.exact_sd)})
         wide.append(row)
-    run.write_json("summary.json", {"tables": {"exact accuracy (mean ± sd over seeds), held-out test sets": wide},
+    run.write_json("summary.json", {"tables": {ABC_TABLE: wide},
                                     "not_run": ctx.missing})
     for name in ctx.cfg.tasks:
         run.figure(study_figure(table, name), f"abc_{name}")
