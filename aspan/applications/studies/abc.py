@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
 
+from ...findings.tables import ABC_TABLE
 from ...tasks.base import Sample, Task
 
 Condition = Literal["rotary", "learned", "alibi", "none", "abs", "abc"]
@@ -404,3 +405,17 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         **run_environment(device=ctx.cfg.device),
     })
     return table
+
+
+class AbcStudy:
+    """The aligned abc study as a `Study` (`aspan.applications.studies`): `run_study`."""
+
+    name = "abc"
+    config = AbcStudyConfig
+
+    def run(self, config: AbcStudyConfig, out: str | Path, *, progress: bool = True) -> "pd.DataFrame":
+        """Run or resume the study in `out`; returns table.csv's table."""
+        return run_study(config, out, progress=progress)
+
+
+STUDY = AbcStudy()

@@ -785,3 +785,17 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         **run_environment(device=ctx.cfg.device),
     })
     return table
+
+
+class AbcPaperStudy:
+    """The abc study under Duan & Shi's protocol as a `Study` (`aspan.applications.studies`): `run_paper_study`."""
+
+    name = "abc-paper"
+    config = PaperConfig
+
+    def run(self, config: PaperConfig, out: str | Path, *, progress: bool = True) -> "pd.DataFrame":
+        """Run or resume the study in `out`; returns table.csv's table."""
+        return run_paper_study(config, out, progress=progress)
+
+
+STUDY = AbcPaperStudy()

@@ -80,6 +80,7 @@ class QKStudyConfig:
     # a model to fine-tune trained here first, from scratch, instead of loading `init` (keys of `BaseSpec`, e.g.
     # the shape of the paper's public model); {}: load `init`
     base: dict = field(default_factory=dict)
+    device: str = "cpu"  # where the models train: cpu, cuda, cuda:N (run.json records it)
 
     @classmethod
     def quick(cls, **kw: Any) -> "QKStudyConfig":
@@ -493,6 +494,7 @@ class StudyResult:
     selection: Any  # pandas DataFrame: the learning-rate grid on the selection set
     wall_s: float  # wall time of this invocation
     curves: list[dict] = field(default_factory=list)  # learning-curve rows (curves protocol)
+    summary: dict = field(default_factory=dict)  # summary.json as `write_outputs` wrote it
 
 
 def selection_table(s: Setup, rows: list[dict]):
@@ -771,3 +773,21 @@ def curve_figures(cfg: QKStudyConfig, table, curves: list[dict]) -> dict:
                 by_condition, y=metric, title=f"{what}, held-out lengths {cfg.finetune[0]}-{cfg.finetune[1]}, "
                                               f"replay {replay:g} (mean of the seeds still training)")
     return figs
+
+
+class QKStudy:
+    """The qk study as a `Study` (`aspan.applications.studies`): `run` is `run_study` on `config.device`, then
+    `write_outputs`."""
+
+    name = "qk"
+    config = QKStudyConfig
+
+    def run(self, config: QKStudyConfig, out: str | Path, *, progress: bool = True, command: str = "") -> StudyResult:
+        """Run or resume the study in `out` and write its outputs (`command`: the command line run.json records);
+        the result carries summary.json."""
+        result = run_study(config, out, progress=progress, device=config.device)  # checks `config` first
+        result.summary = write_outputs(config, result, out, command, config.device)
+        return result
+
+
+STUDY = QKStudy()

@@ -93,22 +93,24 @@ def paper_config_from_args(args: argparse.Namespace):
     return cfg
 
 
-def run(args: argparse.Namespace, cfg) -> int:
-    from ...applications.studies import use_threads
+def registered(args: argparse.Namespace) -> str:
+    """The study of `aspan.applications.studies.REGISTRY` this subcommand runs: "abc", or "abc-paper" under
+    `--protocol paper`."""
+    return "abc-paper" if args.protocol == "paper" else "abc"
 
-    use_threads(args.threads)
-    if args.protocol == "paper":
-        from ...applications.studies.abc_paper import run_paper_study
 
-        table = run_paper_study(cfg, args.out, progress=not args.quiet)
-        for r in table[table.digits == max(cfg.buckets)].itertuples():
+def run_options(args: argparse.Namespace) -> dict:
+    """Nothing besides the settings."""
+    return {}
+
+
+def show(args: argparse.Namespace, cfg, table) -> int:
+    """Exact accuracy at the longest length per task and condition, on stdout; where the table is, on stderr."""
+    for r in table[table.digits == max(cfg.buckets)].itertuples():
+        if args.protocol == "paper":
             print(f"{r.task:10s} {r.condition:8s}: exact at {r.digits} digits {r.exact_mean:.3f} "
                   f"[{r.wilson_low:.3f}, {r.wilson_high:.3f}] ({r.fitted}/{r.seeds} seeds fitted, n {r.n})")
-    else:
-        from ...applications.studies.abc import run_study
-
-        table = run_study(cfg, args.out, progress=not args.quiet)
-        for r in table[table.digits == max(cfg.buckets)].itertuples():
+        else:
             print(f"{r.task:10s} {r.condition:8s} lr {r.lr:g}: exact at {r.digits} digits "
                   f"{r.exact_mean:.3f} ± {r.exact_sd:.3f}")
     print(f"wrote {Path(args.out) / 'table.csv'} (aspan report {args.out})", file=sys.stderr)
