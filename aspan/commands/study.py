@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from importlib import import_module
 
-from ..applications.claims import claim_study
 from ..applications.studies import STUDIES, study, use_threads
 from ..config import to_toml
 from .grammar import PRINT_CONFIG_HELP, HelpFormatter, epilog
@@ -36,6 +35,8 @@ RUNTIME = ("out", "device", "threads", "quiet", "print_config", "no_report", "co
 def run(args: argparse.Namespace) -> int:
     """Build the study's settings (every one checked), then run it holding its run directory: one job at a time, one
     configuration (the study's options)."""
+    from ..applications.claims import claim_study  # loads torch: not at start-up
+
     config = args._study_config(args)  # bad settings are refused before the run directory is touched
     if args.print_config:
         print(to_toml(config), end="")
