@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...intervals import mean_sd, seed_interval, t_interval
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
 
@@ -133,12 +134,6 @@ class ParityStudyConfig:
     @property
     def longest(self) -> int:
         return max(max(self.multiples), self.select_multiple) * self.train_length
-
-
-def mean_sd(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (sd is NaN for a single value)."""
-    a = np.asarray(values, dtype=float)
-    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else math.nan
 
 
 def choose_lr(rows: pd.DataFrame) -> float:
@@ -357,7 +352,6 @@ def write_tables(
     """selection.csv (the grid on seed 0), results.csv (every test row of the chosen rates), summary.csv (mean, sd and
     95 % intervals: exact accuracy `intervals.seed_interval`, the union of t over seeds and Wilson with every seed's
     answers pooled; per-token t over seeds)."""
-    from ...intervals import seed_interval, t_interval
     from ...io import write_csv
 
     sel = rows[(rows.split == "select") & (rows.seed == 0)]
