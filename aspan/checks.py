@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from .errors import UsageError
+from .tasks import Sample, check_sample
 
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 
@@ -105,8 +106,6 @@ def check_samples(samples, what: str) -> list:
     """`samples` as a list of `Sample`s, each checked against its task (`tasks.check_sample`; a sample checked once is
     not checked again): ValueError naming `what` and the first that is not a `Sample` (a string, a dict...) or that its
     task's rule contradicts (a hand-built sample with wrong references would be scored as if they were right)."""
-    from .tasks import Sample, check_sample
-
     samples = list(samples)
     for i, s in enumerate(samples):
         if not isinstance(s, Sample):

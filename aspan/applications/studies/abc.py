@@ -30,8 +30,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
 
+from ... import tasks
+from ...environment import run_environment
 from ...findings.tables import ABC_TABLE
+from ...io import RowWriter, RunDir, read_rows, settings_key
 from ...tasks.base import Sample, Task
+from ...tokenization import CharTokenizer
 
 Condition = Literal["rotary", "learned", "alibi", "none", "abs", "abc"]
 CONDITIONS: tuple[Condition, ...] = get_args(Condition)
@@ -96,8 +100,6 @@ class AbcStudyConfig:
 # ----------------------------------------------------------------------------------------------- protocol presets
 def length_task(name: str, n: int) -> Task:
     """The study's task with numbers of exactly `n` digits (parity: `n` bits, scratchpad format)."""
-    from ... import tasks
-
     if name == "successor":
         return tasks.get("successor", start=(10 ** (n - 1) if n > 1 else 0, 10**n - 1), numbers=2)
     if name == "addition":
@@ -169,8 +171,6 @@ class _TaskSets:
 
 
 def _task_sets(name: str, cfg: AbcStudyConfig) -> _TaskSets:
-    from ...tokenization import CharTokenizer
-
     mix = train_task(name, cfg.train_max)
     tok = CharTokenizer.for_alphabets(mix.alphabet)
     n_ctx = protocol_context(name, [*cfg.buckets, *cfg.select_buckets, cfg.train_max], tok.offset)
@@ -233,7 +233,6 @@ def _bias_for(condition: str, name: str, sets: _TaskSets, cfg: AbcStudyConfig, c
 def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) -> dict[str, Any]:
     """Train (and for abs/abc bias) one model; its row: settings, key, selection and test accuracy per bucket."""
     from ... import models
-    from ...io import settings_key
 
     cfg, sets = ctx.cfg, ctx.sets[name]
     settings = {"task": name, "condition": condition, "seed": seed, "lr": lr, **ctx.shared}
@@ -318,8 +317,6 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True) -> "p
     """Run (or resume) every task x condition x seed; choose learning rates on seed 0; write every output."""
     from tqdm.auto import tqdm
 
-    from ...io import RowWriter, read_rows
-
     cfg.check()
     out = Path(out)
     sets = {name: _task_sets(name, cfg) for name in cfg.tasks}  # context checked up front, before any training
@@ -379,9 +376,6 @@ def study_figure(table: "pd.DataFrame", name: str):
 
 def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     """table.csv, summary.json (wide table at every length), runs.jsonl (already written), figures, run.json."""
-    from ...environment import run_environment
-    from ...io import RunDir
-
     table = summary_table(ctx)
     run = RunDir(ctx.out)
     run.write_csv("table.csv", table)

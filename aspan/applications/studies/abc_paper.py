@@ -40,9 +40,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from ... import tasks
+from ...environment import run_environment
 from ...findings.tables import ABC_PAPER_TABLE
 from ...intervals import wilson  # noqa: F401 (re-exported: part of this module's public names)
+from ...io import RowWriter, RunDir, append_line, read_rows, settings_key
 from ...tasks.base import SEPARATORS, Sample, Task
+from ...tokenization import CharTokenizer
 
 PAPER_TASKS = ("successor", "addition", "parity")
 PAPER_CONDITIONS = ("vanilla", "abc", "abs")
@@ -169,8 +173,6 @@ def exact_length_numbers(length: int, k: int, pool: Sequence[int], limit: int, r
 
 def padded_task(name: str, width: int) -> Task:
     """The study's task in the padded layout of `width` digits (parity: bits)."""
-    from ... import tasks
-
     if name == "successor":
         return tasks.get("successor", start=(0, 10**width - 1), numbers=2, layout="padded", width=width)
     if name == "addition":
@@ -246,7 +248,6 @@ class PaperData:
 def paper_data(name: str, cfg: PaperConfig) -> PaperData:
     """Every set of one task, drawn from the number split (the same for every seed)."""
     from ... import models
-    from ...tokenization import CharTokenizer
 
     task = padded_task(name, task_width(name, cfg.buckets))
     train_numbers, check_numbers, test_numbers = number_split(cfg.number_bits)
@@ -409,7 +410,6 @@ def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch
     ends (`aspan.training.train_resumable`). `log`: (JSONL file, fields) to append every check to as it happens (a
     long run shows how far it got). Returns steps, fitted, the last ID exact and every check (the curve before
     training, step 0, is not a check)."""
-    from ...io import append_line
     from ...training import train_resumable
 
     def logged(rows: list[dict]) -> None:
@@ -451,8 +451,6 @@ class _Ctx:
     skipped: list[str] = field(default_factory=list)
 
     def key(self, name: str, condition: str, seed: int) -> tuple[dict, str]:
-        from ...io import settings_key
-
         settings = {"protocol": "paper", "task": name, "condition": condition, "seed": seed, **self.shared}
         layer = calibration_layer(self.cfg)
         if condition == "abc" and layer != self.cfg.n_layers - 1:  # only ABC reads it; the last layer keeps old keys
@@ -569,8 +567,6 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True) ->
     """Run (or resume) every planned task x condition x seed (vanilla before ABC) and write every output."""
     from tqdm.auto import tqdm
 
-    from ...io import RowWriter, read_rows
-
     cfg.check()
     out = Path(out)
     runs = cfg.runs()
@@ -637,8 +633,6 @@ def _position_key(name: str, condition: str, seed: int, digits: int) -> str:
 def record_positions(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
     """Append `position_rows` of one saved model (at the first test length past the ID one) to positions.jsonl
     unless they are there; then, without `keep_models`, delete the models nothing needs any more."""
-    from ...io import append_line, read_rows
-
     past = [n for n in ctx.cfg.buckets if n > ctx.cfg.id_digits]
     if condition != "abs" and past and model_dir(ctx.out, name, condition, seed).exists():
         key = _position_key(name, condition, seed, past[0])
@@ -652,8 +646,6 @@ def record_positions(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
 def prune_models(ctx: _Ctx) -> None:
     """Delete every saved model whose position rows are recorded and, for a vanilla base whose task has ABC in the
     plan, whose ABC row (or its skip) is written."""
-    from ...io import read_rows
-
     done = {r["key"].rsplit("/", 1)[0] for r in read_rows(ctx.out / POSITIONS, ("key",), "abc study positions")}
     runs = ctx.cfg.runs()
     for name, condition in runs:
@@ -671,8 +663,6 @@ def write_position_table(ctx: _Ctx) -> None:
     breaks: which rows fail, and whether they fail by writing 0); models saved before positions.jsonl existed are
     recorded first."""
     import pandas as pd
-
-    from ...io import RunDir, read_rows
 
     for name, condition in ctx.cfg.runs():
         for seed in ctx.cfg.seeds:
@@ -752,9 +742,6 @@ def accuracy_figure(table: "pd.DataFrame", name: str):
 def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     """table.csv, summary.json (wide table beside the paper's), figures, run.json; runs.jsonl is already written."""
     import torch
-
-    from ...environment import run_environment
-    from ...io import RunDir
 
     table = paper_table(ctx)
     run = RunDir(ctx.out)

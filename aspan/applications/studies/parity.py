@@ -32,9 +32,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...environment import run_environment, torch_threads
 from ...intervals import mean_sd, seed_interval, t_interval
+from ...io import RowWriter, read_rows, save_figure, settings_key, write_csv, write_json
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
+from ...tasks.split import SplitTask
+from ...tokenization import CharTokenizer
 
 PROTOCOLS = ("budget", "curves")
 CURVES_ROWS = "learning_curves.jsonl"  # the curves protocol's learning curves: one row per (run, step, set)
@@ -153,8 +157,6 @@ def make_task(config: ParityStudyConfig, fmt: str, length: int | tuple[int, int]
     """The parity task of `fmt` (mnemonic tasks share one anchor set, so train and test symbols agree); with `side`
     ("train" or "held_out") and a `held_out_share`, restricted to that side of the split of the inputs by their
     bits (`aspan.tasks.split`)."""
-    from ...tasks.split import SplitTask
-
     task = Parity(length=length, format=fmt, **({"anchors": config.anchors} if fmt == "mnemonic" else {}))
     if side is None or not config.held_out_share:
         return task
@@ -214,7 +216,6 @@ def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, ou
     fmt, lr, seed = spec.format, spec.lr, spec.seed
     from ... import models
     from ...evaluation import evaluate
-    from ...io import settings_key
     from ...training import TrainConfig, train_resumable
 
     settings = run_settings(config, fmt, lr, seed)
@@ -253,8 +254,6 @@ def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, ou
 def write_curves(config: ParityStudyConfig, spec: Run, run_key: str, curves: list[dict], stop: dict, out: Path) -> dict:
     """Append a run's learning-curve rows (keyed by run, step and set) to `CURVES_ROWS`, before the run's own rows
     (a run is done, never retrained, once those are written); returns where and why it stopped and its fit."""
-    from ...io import RowWriter
-
     writer = RowWriter(out / CURVES_ROWS)
     for r in curves:
         writer.write({"key": f"{run_key}/{r['step']}/{r['bucket']}", "run": run_key, "format": spec.format,
@@ -272,8 +271,6 @@ def _device(config: ParityStudyConfig) -> str:
 
 
 def _done(rows: list[dict], config: ParityStudyConfig, fmt: str, lr: float, seed: int) -> list[dict]:
-    from ...io import settings_key
-
     key = settings_key(run_settings(config, fmt, lr, seed))
     mine = [r for r in rows if r.get("run") == key]
     return mine if len(mine) == 2 + len(config.multiples) else []
@@ -283,7 +280,6 @@ def run_study(config: ParityStudyConfig, out: Path, command: str = "", report: b
               progress: bool = True) -> pd.DataFrame:
     """Every run (grid on seed 0, then the other seeds at each format's chosen rate), tables, figures, report; torch
     on `config.threads` CPU threads meanwhile (the caller's number restored afterwards)."""
-    from ...environment import torch_threads
 
     config.check()
     with torch_threads(config.threads):
@@ -294,9 +290,6 @@ def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool,
     from tqdm.auto import tqdm
 
     from ... import models
-    from ...environment import run_environment
-    from ...io import RowWriter, read_rows, write_json
-    from ...tokenization import CharTokenizer
 
     start = time.time()
     tok = CharTokenizer.for_alphabets(*(make_task(config, f, config.longest).alphabet for f in config.formats))
@@ -352,7 +345,6 @@ def write_tables(
     """selection.csv (the grid on seed 0), results.csv (every test row of the chosen rates), summary.csv (mean, sd and
     95 % intervals: exact accuracy `intervals.seed_interval`, the union of t over seeds and Wilson with every seed's
     answers pooled; per-token t over seeds)."""
-    from ...io import write_csv
 
     sel = rows[(rows.split == "select") & (rows.seed == 0)]
     selection = sel.pivot_table(index=["format", "lr"], columns="which", values=["exact", "partial"]).reset_index()
@@ -412,8 +404,6 @@ def write_figures(summary: pd.DataFrame, config: ParityStudyConfig, out: Path) -
     """Exact and per-token accuracy against the input length, one line per format, ± sd over seeds."""
     import plotly.graph_objects as go
 
-    from ...io import save_figure
-
     for col, name in (("exact", "exact accuracy"), ("partial", "per-token accuracy")):
         fig = go.Figure()
         for fmt, g in summary.groupby("format", sort=False):
@@ -429,7 +419,6 @@ def write_figures(summary: pd.DataFrame, config: ParityStudyConfig, out: Path) -
 def write_curve_figures(config: ParityStudyConfig, chosen: dict[str, float], out: Path) -> None:
     """Curves protocol: per format, the learning curves (exact per curve set) of every seed at the chosen rate; and
     every format's mean curve on the training lengths on one figure (`curves_fit`)."""
-    from ...io import read_rows, save_figure
     from ...viz.curves import learning_curves
 
     rows = pd.DataFrame(read_rows(out / CURVES_ROWS))
@@ -479,7 +468,6 @@ def write_views(config: ParityStudyConfig, chosen: dict[str, float], tok, out: P
 
     from ... import models
     from ...batching import make_batch
-    from ...io import save_figure, write_csv
     from ...viz import pattern_across_lengths
 
     rows = []

@@ -7,7 +7,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ...applications.studies.abc import CONDITIONS, STUDY_TASKS
+from ...applications.studies.abc import CONDITIONS, STUDY_TASKS, AbcStudyConfig
+from ...applications.studies.abc_paper import PAPER_CONDITIONS, PAPER_TASKS, PaperConfig
+from ...config import load_config
 from ...errors import UsageError
 from ..argtypes import output_dir
 from ..grammar import add_quiet
@@ -50,8 +52,6 @@ def config_from_args(args: argparse.Namespace):
     --config, then the flags given; checked."""
     if args.protocol == "paper":
         return paper_config_from_args(args)
-    from ...applications.studies.abc import AbcStudyConfig
-    from ...config import load_config
 
     flags = {name: flag_list(args, name, kind) for name, kind in
              (("tasks", str), ("conditions", str), ("seeds", int), ("lrs", float))}
@@ -65,9 +65,6 @@ def paper_config_from_args(args: argparse.Namespace):
     """PaperConfig: --quick or the defaults, then --config (PaperConfig keys), then the flags given: --lrs is the
     one learning rate, --steps the cap; then --tasks and --conditions filter the plan. --retrain-steps does not
     apply (ABC retrains for retrain_fraction of its base's steps). Checked."""
-    from ...applications.studies.abc_paper import PAPER_CONDITIONS, PAPER_TASKS, PaperConfig
-    from ...config import load_config
-
     if args.retrain_steps is not None:
         raise UsageError("--retrain-steps applies to the aligned protocol; the paper protocol retrains ABC for "
                          "retrain_fraction of its base's steps (set it in --config)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ...config import load_config
 from ...tasks.parity import FORMATS
 from ..argtypes import output_dir
 from ..grammar import add_quiet
@@ -41,7 +42,6 @@ def config_from_args(args: argparse.Namespace):
     """ParityStudyConfig: the defaults (or --quick's), then --config (its [parity] table), then the flags given;
     checked."""
     from ...applications.studies.parity import ParityStudyConfig
-    from ...config import load_config
 
     flags = {name: getattr(args, name) for name in ("train_length", "steps", "seeds", "device", "threads",
                                                     "positional", "protocol", "cap")}

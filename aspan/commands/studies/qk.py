@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ...config import load_config
 from ..argtypes import output_dir
 from ..grammar import add_quiet
 from . import flag_list, preset
@@ -45,7 +46,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace):
     """QKStudyConfig: the defaults (or --quick's), then --config (TOML), then the flags given; checked."""
     from ...applications.studies.qk import QKStudyConfig
-    from ...config import load_config
 
     flags = {name: getattr(args, name) for name in ("init", "steps", "batch_size", "n_select", "n_report",
                                                        "protocol", "cap", "device")}
