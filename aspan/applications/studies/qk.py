@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ... import tasks
 from ...buckets import Bucket, bucket_name, bucket_sets, parse_buckets
 from ...curves import steps_to_target
 from ...environment import run_environment
@@ -241,7 +242,7 @@ class Setup:
 def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> Setup:
     """Load the checkpoint (with `base`: train it into `out`/base first), build the fine-tuning task and the
     selection and report sets (disjoint seeds)."""
-    from ... import models, tasks
+    from ... import models
 
     cfg.check()
     if cfg.base:
@@ -276,7 +277,7 @@ def base_model(cfg: QKStudyConfig, path: Path, device: str):
     """The study's base model from `path`, trained there first (from scratch, `BaseSpec`) unless its record exists:
     a tiny model whose context holds the longest bucket, trained on the task at the base's lengths until exact on
     held-out samples of them reaches the base's `fit_exact`, or its cap."""
-    from ... import models, tasks
+    from ... import models
     from ...training import TrainConfig, latest_checkpoint, train
 
     spec = base_spec(cfg)
