@@ -23,7 +23,6 @@ Rows are keyed by their settings in `runs.jsonl`: a rerun into the same director
 from __future__ import annotations
 
 import math
-import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,6 +34,7 @@ from ...environment import run_environment
 from ...findings.tables import ABC_TABLE
 from ...io import RowWriter, RunDir, read_rows, settings_key
 from ...tasks.base import Sample, Task
+from ...tasks.draws import LengthMix
 from ...tokenization import CharTokenizer
 
 Condition = Literal["rotary", "learned", "alibi", "none", "abs", "abc"]
@@ -107,40 +107,6 @@ def length_task(name: str, n: int) -> Task:
     if name == "parity":
         return tasks.get("parity", length=(n, n), format="scratchpad")
     raise ValueError(f"the ABC study has no task {name!r}; choose from {', '.join(STUDY_TASKS)}")
-
-
-class LengthMix(Task):
-    """Samples whose length (digit count) is drawn uniformly from `parts` first, then the sample from that part:
-    uniform numbers up to 999999 would be 90 % six-digit."""
-
-    def __init__(self, parts: Sequence[Task]):
-        if not parts:
-            raise ValueError("LengthMix needs at least one task")
-        self.parts = list(parts)
-        self.name = self.parts[0].name
-        self.open_ended = self.parts[0].open_ended
-
-    def params(self) -> dict[str, Any]:
-        return {"mix": [p.params() for p in self.parts]}
-
-    @property
-    def alphabet(self) -> str:
-        return "".join(sorted(set("".join(p.alphabet for p in self.parts))))
-
-    def max_text_len(self) -> int:
-        return max(p.max_text_len() for p in self.parts)
-
-    def _sample(self, rng: random.Random) -> Sample:
-        return self.parts[rng.randrange(len(self.parts))]._sample(rng)
-
-    def solve(self, prompt: str, *args: Any) -> str:
-        return self.parts[0].solve(prompt, *args)
-
-    def solve_like(self, prompt: str, target: str) -> str:
-        return self.parts[0].solve_like(prompt, target)
-
-    def legal_swaps(self, prompt: str, pos: int) -> str:
-        return self.parts[0].legal_swaps(prompt, pos)
 
 
 def train_task(name: str, longest: int = 6) -> LengthMix:

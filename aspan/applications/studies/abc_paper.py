@@ -46,11 +46,11 @@ from ...findings.tables import ABC_PAPER_TABLE
 from ...intervals import wilson  # noqa: F401 (re-exported: part of this module's public names)
 from ...io import RowWriter, RunDir, append_line, read_rows, settings_key
 from ...tasks.base import SEPARATORS, Sample, Task
+from ...tasks.draws import OPERANDS, NumberDraw, build
 from ...tokenization import CharTokenizer
 
 PAPER_TASKS = ("successor", "addition", "parity")
 PAPER_CONDITIONS = ("vanilla", "abc", "abs")
-OPERANDS = {"successor": 1, "addition": 2, "parity": 1}
 DEFAULT_PLAN = ("successor:vanilla", "successor:abc", "addition:vanilla", "addition:abc", "parity:abs")
 DATA_SEED, CHECK_SEED, TEST_SEED, CALIB_SEED = 2023, 40_000, 50_000, 60_000
 FRESH_INIT = 1000  # the ABC model's initialisation seed is the base's + this: a fresh model, not the base's twin
@@ -185,43 +185,6 @@ def padded_task(name: str, width: int) -> Task:
 def task_width(name: str, buckets: Sequence[int]) -> int:
     """The padded width that fits the longest test length: its digits, or for parity the bits of its numbers."""
     return len(format(10 ** max(buckets) - 1, "b")) if name == "parity" else max(buckets)
-
-
-def build(task: Task, xs: Sequence[int]) -> Sample:
-    """The sample of the numbers `xs` (one per operand) in `task`'s padded layout."""
-    if task.name == "successor":
-        return task.build(xs[0], 2)
-    return task.build(list(xs)) if task.name == "addition" else task.build(xs[0])
-
-
-class NumberDraw(Task):
-    """Samples of a padded task whose operands are drawn uniformly and independently from `numbers`."""
-
-    def __init__(self, base: Task, numbers: Sequence[int]):
-        self.base, self.numbers = base, list(numbers)
-        self.name, self.open_ended = base.name, base.open_ended
-
-    def params(self) -> dict[str, Any]:
-        return {**self.base.params(), "numbers": len(self.numbers)}
-
-    @property
-    def alphabet(self) -> str:
-        return self.base.alphabet
-
-    def max_text_len(self) -> int:
-        return self.base.max_text_len()
-
-    def _sample(self, rng: random.Random) -> Sample:
-        return build(self.base, [rng.choice(self.numbers) for _ in range(OPERANDS[self.name])])
-
-    def solve(self, prompt: str, *args: Any) -> str:
-        return self.base.solve(prompt, *args)
-
-    def solve_like(self, prompt: str, target: str) -> str:
-        return self.base.solve_like(prompt, target)
-
-    def legal_swaps(self, prompt: str, pos: int) -> str:
-        return self.base.legal_swaps(prompt, pos)
 
 
 def held_out_samples(task: Task, length: int, k: int, pool: Sequence[int], limit: int, seed: int) -> list[Sample]:
