@@ -326,22 +326,10 @@ def summary_table(ctx: _Ctx) -> "pd.DataFrame":
     return pd.DataFrame(out)
 
 
-def study_figure(table: "pd.DataFrame", name: str):
-    """Exact accuracy vs number of digits, one line per condition (mean ± sd over seeds)."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for condition, g in table[table.task == name].groupby("condition", sort=False):
-        fig.add_scatter(x=g.digits, y=g.exact_mean, error_y={"type": "data", "array": g.exact_sd.fillna(0)},
-                        mode="lines+markers", name=condition)
-    fig.update_layout(title=f"{name}: exact accuracy vs length (trained on 1-6 digits; Duan & Shi 2023 protocol)",
-                      xaxis={"title": "digits (bits for parity)", "type": "log"},
-                      yaxis={"title": "exact", "range": [0, 1.02]})
-    return fig
-
-
 def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     """table.csv, summary.json (wide table at every length), runs.jsonl (already written), figures, run.json."""
+    from ...viz.studies import abc_study_figure as study_figure  # loads plotly and torch: only when writing
+
     table = summary_table(ctx)
     run = RunDir(ctx.out)
     run.write_csv("table.csv", table)
