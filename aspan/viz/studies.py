@@ -59,3 +59,20 @@ def abc_accuracy_figure(table: "pd.DataFrame", name: str):
     fig.update_layout(title=f"{name}: exact accuracy vs length (Duan & Shi 2023 protocol, padded layout)",
                       xaxis={"title": "digits", "type": "log"}, yaxis={"title": "exact", "range": [0, 1.02]})
     return fig
+
+
+def parity_length_figure(summary: "pd.DataFrame", metric: str, train_length: int, seeds: int):
+    """`aspan study parity`: `metric` ("exact" or "partial") against the input length, one line per format, ± sd
+    over `seeds` seeds, a dotted line past the training lengths (1 to `train_length` bits)."""
+    import plotly.graph_objects as go
+
+    name = {"exact": "exact accuracy", "partial": "per-token accuracy"}[metric]
+    fig = go.Figure()
+    for fmt, g in summary.groupby("format", sort=False):
+        fig.add_scatter(x=g.bits, y=g[f"{metric}_mean"], error_y=dict(type="data", array=g[f"{metric}_sd"].fillna(0)),
+                        mode="lines+markers", name=fmt)
+    fig.add_vline(x=train_length + 0.5, line_dash="dot", annotation_text="training lengths | longer")
+    fig.update_layout(title=f"Parity: {name} vs input length (trained on 1-{train_length} bits; "
+                            f"mean ± sd over {seeds} seeds)", xaxis_title="input bits", yaxis_title=name,
+                      yaxis_range=[-0.02, 1.02])
+    return fig

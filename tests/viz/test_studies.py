@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from aspan.viz.studies import abc_accuracy_figure, abc_bias_figure, abc_study_figure
+from aspan.viz.studies import abc_accuracy_figure, abc_bias_figure, abc_study_figure, parity_length_figure
 
 TABLE = pd.DataFrame([{"task": t, "condition": c, "digits": d, "exact_mean": m, "exact_sd": 0.1, "wilson_low": m - 0.1,
                        "wilson_high": min(1.0, m + 0.1)}
@@ -25,3 +25,12 @@ def test_bias_figure_shows_attention_beside_the_bias_per_head():
     bias = torch.where(attn > 0.5, torch.zeros(2, 5, 5), torch.full((2, 5, 5), -1e4))
     fig = abc_bias_figure({"attn": attn, "bias": bias, "rows": [3, 4], "prompt_cols": [0, 1, 2]}, "t")
     assert len(fig.data) == 4 and len(fig.data[0].z) == 2 and len(fig.data[0].z[0]) == 3
+
+
+def test_parity_figure_draws_each_format_against_the_bits():
+    summary = pd.DataFrame([{"format": f, "bits": b, "exact_mean": 0.5, "exact_sd": float("nan"), "partial_mean": 0.7,
+                             "partial_sd": 0.1} for f in ("plain", "scratchpad") for b in (3, 6, 15)])
+    fig = parity_length_figure(summary, "partial", 3, 2)
+    assert [t.name for t in fig.data] == ["plain", "scratchpad"] and list(fig.data[1].y) == [0.7] * 3
+    assert "1-3 bits" in fig.layout.title.text and "over 2 seeds" in fig.layout.title.text
+    assert list(parity_length_figure(summary, "exact", 3, 2).data[0].error_y.array) == [0, 0, 0]

@@ -402,17 +402,10 @@ def convergence(runs: pd.DataFrame, config: ParityStudyConfig) -> pd.DataFrame:
 
 def write_figures(summary: pd.DataFrame, config: ParityStudyConfig, out: Path) -> None:
     """Exact and per-token accuracy against the input length, one line per format, ± sd over seeds."""
-    import plotly.graph_objects as go
+    from ...viz.studies import parity_length_figure
 
-    for col, name in (("exact", "exact accuracy"), ("partial", "per-token accuracy")):
-        fig = go.Figure()
-        for fmt, g in summary.groupby("format", sort=False):
-            fig.add_scatter(x=g.bits, y=g[f"{col}_mean"], error_y=dict(type="data", array=g[f"{col}_sd"].fillna(0)),
-                            mode="lines+markers", name=fmt)
-        fig.add_vline(x=config.train_length + 0.5, line_dash="dot", annotation_text="training lengths | longer")
-        fig.update_layout(title=f"Parity: {name} vs input length (trained on 1-{config.train_length} bits; "
-                                f"mean ± sd over {config.seeds} seeds)", xaxis_title="input bits", yaxis_title=name,
-                          yaxis_range=[-0.02, 1.02])
+    for col in ("exact", "partial"):
+        fig = parity_length_figure(summary, col, config.train_length, config.seeds)
         save_figure(fig, out / "figures" / f"{col}_vs_length.json")
 
 
