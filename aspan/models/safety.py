@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, get_args
 
+from ..checks import ALL_GPUS, MEMORY_SHARE, available_bytes  # noqa: F401 (the share models may take)
+from ..checks import refuse_over_memory as refuse
 from ..errors import UsageError
 
 # TransformerLens's activation names (`transformer_lens.utilities.activation_functions.SUPPORTED_ACTIVATIONS`).
@@ -23,7 +24,6 @@ ActFn = Literal["solu", "solu_ln", "gelu_new", "gelu_fast", "silu", "relu", "gel
                 "relu2"]
 Dtype = Literal["float32", "float16", "bfloat16", "float64"]
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-MEMORY_SHARE = 0.8  # a model may take at most this share of the memory available when it is built
 # What one layer costs beyond its parameters (Python module objects, hook points): 39 KB for a transformers
 # LlamaForCausalLM layer and 93 KB for a HookedTransformer block, measured at d_model 2 over 2,000 layers. A config
 # of a million tiny layers passes a parameter count and still takes tens of GB.
@@ -202,46 +202,16 @@ def parameter_bytes(d_vocab: int, d_model: int, n_layers: int, n_heads: int, d_h
     return params * dtype_bytes + buffers
 
 
-ALL_GPUS = "cuda:*"  # the device of a model placed by a device_map: every visible GPU's free memory together
-
-
-def available_bytes(device: str | None = None) -> int:
-    """Memory this machine can give a new model now: free memory of a CUDA device (of all of them together for
-    `ALL_GPUS`), else `MemAvailable` from /proc/meminfo (the free physical pages where that file is absent)."""
-    if device is not None and str(device).startswith("cuda"):
-        import torch
-
-        if torch.cuda.is_available() and device == ALL_GPUS:
-            return sum(int(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count()))
-        if torch.cuda.is_available():
-            return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def refuse_over_memory(needed: int, what: str, detail: str, device: str | None = None, verb: str = "needs") -> None:
-    """UsageError "`what`: `verb` about N GB (`detail`), more than this machine can hold" when `needed` bytes exceed
-    MEMORY_SHARE of the available memory (the device's, for CUDA); nothing is allocated to find out."""
-    have = available_bytes(device)
-    if needed > MEMORY_SHARE * have:
-        raise UsageError(f"{what}: {verb} about {_gb(needed)} ({detail}), more than this machine can hold "
-                         f"({_gb(have)} available{' on ' + str(device) if device else ''})")
+    """`aspan.checks.refuse_over_memory` against this module's `available_bytes` (which tests replace to play a
+    smaller machine)."""
+    refuse(needed, what, detail, device, verb, available=available_bytes(device))
 
 
 def check_memory(needed: int, what: str, sizes: dict[str, Any], device: str | None = None) -> None:
     """`refuse_over_memory` for a model, naming its sizes."""
     shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
     refuse_over_memory(needed, what, shown, device, verb="the model would take")
-
-
-def _gb(n: int) -> str:
-    return f"{n / 2**30:,.1f} GB" if n < 2**70 else "more than 10^12 GB"
 
 
 def check_tl_memory(what: str, model: dict[str, Any], device: str | None = None, masks: bool = True) -> None:
