@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from .errors import UsageError
+from .tasks import Sample, check_sample
 
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 
@@ -106,8 +107,6 @@ def check_samples(samples, what: str) -> list:
     """`samples` as a list of `Sample`s, each checked against its task (`tasks.check_sample`; a sample checked once is
     not checked again): ValueError naming `what` and the first that is not a `Sample` (a string, a dict...) or that its
     task's rule contradicts (a hand-built sample with wrong references would be scored as if they were right)."""
-    from .tasks import Sample, check_sample
-
     samples = list(samples)
     for i, s in enumerate(samples):
         if not isinstance(s, Sample):
@@ -146,11 +145,48 @@ RECORD_BYTES = 600  # one per-token evaluation record: its row tuple (prediction
 RESULT_BYTES = 300
 
 
+MEMORY_SHARE = 0.8  # a model or a workload may take at most this share of the memory available when it starts
+ALL_GPUS = "cuda:*"  # the device of a model placed by a device_map: every visible GPU's free memory together
+
+
+def available_bytes(device: str | None = None) -> int:
+    """Memory this machine can give a new model now: free memory of a CUDA device (of all of them together for
+    `ALL_GPUS`), else `MemAvailable` from /proc/meminfo (the free physical pages where that file is absent)."""
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available() and device == ALL_GPUS:
+            return sum(int(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count()))
+        if torch.cuda.is_available():
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def refuse_over_memory(needed: int, what: str, detail: str, device: str | None = None, verb: str = "needs",
+                       available: int | None = None) -> None:
+    """UsageError "`what`: `verb` about N GB (`detail`), more than this machine can hold" when `needed` bytes exceed
+    MEMORY_SHARE of the `available` bytes (default: `available_bytes(device)`, the device's for CUDA); nothing is
+    allocated to find out."""
+    have = available_bytes(device) if available is None else available
+    if needed > MEMORY_SHARE * have:
+        raise UsageError(f"{what}: {verb} about {_gb(needed)} ({detail}), more than this machine can hold "
+                         f"({_gb(have)} available{' on ' + str(device) if device else ''})")
+
+
+def _gb(n: int) -> str:
+    return f"{n / 2**30:,.1f} GB" if n < 2**70 else "more than 10^12 GB"
+
+
 def check_memory(needed: int, what: str, detail: str, device: str | None = None) -> None:
     """UsageError naming `what`, the estimate and its `detail` when `needed` bytes exceed the share of this machine's
     available memory (the device's, for CUDA) a workload may take; nothing is allocated to find out."""
-    from .models.safety import refuse_over_memory
-
     refuse_over_memory(needed, what, detail, device)
 
 

@@ -1,5 +1,6 @@
-"""95 % intervals for the numbers the studies report: Wilson for a proportion of correct samples, Student's t over
-seeds for a mean of per-seed values. Pure functions of their inputs (no state, no randomness)."""
+"""The statistics the studies report, in one place: mean and sd over seeds, and 95 % intervals: Wilson for a
+proportion of correct samples, Student's t over seeds for a mean of per-seed values (both from scipy). Pure functions
+of their inputs (no state, no randomness); scipy and numpy are imported on first use."""
 from __future__ import annotations
 
 import math
@@ -7,13 +8,22 @@ from collections.abc import Sequence
 
 
 def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion `correct / n` (95 % by default); (nan, nan) for n = 0."""
+    """Wilson score interval of a binomial proportion `correct / n` at `z` standard errors (1.96: 95 %), from
+    `scipy.stats.binomtest(...).proportion_ci(method="wilson")`; (nan, nan) for n = 0."""
+    from scipy.stats import binomtest, norm
+
     if n == 0:
         return math.nan, math.nan
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    ci = binomtest(correct, n).proportion_ci(confidence_level=float(2 * norm.cdf(z) - 1), method="wilson")
+    return max(0.0, float(ci.low)), min(1.0, float(ci.high))
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (sd is NaN for a single value)."""
+    import numpy as np
+
+    a = np.asarray(values, dtype=float)
+    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else math.nan
 
 
 def pooled_wilson(rates: Sequence[float], n_each: int) -> tuple[float, float]:

@@ -90,3 +90,7 @@ def comma_list(text: str, kind: type) -> tuple:
     except ValueError:
         words = {int: "integers", float: "numbers"}.get(kind, kind.__name__)
         raise ValueError(f"expected a comma-separated list of {words}, got {text!r}") from None
+
+# Where a command's work runs: this process, or a Slurm job array through submitit (`aspan.applications.launch`).
+Launcher = Literal["local", "slurm"]
+LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)

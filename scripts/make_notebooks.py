@@ -19,6 +19,33 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 
+# How to open the notebooks, and the papers they follow: the end of every notebook's first cell.
+PAPERS = {
+    "spiegel": "[Spiegel et al. 2025, \"Attend or Perish\"](https://github.com/michalspiegel/AttentionSpan)",
+    "abnar": "[Abnar & Zuidema 2020, \"Quantifying Attention Flow in Transformers\"](https://arxiv.org/abs/2005.00928)",
+    "pasta": "[Zhang et al. 2024, \"Tell Your Model Where to Attend\" (PASTA)](https://arxiv.org/abs/2311.02262)",
+}
+
+
+def how_to_run(*papers: str) -> str:
+    """The paragraph that says how to open a notebook and which papers it follows."""
+    cited = "; ".join(PAPERS[p] for p in papers)
+    return f"""
+
+**How to run it.** From a checkout of aspan: `pip install -e ".[notebooks]"` (aspan with JupyterLab; inside the
+venv that `make demo` builds: `.venv/bin/pip install -e ".[notebooks]"`), then `jupyter lab notebooks/` and run
+the cells top to bottom (well under a minute on a laptop CPU; nothing is downloaded).
+Papers: {cited}."""
+
+
+# Why the first code cell exists (every notebook has it).
+SETUP_NOTE = """
+The next cell only keeps the outputs readable and is safe to skip: TransformerLens 3.9 warns on every model it
+builds that `HookedTransformer` is deprecated (aspan supports it and its successor, the `TransformerBridge`), tqdm
+warns when `ipywidgets` is missing, and one torch thread is fastest for models this small on shared CPUs. aspan
+itself never changes warning filters or thread counts.
+"""
+
 # Shared first code cell: quiet TransformerLens' deprecation warning, one thread (CI machines are small).
 SETUP = """
 import warnings
@@ -35,10 +62,11 @@ torch.set_num_threads(1)
 # Notebooks 02/03 use the checkpoint shipped inside the package (`models.load` knows it by name).
 LOAD_DEFAULT = '''
 from aspan import models
+from aspan.applications.notebook import checkpoint_eval
 
 model, tokenizer, meta = models.load("reversal")
 print(f"loaded the shipped checkpoint reversal: {model.cfg.n_layers} layers x {model.cfg.n_heads} heads")
-print(meta.get("eval", ""))
+print("its own evaluation when it was trained:", checkpoint_eval(meta))
 '''
 
 
@@ -60,7 +88,8 @@ def nb01():
         target character, its **reference set**: the prompt (or earlier target) positions one must read to
         produce it. This notebook shows every task, one sample each, with the references drawn
         over the text, and how the references become the query x key masks the attention tools use.
-        """),
+        """ + how_to_run("spiegel")),
+        md(SETUP_NOTE),
         code(SETUP),
         code('''
         import pandas as pd
@@ -68,19 +97,10 @@ def nb01():
 
         from aspan import tasks
         from aspan.applications.data import render
-
-        def fmt(params):
-            """Parameters as `key=value`, long symbol sets shortened."""
-            short = lambda v: f"{v[:3]}..{v[-2:]} ({len(v)})" if isinstance(v, str) and len(v) > 8 else v  # noqa: E731
-            return ", ".join(f"{k}={short(v)}" for k, v in params.items())
-
+        from aspan.applications.notebook import preset_table
 
         pd.set_option("display.max_colwidth", None)
-        pd.DataFrame([
-            {"task": name, "ID preset": fmt(tasks.preset(name, "id").params()),
-             "OOD preset": fmt(tasks.preset(name, "ood").params())}
-            for name in tasks.NAMES
-        ]).set_index("task")
+        preset_table()  # every task's ID and OOD preset; symbol sets shortened to their ends and size
         '''),
         md("""
         ## One sample of every task
@@ -188,33 +208,16 @@ def nb01():
     ]
 
 
-# Small helpers shared by notebooks 02-04 (one sample -> batch on the model's device, token labels, rollout figure).
+# What notebooks 02-04 share, from the library (aspan.applications.notebook): one sample -> a batch on the model's
+# device and its length, token labels, the rollout figure with the references outlined.
 HELPERS = '''
 import hooks
 from aspan import viz
+from aspan.applications.notebook import Inspector, summaries
 from aspan.batching import make_batch
 
-
-def one(sample):
-    """A batch of one sample on the model's device and its length in tokens."""
-    batch = make_batch([sample], tokenizer).to(model.cfg.device)
-    return batch, int(batch.lengths[0])
-
-
-def labels(ids):
-    """One axis label per token id: the character, or <bos>/<eos>/<pad>."""
-    special = {getattr(tokenizer, "bos_id", None): "<bos>", tokenizer.pad_id: "<pad>", tokenizer.eos_id: "<eos>"}
-    return [special.get(i) or tokenizer.decode([i], stop_at_eos=False) for i in ids]
-
-
-def rollout_figure(sample, title, fwd_hooks=()):
-    """Rollout of one sample (rows: the target rows) with its reference cells outlined."""
-    batch, n = one(sample)
-    with model.hooks(fwd_hooks):
-        R = hooks.rollout(model, batch.tokens)[0, :n, :n]
-    rows = [sample.query_row(j, batch.offset) for j in range(len(sample.target))]
-    names = labels(batch.tokens[0, :n].tolist())
-    return viz.rollout_heatmap(R, batch.ref_mask[0, :n, :n], names, rows=rows, title=title)
+view = Inspector(model, tokenizer)
+one, labels, rollout_figure = view.one, view.labels, view.rollout_figure
 '''
 
 
@@ -228,7 +231,8 @@ def nb02():
         with the reference cells outlined (paper Fig. 1), the heads that do the lookup (circuitsvis), and how one
         head's pattern degrades out of distribution (paper Fig. 3). AttnScore (paper Eq. 3) is the
         attention mass on a row's references, averaged over target rows.
-        """),
+        """ + how_to_run("spiegel", "abnar")),
+        md(SETUP_NOTE),
         code(SETUP),
         code(LOAD_DEFAULT),
         code(HELPERS),
@@ -243,14 +247,28 @@ def nb02():
         results = {"ID 1-10": evaluate(model, tokenizer, id_samples),
                    "OOD 11-20": evaluate(model, tokenizer, ood_samples)}
         print("partial accuracy: " + ", ".join(f"{name} {r.summary()['partial']:.3f}" for name, r in results.items()))
-        pd.DataFrame({name: r.summary() for name, r in results.items()}).T
+        summaries(results)
+        """),
+        md("""
+        `partial` is per-token accuracy, `exact` the share of samples right in every character. The OOD number here
+        is higher than the one the checkpoint recorded when it was trained (printed after loading): that evaluation
+        used its OOD preset, lengths 11-50, and the longer the string the fewer characters come out right; this
+        notebook uses 11-20.
+
+        The AttnScore columns name their source and convention: `attn_rollout_*` is the rollout's share on the
+        references; `_sample` divides the mass on the references by the mass on the sample's own columns (the
+        paper's convention, leaving out the BOS token and any instruction), `_raw` by the whole row. With only a
+        BOS token before the text the two differ by the BOS column. Per-head scores (`attn_heads_*`) appear when
+        `evaluate` is given `heads=`, as at the end of this notebook.
         """),
         md("""
         ## Rollout with the reference overlay
 
         Rows are the target rows (the query that predicts each output character), columns all positions; outlined
-        cells are the references. In distribution the rollout mass follows the anti-diagonal of the references;
-        out of distribution it smears.
+        cells are the references. In distribution the rollout mass runs parallel to the anti-diagonal of the
+        references, one or two cells to their right: the model reads a neighbour of each reference, into which an
+        earlier layer has copied it (the next section measures this offset `δ` per head). Out of distribution that
+        line smears.
         """),
         code("""
         for length, split in ((8, "ID"), (18, "OOD")):
@@ -262,7 +280,8 @@ def nb02():
 
         `hooks.offset_scores` measures, per head, the mean attention a target row puts on its references shifted
         by `δ`. Trained models often copy through a neighbour of the reference (an earlier layer moved the
-        token's information one or two positions along), so the lookup heads peak at `ref+1` or `ref+2`, not `ref`.
+        token's information one or two positions along), so the lookup heads peak at `ref+1` or `ref+2`, not `ref`:
+        the shift seen in the rollout above.
         """),
         code("""
         deltas = list(range(-1, 4))
@@ -331,7 +350,8 @@ def nb03():
         pattern on OOD samples (additive reinforcement, paper Appendix F; optionally gated by a threshold `τ`,
         optionally renormalised), and measures accuracy against the strength `C`, per length, and the correct/error
         attention statistics. `aspan sweep` runs the same grid resumably from a TOML file.
-        """),
+        """ + how_to_run("spiegel", "pasta")),
+        md(SETUP_NOTE),
         code(SETUP),
         code(LOAD_DEFAULT),
         code(HELPERS),
@@ -345,7 +365,7 @@ def nb03():
         id_samples = tasks.preset("reversal", "id").generate(64, seed=0)
         ood_samples = tasks.preset("reversal", "ood", length=(11, 20)).generate(64, seed=1)
         ranking = rank_heads(model, tokenizer, tasks.preset("reversal", "id").generate(64, seed=10), deltas=range(0, 4))
-        ranking.head(6)
+        ranking.head(6)[["layer", "head", "rank", "score_sum", "score_row", *(f"score_row_d{d}" for d in range(4))]]
         """),
         md("""
         `score_sum` is the paper's ranking score (attention on references summed over target rows and samples),
@@ -374,13 +394,14 @@ def nb03():
 
 
         baseline = evaluate(model, tokenizer, ood_samples)
+        strengths = (0.5, 1.0, 2.0, 4.0, 8.0)
         rows = []
         for delta in sorted(heads_at):
-            for strength in (0.5, 1.0, 2.0, 4.0, 8.0):
+            for strength in strengths:
                 fwd = edit(heads_at[delta], strength, delta)
                 r = evaluate(model, tokenizer, ood_samples, fwd_hooks=fwd, attn=False)
                 rows.append({"delta": delta, "strength": strength, **r.summary()})
-        sweep = pd.DataFrame(rows)
+        sweep = pd.DataFrame(rows).dropna(axis=1, how="all")  # attn=False: no AttnScore columns to show
         viz.accuracy_vs_strength(sweep, y="partial", group="delta", baseline=baseline.summary()["partial"],
                                  title="OOD per-token accuracy vs reinforcement strength (top-2 heads)").show()
         sweep.sort_values("partial", ascending=False).head(5)
@@ -389,27 +410,31 @@ def nb03():
         ## The best setting: per length, side effects, variants
 
         The best grid point picked here on the same samples is optimistic; `aspan demo` chooses it on a separate
-        OOD set. ID accuracy shows the price of the edit on what the model already solved.
+        OOD set. ID accuracy shows the price of the edit on what the model already solved. When the best strength
+        is the largest one tried (the cell says so), the grid has not bracketed the optimum: a larger `C` might do
+        better still, up to what pattern patching gives (reinforcement with renormalisation tends to it as `C`
+        grows). `aspan sweep` takes any list of strengths, and `aspan demo` searches patching as well.
         """),
         code("""
         best = sweep.loc[sweep.partial.idxmax()]
         heads, d, c = heads_at[int(best.delta)], int(best.delta), float(best.strength)
         chosen = edit(heads, c, d)
         reinforced = evaluate(model, tokenizer, ood_samples, fwd_hooks=chosen)
-        print(f"best: heads {heads}, delta {d}, C={c}")
+        edge = " (the largest strength tried: the optimum may lie beyond the grid)" if c == max(strengths) else ""
+        print(f"best: heads {heads}, delta {d}, C={c}{edge}")
         print(f"OOD partial accuracy: baseline {baseline.summary()['partial']:.3f}, "
               f"reinforced {reinforced.summary()['partial']:.3f}")
         by_length = {"baseline": summarize(baseline), "reinforced": summarize(reinforced)}
         viz.accuracy_vs_length(by_length, y="partial").show()
         pd.DataFrame({
-            "ID baseline": evaluate(model, tokenizer, id_samples, attn=False).summary(),
-            "ID reinforced": evaluate(model, tokenizer, id_samples, fwd_hooks=chosen, attn=False).summary(),
+            "ID baseline": evaluate(model, tokenizer, id_samples).summary(),
+            "ID reinforced": evaluate(model, tokenizer, id_samples, fwd_hooks=chosen).summary(),
             "OOD baseline": baseline.summary(),
             "OOD reinforced": reinforced.summary(),
-            "OOD gated (τ=0.05)": evaluate(model, tokenizer, ood_samples, fwd_hooks=edit(heads, c, d, threshold=0.05),
-                                           attn=False).summary(),
-            "OOD renormalised": evaluate(model, tokenizer, ood_samples, fwd_hooks=edit(heads, c, d, renormalize=True),
-                                         attn=False).summary(),
+            "OOD gated (τ=0.05)": evaluate(model, tokenizer, ood_samples,
+                                           fwd_hooks=edit(heads, c, d, threshold=0.05)).summary(),
+            "OOD renormalised": evaluate(model, tokenizer, ood_samples,
+                                         fwd_hooks=edit(heads, c, d, renormalize=True)).summary(),
         }).T[["exact", "partial", "attn_rollout_sample"]]
         """),
         md("""
@@ -445,7 +470,8 @@ def nb04():
         **So that this notebook runs anywhere in seconds, it builds a tiny *random* Llama checkpoint with a
         character tokenizer in a temporary directory (nothing is downloaded).** Its accuracy is ~0 and its
         attention has no structure: the point is the workflow. Replace `checkpoint` with your own directory.
-        """),
+        """ + how_to_run("spiegel")),
+        md(SETUP_NOTE),
         code(SETUP),
         code("""
         import tempfile
@@ -519,11 +545,26 @@ def nb04():
         ranking = rank_heads(model, tokenizer, task.generate(16, seed=2))
         heads = select_heads(ranking, top=2)
         edit = lambda batch: hooks.reinforce(heads, mask=batch.ref_mask, strength=2.0)
+        renormalised = lambda batch: hooks.reinforce(heads, mask=batch.ref_mask, strength=2.0, renormalize=True)
         baseline = evaluate(model, tokenizer, ood_samples, heads=heads)
         reinforced = evaluate(model, tokenizer, ood_samples, fwd_hooks=edit, heads=heads)
         print("top heads", heads)
-        display(pd.DataFrame({"baseline": baseline.summary(), "reinforced": reinforced.summary()}).T)
-        correct_vs_error_table({"baseline": baseline})
+        summaries({"baseline": baseline, "reinforced": reinforced,
+                   "reinforced, renormalised": evaluate(model, tokenizer, ood_samples, fwd_hooks=renormalised,
+                                                        heads=heads)})
+        """),
+        md("""
+        The AttnScores are measured *through* the edit. Additive reinforcement adds `C = 2` to every reference
+        cell of the selected heads without renormalising, so an edited row is no longer a distribution: its raw
+        mass on the references is the old share plus 2 per reference (reversal has one a row), above 1 in
+        `attn_heads_raw`, while `attn_heads_sample` divides by the row's (edited) mass on the sample's columns and
+        stays a share. With `renormalize=True` every row is a distribution again and both columns are shares.
+        Correct vs wrong tokens of the baseline (the paper's Table 3; this random model gets almost nothing right,
+        so the correct side is tiny):
+        """),
+        code("""
+        table = correct_vs_error_table({"baseline": baseline})
+        table[["label", "score", "correct (%)", "error (%)", "n_correct", "n_error", "t", "p"]]
         """),
         md("""
         ## A real pretrained model (optional)

@@ -87,14 +87,18 @@ SMOLLM2_FILES = ("tests/models/test_smollm2.py", "tests/models/test_smollm2_brid
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: plain `pytest` without that plugin runs too
 def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, except that the files of `SMOLLM2_FILES` form one unit (one worker loads the model once)."""
+    """`--dist loadfile`, except that the files of `SMOLLM2_FILES` form one unit (one worker loads the model once),
+    and so do those of tests/cluster (one worker starts the one-node Slurm once)."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "smollm2" if nodeid.split("::")[0] in SMOLLM2_FILES else super()._split_scope(nodeid)
+            path = nodeid.split("::")[0]
+            if path.startswith("tests/cluster/"):
+                return "cluster"
+            return "smollm2" if path in SMOLLM2_FILES else super()._split_scope(nodeid)
 
     return Scheduling(config, log)
 

@@ -120,7 +120,7 @@ def test_quiet_turns_the_bars_of_data_and_eval_off(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------------------------- defaults in --help
 # commands whose flags fill a settings dataclass that --help reads the defaults from
 CONVERTED = {"eval": {"EvalRun"}, "rank": {"RankConfig"}, "abc": {"ABCRun"}, "train": {"TrainConfig", "TrainRun"},
-             "demo": {"DemoConfig"}}
+             "demo": {"DemoConfig", "SlurmResources"}, "sweep": {"SlurmResources"}, "pretrained": {"SlurmResources"}}
 
 
 def marked(parser: argparse.ArgumentParser) -> list[argparse.Action]:

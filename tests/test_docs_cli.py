@@ -1,4 +1,4 @@
-"""The CLI reference of the docs site (docs/cli.rst, built by `make docs`) is `aspan --help` and every subcommand's
+"""The CLI reference of the docs site (docs/cli.md, built by `make docs`) is `aspan --help` and every subcommand's
 `--help`, verbatim, at 86 columns (the width docs/_ext/aspan_docs.py formats them for): one block per command,
 nothing missing, nothing extra."""
 from __future__ import annotations

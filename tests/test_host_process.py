@@ -280,3 +280,22 @@ def test_applications_called_from_python_restore_torch_threads(tmp_path):
     finally:
         torch.set_num_threads = original
     assert seen.count(wanted) == 2 and torch.get_num_threads() == before
+
+
+def test_process_kept_puts_back_only_what_loading_changes(monkeypatch):
+    """`process_kept` restores the variable TransformerLens's import sets and removes the root-logger handler its
+    config conversion adds, but a variable the host sets meanwhile (another thread, say) stays as the host set it."""
+    import logging
+
+    from aspan.models.loaded import process_kept
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.delenv("ASPAN_TEST_HOST_VARIABLE", raising=False)
+    root, handler = logging.getLogger(), logging.NullHandler()
+    with process_kept():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = "/tmp/set-by-loading"
+        os.environ["ASPAN_TEST_HOST_VARIABLE"] = "kept"
+        root.addHandler(handler)
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    assert os.environ["ASPAN_TEST_HOST_VARIABLE"] == "kept"
+    assert handler not in root.handlers

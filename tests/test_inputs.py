@@ -239,8 +239,9 @@ def test_sweep_strengths_that_overflow_and_thresholds_that_never_fire_are_refuse
 
 
 def test_sweep_steer_with_strengths_past_alpha_is_refused_at_config_load(tmp_path):
-    """The README's strengths [1.0, 4.0] with method steer (PASTA's alpha must be in (0, 1]): one line naming the
-    key and the method before the model loads, no run directory; without steer the same strengths are a grid."""
+    """The sweep example's strengths [1.0, 4.0] (docs/cli-examples.md) with method steer (PASTA's alpha must be in (0,
+    1]): one line naming the key and the method before the model loads, no run directory; without steer the same
+    strengths are a grid."""
     text = SWEEP.replace("strengths = [1.0]", 'strengths = [1.0, 4.0]\nmethod = ["reinforce", "steer"]')
     r = aspan("sweep", str(sweep_config(tmp_path, text)), "--out", str(tmp_path / "run"), "--quiet",
               cwd=tmp_path)

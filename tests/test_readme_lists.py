@@ -1,6 +1,7 @@
-"""README's "How to add a task / a model form / a backend / a study / a method" lists keep naming every file that
-changes: each listed file exists for every existing task, form, backend, study and edit method and names it (files
-with `<name>` exist per instance), and no module of the package enumerates all of them without being listed."""
+"""The "How to add a task / a model form / a backend / a study / a method" lists of docs/extending.md keep naming
+every file that changes: each listed file exists for every existing task, form, backend, study and edit method and
+names it (files with `<name>` exist per instance), and no module of the package enumerates all of them without
+being listed."""
 from __future__ import annotations
 
 import ast
@@ -15,7 +16,7 @@ from aspan.methods import RULES, resolve
 from aspan.models.hfform import FORMS
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
+GUIDE = (ROOT / "docs" / "extending.md").read_text(encoding="utf-8")
 BULLET = re.compile(r"^- `([^`]+)`( \(only)?", re.M)
 INSTANCES = {
     "task": tuple(tasks.NAMES),
@@ -31,8 +32,8 @@ STUDIED = {"method": {"aspan/applications/causal.py"}}
 
 def listed(kind: str) -> list[tuple[str, bool]]:
     """(path, required) of each bullet of the section "How to add a {kind}"."""
-    start = README.index(f"## How to add a {kind}\n")
-    section = README[start:README.find("\n## ", start + 1)]
+    start = GUIDE.index(f"## How to add a {kind}\n")
+    section = GUIDE[start:GUIDE.find("\n## ", start + 1)]
     return [(m[1], not m[2]) for m in BULLET.finditer(section)]
 
 
@@ -51,7 +52,8 @@ def test_every_listed_file_exists_and_names_each_instance(kind):
     for path, required in files:
         for name in INSTANCES[kind]:
             file = ROOT / path.replace("<name>", name)
-            assert file.is_file(), f"README, how to add a {kind}: {file.relative_to(ROOT)} does not exist for {name}"
+            assert file.is_file(), (
+                f"docs/extending.md, how to add a {kind}: {file.relative_to(ROOT)} does not exist for {name}")
             if required and "<name>" not in path:
                 assert name in file.read_text(encoding="utf-8"), f"{path} does not name the {kind} {name!r}"
 
@@ -62,7 +64,7 @@ def test_every_module_that_enumerates_them_is_listed(kind):
     enumerating = {str(p.relative_to(ROOT)) for p in sorted((ROOT / "aspan").rglob("*.py"))
                    if enumerates_all(p, INSTANCES[kind])}
     enumerating -= STUDIED.get(kind, set())
-    assert enumerating <= paths, f"README, how to add a {kind}: also changes {sorted(enumerating - paths)}"
+    assert enumerating <= paths, f"docs/extending.md, how to add a {kind}: also changes {sorted(enumerating - paths)}"
 
 
 def test_a_method_is_its_kernel_module_and_its_rule():

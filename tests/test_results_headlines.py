@@ -1,4 +1,5 @@
-"""The headline numbers of results/*/README.md and of the project README, recomputed from the committed rows.
+"""The headline numbers of results/*/README.md, of the documentation pages that quote them (docs/studies/*.md,
+docs/getting-started.md) and of the project README, recomputed from the committed rows.
 
 Each test reads one study's rows (runs.jsonl, results.csv, curves.jsonl, ...) and checks that the README states what
 they give, to the digits it prints, so the wording and the rows cannot drift apart. Intervals are the ones the
@@ -20,6 +21,17 @@ from aspan.intervals import seed_interval, t_interval, wilson
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "results"
 PROJECT = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = ROOT / "docs"
+
+
+def _page(page: str) -> str:
+    """A documentation page that quotes a study (docs/studies/<study>.md, docs/getting-started.md)."""
+    return (DOCS / page).read_text(encoding="utf-8")
+
+
+def _quoted(study: str) -> str:
+    """The flattened text of docs/studies/<study>.md, the page that quotes the study's headline numbers."""
+    return _flat(_page(f"studies/{study}.md"))
 
 
 def _readme(study: str) -> str:
@@ -73,7 +85,8 @@ def test_qk_curves_headline_table():
                  f"{sum(x['partial_11-20'] for x in r) / 3:.2f}", _cell([x["exact_1-10"] for x in r], 50),
                  _cell([x["exact_21-30"] for x in r], 50) if t.fit == "fit" else "–"]
         _row(readme, f"| {t.condition} | {t.replay:g} |", cells)
-    assert "0.99 [0.93, 1.00]" in PROJECT and "0.11 [0, 0.39]" in PROJECT  # the project README quotes the table
+    page = _page("studies/qk_study.md")  # the study's page quotes the table
+    assert "0.99 [0.93, 1.00]" in page and "0.11 [0, 0.39]" in page
     pair1 = runs["qk-pair:1", 0.0]
     assert f"{_cell([x['exact_11-20'] for x in pair1], 50)}" == "0.11 [0.00, 0.39]"
 
@@ -106,9 +119,9 @@ def test_qk_paper_shape_table_and_prose():
     assert list(pairs["partial_21-40"]) == sorted(pairs["partial_21-40"], reverse=True)
     exact = pairs.set_index("condition")["exact_21-40"]
     assert exact["qk-pair:0"] > exact["qk-pair:8"]
-    assert f"pair 0 ({exact['qk-pair:0']:.2f}) beats pair 8 ({exact['qk-pair:8']:.2f})" in _flat(PROJECT)
+    assert f"pair 0 ({exact['qk-pair:0']:.2f}) beats pair 8 ({exact['qk-pair:8']:.2f})" in _quoted("qk_study")
     assert f"pair 16 (0.25 % of the parameters), reaches {cell['qk-pair:16']['21-40']} exact on 21–40" in flat
-    assert f"{cell['all']['21-40']}" in flat and "0.55 [0.45, 0.65]" in _flat(PROJECT)
+    assert f"{cell['all']['21-40']}" in flat and "0.55 [0.45, 0.65]" in _quoted("qk_study")
 
 
 def _cap_curve(path: Path, bucket: str, step: int, metric: str = "exact") -> float:
@@ -128,7 +141,7 @@ def test_qk_cap_supplements():
         _row(readme, f"| {seed} |", [" / ".join(f"{v:.2f}" for v in exact), " / ".join(f"{v:.2f}" for v in partial),
                                      f"{_cap_curve(path, 'length 1-10', 3000):.2f}",
                                      f"{_cap_curve(path, 'length 21-30', 3000, 'partial'):.2f}"])
-    assert f"({sum(ends) / 3:.2f} against 0.11)" in flat and f"reaches {sum(ends) / 3:.2f} exact" in _flat(PROJECT)
+    assert f"({sum(ends) / 3:.2f} against 0.11)" in flat and f"reaches {sum(ends) / 3:.2f} exact" in _quoted("qk_study")
     shape = RESULTS / "qk_study" / "paper_shape_cap"
     for group, name in (("all", "all"), ("qk-pair16", "pair 16"), ("qk", "qk")):
         for seed in (0, 1, 2):
@@ -138,7 +151,8 @@ def test_qk_cap_supplements():
                                                       f"{_cap_curve(path, 'length 1-20', 2000):.2f}"])
     full = [_cap_curve(shape / f"all-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
     pair = [_cap_curve(shape / f"qk-pair16-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
-    assert f"({sum(pair) / 3:.2f} against {sum(full) / 3:.2f} when both train the full 2,000 steps)" in _flat(PROJECT)
+    both = f"({sum(pair) / 3:.2f} against {sum(full) / 3:.2f} when both train the full 2,000 steps)"
+    assert both in _quoted("qk_study")
     # qk to the cap: labelled by its accuracy at the last evaluation (every seed >= 0.9 on 21-40), not by a stop rule
     qk = [_cap_curve(shape / f"qk-seed{s}" / "curves.jsonl", "length 21-40", 2000) for s in (0, 1, 2)]
     beyond = [_cap_curve(shape / f"qk-seed{s}" / "curves.jsonl", "length 41-60", 2000) for s in (0, 1, 2)]
@@ -149,7 +163,7 @@ def test_qk_cap_supplements():
     assert f"full fine-tuning at equal steps ({_cell(full, 100)})" in flat
     assert f"41–60 exact {_cell(beyond, 100)} against full fine-tuning's {_cell(full_beyond, 100)}" in flat
     assert f"it fits ({_cell(qk, 100)}, and {sum(beyond) / 3:.2f} on 41–60 against full fine-tuning's " \
-           f"{sum(full_beyond) / 3:.2f})" in _flat(PROJECT)
+           f"{sum(full_beyond) / 3:.2f})" in _quoted("qk_study")
 
 
 # ----------------------------------------------------------------------------------------------- parity study
@@ -178,9 +192,9 @@ def test_parity_headline_table():
     plain = res[(res.format == "plain") & (res.multiple == 5)].exact.tolist()
     m, lo, hi = (100 * v for v in (sum(plain) / 3, *seed_interval(plain, 200)))
     assert f"scores {m:.1f} % [{lo:.1f}, {hi:.1f}], which is chance" in flat
-    assert f"is at chance ({m:.1f} % [{lo:.1f}, {hi:.1f}])" in _flat(PROJECT)
+    assert f"is at chance ({m:.1f} % [{lo:.1f}, {hi:.1f}])" in _quoted("parity_study")
     zero = res[(res.format != "plain") & (res.multiple == 5)].exact
-    assert (zero == 0).all() and f"[0, {100 * wilson(0, 600)[1]:.1f}] %" in _flat(PROJECT)
+    assert (zero == 0).all() and f"[0, {100 * wilson(0, 600)[1]:.1f}] %" in _quoted("parity_study")
 
 
 # ----------------------------------------------------------------------------------------------- abc study
@@ -205,7 +219,7 @@ def test_abc_study_tables():
             _row(readme, f"| {task} | {r['condition']} |", cells)
     lo, hi = wilson(99, 100)
     assert f"99 of 100 answers, 95 % interval [{lo:.3f}, {hi:.3f}]" in _flat(readme)
-    assert f"(0.99 on 100 samples, 95 % interval [{lo:.3f}, {hi:.3f}], one seed)" in _flat(PROJECT)
+    assert f"(0.99 on 100 samples, 95 % interval [{lo:.3f}, {hi:.3f}], one seed)" in _quoted("abc_study")
     parity_abs = runs[(runs.task == "parity") & (runs.condition == "abs") & (runs.lr == 0.001)]
     assert (parity_abs.test_exact_60 == 1).all() and f"[{wilson(300, 300)[0]:.3f}, 1]" in _flat(readme)
 
@@ -248,8 +262,8 @@ def test_causal_demo_table():
     base, paper, chosen, upper = (summary[k] for k in ("baseline", "paper_recipe", "selected", "upper_bound"))
     assert f"| none | {cells(base)}" in readme and f"| {cells(paper)}" in readme and f"| {cells(upper)}" in readme
     assert f"**{chosen['ood_exact']:.3f}** | **{chosen['ood_partial']:.3f}** | {chosen['id_exact']:.3f} |" in readme
-    for r in (base, paper, chosen, upper):  # the project README's table quotes the same rows
-        assert f"| {cells(r)}" in PROJECT
+    for r in (base, paper, chosen, upper):  # the getting-started page's table quotes the same rows
+        assert f"| {cells(r)}" in _page("getting-started.md")
     assert f"**Per-token is met ({chosen['ood_partial']:.3f}); exact is not ({chosen['ood_exact']:.3f}).**" in \
         _flat(readme)
 

@@ -101,6 +101,12 @@ class DemoConfig:
     eos: tuple[EosRefs, ...] = EOS_REFS  # the search tries each treatment of the end-of-sequence row (Edit.eos)
 
     @classmethod
+    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
+        """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
+        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
+        return {k: v for k, v in raw.items() if k != "slurm"}
+
+    @classmethod
     def quick_config(cls, **kw: Any) -> "DemoConfig":
         """The `--quick` configuration (fewer samples, a smaller grid), `kw` overriding it."""
         base = dict(samples=24, gen_samples=8, tops=(1, 2), strengths=(1.0, 4.0), deltas=(-1, 0, 1, 2), quick=True)

@@ -114,9 +114,12 @@ class PretrainedConfig:
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The fields a parsed config sets (`load_config`'s hook): top-level keys and the [prompt]/[data]/[analysis]
         tables flattened, [finetune] kept as one table, a single number where a list is due made a list;
-        ValueError naming an unknown key."""
+        ValueError naming an unknown key. A `[slurm]` table holds the resources of `--launcher slurm`
+        (`aspan.applications.launch`), not settings."""
         flat: dict[str, Any] = {}
         for key, value in raw.items():
+            if key == "slurm":
+                continue
             if key in SECTIONS and key and isinstance(value, dict):
                 unknown = sorted(set(value) - SECTIONS[key])
                 if unknown:

@@ -57,6 +57,16 @@ def check_sweep(config: SweepConfig, source: str) -> None:
         config.check_heads(*dims)
 
 
+def sweep_settings(config: SweepConfig) -> dict:
+    """The configuration a sweep's run directory holds results of (`aspan.io.check_settings`)."""
+    # the backend and the weights (a model directory may be replaced by another of the same shape) are settings too
+    # (the device and any_task do not change what a row holds)
+    # (a float32 dtype, the default, stays unrecorded: the runs made before the option computed in float32, and resume)
+    return {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k not in RESULT_FREE
+                                           and not (k == "dtype" and v == "float32")},
+            "backend": default_backend(), "model_sha256": content_hash(config.model)}
+
+
 def run_sweep_dir(config: SweepConfig, out: PathLike, *, config_file: str | None = None,
                   shard: tuple[int, int] | None = None, limit: int | None = None, id_budget: float = ID_BUDGET,
                   progress: bool = True, command: str | None = None) -> dict:
@@ -68,12 +78,7 @@ def run_sweep_dir(config: SweepConfig, out: PathLike, *, config_file: str | None
     check_sweep(config, source)
     out = check_output_dir(out)
     path = rows_file(out, shard)
-    # the backend and the weights (a model directory may be replaced by another of the same shape) are settings too
-    # (the device and any_task do not change what a row holds)
-    # (a float32 dtype, the default, stays unrecorded: the runs made before the option computed in float32, and resume)
-    settings = {"command": "sweep", "config": {k: v for k, v in asdict(config).items() if k not in RESULT_FREE
-                                               and not (k == "dtype" and v == "float32")},
-                "backend": default_backend(), "model_sha256": content_hash(config.model)}
+    settings = sweep_settings(config)
     existing_rows(out)  # a corrupt rows file is refused before any model work
     # one job per rows file (parallel shards write their own), one configuration per run directory
     with claim_run(out, settings, shard=shard, command=command or f"aspan sweep {source}"):

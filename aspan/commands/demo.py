@@ -10,6 +10,7 @@ import shlex
 from ..options import CONVENTIONS, EOS_REFS
 from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int, shard
 from .grammar import PRINT_CONFIG_HELP, add_quiet, from_settings
+from .launcher_options import add_launcher_options, check_launcher, run_launched
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without --shard reuses every shard's rows")
     add_quiet(parser, old=None)
     parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
+    add_launcher_options(parser)
     from_settings(parser, "aspan.applications.demo:DemoConfig", presets={"--quick": "quick_config"},
                   only=("task", "out", "samples", "gen_samples", "seed", "threads", "rank_convention"))
 
@@ -60,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from ..applications.demo import DemoConfig, run_demo
     from ..config import load_config, to_toml
 
+    check_launcher(args)
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
                                  threads=args.threads, rank_convention=args.rank_convention).items()
@@ -79,5 +82,7 @@ def run(args: argparse.Namespace) -> int:
              if v is not None and k != "train"]
     switches = ["--train"] * bool(args.train) + ["--quick"] * bool(args.quick)
     command = " ".join(["aspan demo", *words, *switches])
+    if args.launcher == "slurm":
+        return run_launched(args, "demo", cfg, command)
     run_demo(cfg, command=command, progress=not args.quiet)  # holds the run directory for this job and configuration
     return 0

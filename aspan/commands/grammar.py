@@ -1,4 +1,4 @@
-"""Options every command spells the same way (the command-line grammar of the CLI reference in the README).
+"""Options every command spells the same way (the command-line grammar: docs/cli-examples.md).
 
 - `--quiet`: no progress bars. `--no-progress`, its old spelling in `rank`, `sweep`, `abc` and the studies, still
   works for one release and says so in one line on stderr.

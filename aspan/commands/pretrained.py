@@ -9,6 +9,7 @@ from aspan.options import MODEL_DTYPES
 
 from .argtypes import device, output_dir, positive_int, shard
 from .grammar import add_quiet
+from .launcher_options import add_launcher_options, check_launcher, run_launched
 
 HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fine-tune, then evaluate only shard I of N of the reinforcement grid (a job array on "
                         "identical machines); a run without --shard reuses every shard's rows")
     add_quiet(p, old=None)
+    add_launcher_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from ..applications.pretrained import PretrainedConfig, run_pretrained
     from ..config import load_config
 
+    check_launcher(args)
     flags = {"model": args.model, "out": args.out, "device": args.device, "dtype": args.dtype, "threads": args.threads,
              "shard": args.shard, "finetune.steps": args.steps}
     cfg = load_config(PretrainedConfig, toml_path=args.config, flags=flags)  # checked before the model loads
@@ -45,5 +48,7 @@ def run(args: argparse.Namespace) -> int:
     given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
     words = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
     command = " ".join(["aspan pretrained", shlex.quote(args.config), *words])
+    if args.launcher == "slurm":
+        return run_launched(args, "pretrained", cfg, command)
     run_pretrained(cfg, command=command, progress=not args.quiet)  # holds the run directory for this job and config
     return 0

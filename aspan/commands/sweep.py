@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
 from .grammar import add_quiet
+from .launcher_options import add_launcher_options, check_launcher, print_job_ids, resource_flags
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -29,6 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="selection rule: largest OOD exact gain whose ID exact drop is at most PP percentage points "
                         "(default 1)")
     add_quiet(p)
+    add_launcher_options(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,8 +39,23 @@ def run(args: argparse.Namespace) -> int:
     from aspan.config import load_config
     from aspan.experiments.sweep import SweepConfig
 
+    check_launcher(args)
     # the file's keys, then --device; fully validated before any model work
     config = load_config(SweepConfig, toml_path=args.config, flags={"device": args.device}, name="sweep config")
+    if args.launcher == "slurm":
+        return launch(args, config)
     run_sweep_dir(config, args.out or f"runs/sweep-{Path(args.config).stem}", config_file=str(args.config),
                   shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.quiet)
+    return 0
+
+
+def launch(args: argparse.Namespace, config) -> int:
+    from aspan.applications.launch import launch_sweep, load_resources
+
+    resources = load_resources(args.config, resource_flags(args))
+    result = launch_sweep(config, args.out or f"runs/sweep-{Path(args.config).stem}", resources,
+                          config_file=str(args.config), id_budget=args.id_budget, wait=not args.no_wait,
+                          progress=not args.quiet)
+    if args.no_wait:
+        print_job_ids(result)
     return 0

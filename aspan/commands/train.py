@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="mix this share of ID-preset samples into every batch (fine-tuning that keeps old lengths)")
     p.add_argument("--eval-samples", type=nonneg_int, help="samples per split for those evaluations")
     p.add_argument("--ckpt-every", type=nonneg_int, help="checkpoint every N steps (0: at the end only)")
-    g = p.add_argument_group("learning curves and stop rules (curves.jsonl; see README)")
+    g = p.add_argument_group("learning curves and stop rules (curves.jsonl; see the command-line examples in docs/)")
     g.add_argument("--curve-every", type=nonneg_int, metavar="K",
                    help="score the curve sets every K steps (and at step 0 and the end); when not given: the K that "
                         "keeps them at <= 10%% of training time; 0: no curves")

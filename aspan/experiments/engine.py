@@ -27,7 +27,8 @@ puts each head under its own edit (the causal search's proposals). A point's edi
 past the longest ID sample ("beyond", after `edit.beyond_row`: ID samples are untouched by construction) or to
 heads' rows whose attention on the references is below TAU ("below:TAU"). A point's `eos` "extrapolate" also edits
 the end-of-sequence row (empty reference set) on the reference map continued one row (`hooks.extrapolate_mask`):
-an edit target only, never a score. A new method is a kernel in `hooks` plus its rule in `aspan.methods` (README).
+an edit target only, never a score. A new method is a kernel in `hooks` plus its rule in `aspan.methods`
+(docs/extending.md).
 """
 from __future__ import annotations
 

@@ -100,7 +100,9 @@ class SweepConfig:
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Path) -> dict[str, Any]:
         """The fields a parsed config file sets (`load_config`'s hook): a relative checkpoint path may be relative
-        to the file."""
+        to the file. A `[slurm]` table holds the resources of `--launcher slurm` (`aspan.applications.launch`),
+        not sweep settings."""
+        raw = {k: v for k, v in raw.items() if k != "slurm"}
         model = raw.get("model")
         if isinstance(model, str) and not _named_model(model) and not Path(model).is_absolute():
             rel = path.parent / model

@@ -10,24 +10,21 @@ import re
 
 import pandas as pd
 
+from .tables import ABC_PAPER_TABLE, ABC_TABLE
 from .words import Claim, Finding, pct, pp, sig
 
-ABC_TABLE = "exact accuracy (mean ± sd over seeds), held-out test sets"
 VANILLA = ("rotary", "learned", "alibi", "none")
 
 
 def is_qk(summary: dict, settings: dict) -> bool:
-    """Whether a run's summary is the Q/K study's."""
     return "by_replay" in (summary.get("findings") or {}) and "table" in summary
 
 
 def is_abc(summary: dict, settings: dict) -> bool:
-    """Whether a run's summary is the ABC study's."""
     return ABC_TABLE in (summary.get("tables") or {})
 
 
 def is_parity(summary: dict, settings: dict) -> bool:
-    """Whether a run's summary is the parity study's."""
     return summary.get("study") == "parity" and "summary" in (summary.get("tables") or {})
 
 
@@ -201,17 +198,12 @@ def _abc_task_text(rows: pd.DataFrame, digits: list[str], longest: str) -> str:
 
 
 def is_abc_paper(summary: dict, settings: dict) -> bool:
-    """Whether a run's summary is the ABC paper study's."""
-    from ..applications.studies.abc_paper import SUMMARY_TABLE
-
-    return SUMMARY_TABLE in (summary.get("tables") or {})
+    return ABC_PAPER_TABLE in (summary.get("tables") or {})
 
 
 def abc_paper(summary: dict, settings: dict) -> Finding:
     """The paper's protocol: does Table 1 hold (ABC at the longest length), with each base's fit and ABS beside."""
-    from ..applications.studies.abc_paper import SUMMARY_TABLE
-
-    table = pd.DataFrame(summary["tables"][SUMMARY_TABLE])
+    table = pd.DataFrame(summary["tables"][ABC_PAPER_TABLE])
     digits = [c for c in table.columns if c.endswith(" digits")]
     longest = max(digits, key=lambda c: int(c.split()[0]))
     by = {(r["task"], r["condition"]): r for r in table.to_dict("records")}

@@ -10,17 +10,25 @@ and never tests the class itself; a third backend is one more implementation her
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
 
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
-from .loaded import cache_keyword, forward_cache_to_attention, import_transformer_lens, is_bridge
+from .loaded import bridge, cache_keyword, forward_cache_to_attention, import_transformer_lens, is_bridge
 
 Layout = Literal["heads", "rows"]  # heads: [head, d_model, d_head]; rows: an nn.Linear weight [(head d_head), d_model]
 QK_NAMES = ("W_Q", "W_K", "_W_K")  # HookedTransformer's [heads, d_model, d_head]; _W_K under grouped-query attention
+
+
+class Where(NamedTuple):
+    """Where a model is built: what a backend's constructors read (the loaders' Placement has these fields too)."""
+
+    device: str | None  # the device (None: the CPU)
+    dtype: Any  # a torch.dtype
+    device_map: Any = None  # None (one device), or Hugging Face's placement over several (bridge only)
 
 
 class ModelBackend(Protocol):
@@ -28,6 +36,30 @@ class ModelBackend(Protocol):
 
     name: Backend  # "hooked" or "bridge", as run directories record it
     exact_save: bool  # whether `save(hf=False)` writes the model's own parameters (not a converted form)
+    keeps_masks: bool  # whether the model holds per-layer [n_ctx, n_ctx] attention masks (memory estimates count them)
+    converts_weights: bool  # whether loading a Hugging Face model builds a second copy of its weights (memory x2)
+    takes_device_map: bool  # whether Hugging Face's placement over several devices (`device_map`) applies
+
+    def available(self) -> bool:
+        """Whether the installed TransformerLens has this class."""
+
+    def fresh(self, sizes: dict[str, int], positional: str, seed: int, device, tokenizer: Any) -> Any:
+        """A newly initialised aspan tiny model of `sizes` (d_vocab, n_layers, n_heads, d_model, d_head, d_mlp,
+        n_ctx) with `positional` encoding (`tokenizer`: the Tokenizer, or None for a vocabulary size alone)."""
+
+    def from_hooked(self, load: Callable[[Any], Any], where: Any) -> Any:
+        """A LoadedModel from `load(dtype)`, which reads an aspan-format checkpoint as a HookedTransformer; `where`:
+        the Placement (device, dtype, device_map)."""
+
+    def from_form(self, path: os.PathLike, config: dict[str, Any], where: Any) -> Any:
+        """The model of an aspan checkpoint in its Hugging Face form (directory `path`, its `config.json` read)."""
+
+    def from_hf_dir(self, path: os.PathLike, config: dict[str, Any], where: Any, adapter: dict[str, Any]) -> Any:
+        """A LoadedModel of a Hugging Face checkpoint directory, its tokenizer adapted by `adapter`."""
+
+    def from_hf_model(self, hf_model: Any, tokenizer: Any, where: Any, n_ctx: int | None) -> Any:
+        """The model over an in-memory Hugging Face model (e.g. dequantised from a GGUF file) and its tokenizer
+        (`n_ctx`: a shorter context, where the class copies the weights)."""
 
     def cached_step(self, model, batch: int, device) -> Callable[[Tensor, int], Tensor]:
         """`step(new_tokens, total_len) -> logits`: a forward over the new tokens only, reusing a KV cache."""
@@ -54,6 +86,35 @@ class Hooked:
 
     name: Backend = "hooked"
     exact_save = True
+    keeps_masks = True
+    converts_weights = True  # the Hugging Face model stays alive while its weights are converted
+    takes_device_map = False
+
+    def available(self) -> bool:
+        return has_hooked()
+
+    def fresh(self, sizes: dict[str, int], positional: str, seed: int, device, tokenizer: Any) -> Any:
+        from .tiny import fresh_hooked
+
+        return fresh_hooked(sizes, positional, seed, device)
+
+    def from_hooked(self, load: Callable[[Any], Any], where: Any) -> Any:
+        return load(where.dtype)
+
+    def from_form(self, path: os.PathLike, config: dict[str, Any], where: Any) -> Any:
+        from .checkpoint import hooked_from_form
+
+        return hooked_from_form(path, config, where.device, where.dtype)
+
+    def from_hf_dir(self, path: os.PathLike, config: dict[str, Any], where: Any, adapter: dict[str, Any]) -> Any:
+        from .hf import load_hf_dir
+
+        return load_hf_dir(path, config, device=where.device, dtype=where.dtype, **adapter)
+
+    def from_hf_model(self, hf_model: Any, tokenizer: Any, where: Any, n_ctx: int | None) -> Any:
+        from .hf import from_hf
+
+        return from_hf(hf_model, where.device, n_ctx, where.dtype)
 
     def cached_step(self, model, batch: int, device) -> Callable[[Tensor, int], Tensor]:
         """TransformerLens's own cache; its attention mask covers the new tokens."""
@@ -102,6 +163,37 @@ class Bridge:
 
     name: Backend = "bridge"
     exact_save = False  # on TransformerLens 3.9 the bridge adds an unembedding bias its Hugging Face form folds away
+    keeps_masks = False
+    converts_weights = False  # it wraps the Hugging Face model's own tensors
+    takes_device_map = True
+
+    def available(self) -> bool:
+        return True
+
+    def fresh(self, sizes: dict[str, int], positional: str, seed: int, device, tokenizer: Any) -> Any:
+        """The same network in its Hugging Face form inside a TransformerBridge."""
+        from .tiny import fresh_bridged
+
+        return fresh_bridged(sizes, positional, seed, device, tokenizer)
+
+    def from_hooked(self, load: Callable[[Any], Any], where: Any) -> Any:
+        """Read in float32, then bridged over its Hugging Face form (the bridge casts to `where.dtype`)."""
+        from .checkpoint import to_bridge
+
+        loaded = load(None)
+        return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, where.device, where.dtype))
+
+    def from_form(self, path: os.PathLike, config: dict[str, Any], where: Any) -> Any:
+        return bridge(path, where.device, dtype=where.dtype, device_map=where.device_map)
+
+    def from_hf_dir(self, path: os.PathLike, config: dict[str, Any], where: Any, adapter: dict[str, Any]) -> Any:
+        from .hf import load_hf_bridge
+
+        device_map = {} if where.device_map is None else {"device_map": where.device_map}
+        return load_hf_bridge(path, config, device=where.device, dtype=where.dtype, **device_map, **adapter)
+
+    def from_hf_model(self, hf_model: Any, tokenizer: Any, where: Any, n_ctx: int | None) -> Any:
+        return bridge(hf_model, where.device or "cpu", tokenizer, dtype=where.dtype)
 
     def cached_step(self, model, batch: int, device) -> Callable[[Tensor, int], Tensor]:
         """The Hugging Face cache, updated in place by the wrapped model; its attention mask covers the whole
@@ -170,11 +262,17 @@ class Bridge:
 
 
 HOOKED, BRIDGE = Hooked(), Bridge()
+REGISTRY: dict[str, ModelBackend] = {"hooked": HOOKED, "bridge": BRIDGE}  # a new backend adds its instance here
 
 
 def backend_of(model) -> ModelBackend:
     """The backend that runs `model`."""
     return BRIDGE if is_bridge(model) else HOOKED
+
+
+def backend_named(name: Backend) -> ModelBackend:
+    """The backend called `name` ("hooked" or "bridge"; a one-line error for any other)."""
+    return REGISTRY[check_option("backend", name, tuple(REGISTRY))]
 
 
 def _ones(batch: int, n: int, device) -> Tensor:

@@ -3,6 +3,7 @@ no exact Hugging Face form exists), HF directories, GGUF files; as a HookedTrans
 (`backend`)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -16,7 +17,7 @@ from ..io import atomic_dir, clean, read_json, sha256_of, to_json
 from ..options import BACKENDS, Backend, ModelDtype, check_option, dtype_name
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
-from .backend import backend_of, default_backend, has_hooked
+from .backend import backend_named, backend_of, default_backend
 from .loaded import LoadedModel, bridge, import_transformer_lens, process_kept
 from .safety import ALL_GPUS, check_aspan_config, check_hf_checkpoint, check_hf_config, check_tl_memory
 from .tiny import build
@@ -155,26 +156,27 @@ def _tokenizer_from_dict(d: dict[str, Any], base_dir: Path) -> Tokenizer:
     raise UsageError(f"{where}.type must be 'char' or 'hf_char', got {kind!r}")
 
 
-def _load_hfform(path: Path, config: dict[str, Any], device: str, backend: Backend, dtype: torch.dtype,
-                 device_map: Any = None) -> LoadedModel:
-    """An aspan tiny model stored in its Hugging Face form, as a HookedTransformer or a TransformerBridge, in
-    `dtype`."""
+def _load_hfform(path: Path, config: dict[str, Any], where: Placement) -> LoadedModel:
+    """An aspan tiny model stored in its Hugging Face form, as `where.backend` builds it, in `where.dtype`."""
     tokenizer, meta = hfform.aspan_entry(path, config)
     d_vocab = hfform.check_form_config(path / CONFIG, config).d_vocab
     if tokenizer.vocab_size > d_vocab:
         raise UsageError(f"{path / CONFIG}: vocab_size {d_vocab} is smaller than the tokenizer's "
                          f"{tokenizer.vocab_size} tokens")
-    weights = hfform.read_state(path)  # ValueError naming the file if missing, truncated or corrupt
-    if backend == "bridge":
-        return LoadedModel(bridge(path, device, dtype=dtype, device_map=device_map), tokenizer, meta)
+    hfform.read_state(path)  # ValueError naming the file if missing, truncated or corrupt: before any model
+    return LoadedModel(backend_named(where.backend).from_form(path, config, where), tokenizer, meta)
+
+
+def hooked_from_form(path: Path, config: dict[str, Any], device: str, dtype: torch.dtype):
+    """A HookedTransformer from an aspan checkpoint in its Hugging Face form (the weights converted)."""
     cfg = hfform.tl_config(config, device)
     cfg.dtype = dtype
-    state = hfform.from_hf_state(weights, config, cfg)
+    state = hfform.from_hf_state(hfform.read_state(path), config, cfg)
     model = build(cfg)
     missing, unexpected = model.load_state_dict(state, strict=False)
     if unexpected or [k for k in missing if not k.endswith(("IGNORE", "mask", "rotary_sin", "rotary_cos", "alibi"))]:
         raise ValueError(f"{path / WEIGHTS}: does not match {path / CONFIG} (missing {missing[:5]})")
-    return LoadedModel(model.eval(), tokenizer, meta)
+    return model.eval()
 
 
 def to_bridge(model, tokenizer: Tokenizer, device: str, dtype: torch.dtype | None = None):
@@ -294,9 +296,9 @@ class Placement(NamedTuple):
         """Resolve device, backend, dtype and device map (None or `auto`: the defaults); ValueError on a bad choice."""
         device = default_device() if device in (None, "auto") else check_device(device)
         backend = default_backend() if backend is None else check_option("backend", backend, BACKENDS)
-        if backend == "hooked" and not has_hooked():
+        if not backend_named(backend).available():
             raise ValueError("backend 'hooked' needs TransformerLens 3 (HookedTransformer); this one has only 'bridge'")
-        if device_map is not None and backend != "bridge":
+        if device_map is not None and not backend_named(backend).takes_device_map:
             raise UsageError("device_map needs backend 'bridge' (a HookedTransformer is loaded onto one device)")
         return cls(device, backend, getattr(torch, dtype_name(dtype)), device_map)
 
@@ -342,15 +344,12 @@ def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> 
         if device_map is not None:
             raise UsageError(f"{path}: device_map needs a Hugging Face checkpoint; this one is in the aspan format")
         with reading(path, "aspan checkpoint directory"):
-            loaded = _load_aspan(path, config, device, None if backend == "bridge" else dtype)  # the bridge casts
-        if backend == "bridge":
-            return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, device, dtype))
-        return loaded
+            return backend_named(backend).from_hooked(functools.partial(_load_aspan, path, config, device), where)
     if hfform.is_aspan_hf(config):
         # config values, memory, weights: before any model
         check_hf_checkpoint(path, config, where.memory_device, backend, dtype.itemsize)
         with reading(path, "aspan checkpoint directory (Hugging Face form)"):
-            return _load_hfform(path, config, device, backend, dtype, device_map)
+            return _load_hfform(path, config, where)
     if not (config.get("architectures") or config.get("model_type")):
         raise ValueError(f"{path / CONFIG}: neither an aspan checkpoint (format 'aspan') nor a Hugging Face config "
                          f"(no model_type)")
@@ -361,9 +360,7 @@ def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> 
         raise UsageError(f"{path / CONFIG}: {e}") from None
     check_hf_checkpoint(path, config, where.memory_device, backend, dtype.itemsize)
     with reading(path, "Hugging Face checkpoint directory"):
-        if backend == "bridge":
-            return hf.load_hf_bridge(path, config, device=device, **hf_kwargs, **adapter)
-        return hf.load_hf_dir(path, config, device=device, dtype=dtype, **adapter)
+        return backend_named(backend).from_hf_dir(path, config, where, adapter)
 
 
 def _kind(path: Path) -> str:

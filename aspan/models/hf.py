@@ -23,6 +23,7 @@ import torch
 from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
 from ..options import Backend
+from .backend import Where, backend_named
 from .ggufcheck import check_gguf_file
 from .loaded import LoadedModel
 from .safety import ALL_GPUS
@@ -187,12 +188,12 @@ def load_hf_bridge(path: Path, config: dict[str, Any], device: str | None = None
     `dtype`, on `device` or spread by `device_map` (Hugging Face's placement, e.g. "auto")."""
     from transformers import AutoTokenizer
 
-    from .loaded import bridge
+    from . import loaded
 
     try:
         arch = architecture(config)
         hf_tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = bridge(path, device or "cpu", dtype=dtype, device_map=device_map)
+        model = loaded.bridge(path, device or "cpu", dtype=dtype, device_map=device_map)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: cannot load the Hugging Face checkpoint as a TransformerBridge ({e})") from None
     return _adapted(model, hf_tok, {"source": "hf", "path": str(path), "architecture": arch}, **adapter)
@@ -207,7 +208,7 @@ def load_gguf(
     `device_map` spreads it over several devices)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .loaded import bridge, quiet_hf
+    from .loaded import quiet_hf
 
     path = Path(path)
     if not path.is_file():
@@ -226,11 +227,8 @@ def load_gguf(
         raise MissingPackage("gguf", OPTIONAL_PACKAGES["gguf"], f"loading {path}") from None
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"{path}: cannot load the GGUF file ({e})") from None
-    if backend == "bridge":
-        hf_model.config.architectures = [arch]
-        model = bridge(hf_model, device or "cpu", hf_tok, dtype=dtype)
-    else:
-        model = from_hf(hf_model, device, n_ctx, dtype)
+    hf_model.config.architectures = [arch]
+    model = backend_named(backend).from_hf_model(hf_model, hf_tok, Where(device, dtype, device_map), n_ctx)
     return _adapted(model, hf_tok, {"source": "gguf", "path": str(path), "architecture": arch}, **adapter)
 
 

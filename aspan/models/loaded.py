@@ -24,28 +24,40 @@ class LoadedModel(NamedTuple):
     meta: dict[str, Any]
 
 
+# What TransformerLens and the libraries it loads change in a process, found by comparing the process before and
+# after (tests/test_host_process.py fails if anything else changes): torch's inductor sets this variable when
+# TransformerLens imports it.
+_ENVIRONMENT_SET_BY_LOADING = ("TORCHINDUCTOR_CACHE_DIR",)
+
+
 @contextlib.contextmanager
 def process_kept() -> Iterator[None]:
-    """What runs inside leaves the process's environment variables, warning filters, root logger (its level and
-    handlers) and the `transformers` logger's level as they were. TransformerLens changes each: importing it, torch's
+    """What runs inside leaves the process as it was in the things TransformerLens changes: importing it, torch's
     inductor sets `TORCHINDUCTOR_CACHE_DIR`, it silences the `transformers` logger and adds warning filters; its
-    config conversion logs through the root logger, which gives that logger a handler (`logging.basicConfig`). None
-    of that is aspan's to change in its host process."""
+    config conversion logs through the root logger, which gives that logger a handler (`logging.basicConfig`). Only
+    those are put back (the named variable, the handlers added to the root logger, the two loggers' levels, the
+    warning filters): what the host's other threads change meanwhile is left alone."""
     import logging
     import warnings
 
-    env, logger, root = dict(os.environ), logging.getLogger("transformers"), logging.getLogger()
-    level, root_level, root_handlers = logger.level, root.level, list(root.handlers)
+    env = {name: os.environ.get(name) for name in _ENVIRONMENT_SET_BY_LOADING}
+    hf_logger, root = logging.getLogger("transformers"), logging.getLogger()
+    hf_level, root_level, root_handlers = hf_logger.level, root.level, list(root.handlers)
     try:
         with warnings.catch_warnings():
             yield
     finally:
-        for name in set(os.environ) - set(env):
-            del os.environ[name]
-        os.environ.update({k: v for k, v in env.items() if os.environ.get(k) != v})
-        logger.setLevel(level)
-        root.setLevel(root_level)
-        root.handlers[:] = root_handlers
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            elif os.environ.get(name) != value:
+                os.environ[name] = value
+        for handler in [h for h in root.handlers if h not in root_handlers]:
+            root.removeHandler(handler)
+        if root.level != root_level:
+            root.setLevel(root_level)
+        if hf_logger.level != hf_level:
+            hf_logger.setLevel(hf_level)
 
 
 def import_transformer_lens() -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, get_args
 
+from ..checks import ALL_GPUS, MEMORY_SHARE, available_bytes  # noqa: F401 (the share models may take)
+from ..checks import refuse_over_memory as refuse
 from ..errors import UsageError
 
 # TransformerLens's activation names (`transformer_lens.utilities.activation_functions.SUPPORTED_ACTIVATIONS`).
@@ -23,7 +24,6 @@ ActFn = Literal["solu", "solu_ln", "gelu_new", "gelu_fast", "silu", "relu", "gel
                 "relu2"]
 Dtype = Literal["float32", "float16", "bfloat16", "float64"]
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-MEMORY_SHARE = 0.8  # a model may take at most this share of the memory available when it is built
 # What one layer costs beyond its parameters (Python module objects, hook points): 39 KB for a transformers
 # LlamaForCausalLM layer and 93 KB for a HookedTransformer block, measured at d_model 2 over 2,000 layers. A config
 # of a million tiny layers passes a parameter count and still takes tens of GB.
@@ -202,46 +202,16 @@ def parameter_bytes(d_vocab: int, d_model: int, n_layers: int, n_heads: int, d_h
     return params * dtype_bytes + buffers
 
 
-ALL_GPUS = "cuda:*"  # the device of a model placed by a device_map: every visible GPU's free memory together
-
-
-def available_bytes(device: str | None = None) -> int:
-    """Memory this machine can give a new model now: free memory of a CUDA device (of all of them together for
-    `ALL_GPUS`), else `MemAvailable` from /proc/meminfo (the free physical pages where that file is absent)."""
-    if device is not None and str(device).startswith("cuda"):
-        import torch
-
-        if torch.cuda.is_available() and device == ALL_GPUS:
-            return sum(int(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count()))
-        if torch.cuda.is_available():
-            return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def refuse_over_memory(needed: int, what: str, detail: str, device: str | None = None, verb: str = "needs") -> None:
-    """UsageError "`what`: `verb` about N GB (`detail`), more than this machine can hold" when `needed` bytes exceed
-    MEMORY_SHARE of the available memory (the device's, for CUDA); nothing is allocated to find out."""
-    have = available_bytes(device)
-    if needed > MEMORY_SHARE * have:
-        raise UsageError(f"{what}: {verb} about {_gb(needed)} ({detail}), more than this machine can hold "
-                         f"({_gb(have)} available{' on ' + str(device) if device else ''})")
+    """`aspan.checks.refuse_over_memory` against this module's `available_bytes` (which tests replace to play a
+    smaller machine)."""
+    refuse(needed, what, detail, device, verb, available=available_bytes(device))
 
 
 def check_memory(needed: int, what: str, sizes: dict[str, Any], device: str | None = None) -> None:
     """`refuse_over_memory` for a model, naming its sizes."""
     shown = ", ".join(f"{k}={v}" for k, v in sizes.items())
     refuse_over_memory(needed, what, shown, device, verb="the model would take")
-
-
-def _gb(n: int) -> str:
-    return f"{n / 2**30:,.1f} GB" if n < 2**70 else "more than 10^12 GB"
 
 
 def check_tl_memory(what: str, model: dict[str, Any], device: str | None = None, masks: bool = True) -> None:
@@ -351,13 +321,15 @@ def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: s
     d_mlp = _first(config, "intermediate_size", "n_inner")[1] or 4 * width
     d_head = config.get("head_dim") or width // heads
     model_type = config.get("model_type")
-    hooked = backend == "hooked"
+    from .backend import backend_named  # it loads torch; this module is read without it (the checks before a load)
+
+    built = backend_named(backend)
     needed = parameter_bytes(config["vocab_size"], width, layers, heads, d_head, d_mlp, n_ctx,
                              n_kv_heads=config.get("num_key_value_heads"), learned_positions=model_type == "gpt2",
                              gated=model_type not in ("gpt2", "gpt_neox", "bloom"), dtype_bytes=dtype_bytes,
-                             masks=hooked)
+                             masks=built.keeps_masks)
     shown = {k: config[k] for k in HF_SIZES if config.get(k) is not None}
-    check_memory((needed + layers * LAYER_OVERHEAD) * (2 if hooked else 1), str(file), shown, device)
+    check_memory((needed + layers * LAYER_OVERHEAD) * (2 if built.converts_weights else 1), str(file), shown, device)
 
 
 def stored_tensors(directory: Path) -> dict[str, tuple[Path, list[int]]]:
@@ -674,7 +646,9 @@ def check_gguf_memory(path: Path, device: str | None, backend: str,
     needed = params * (4 + dtype_bytes)
     if isinstance(layers, int) and layers > 0:
         needed += 2 * layers * LAYER_OVERHEAD
-    if backend == "hooked":
+    from .backend import backend_named  # it loads torch; this module is read without it
+
+    if backend_named(backend).keeps_masks:
         if all(isinstance(v, int) and v > 0 for v in (layers, n_ctx, heads, width)):
             needed += layers * (n_ctx * n_ctx + 2 * n_ctx * (width // heads) * 4)
     entries = len(meta) + sum(v.length for v in meta.values() if isinstance(v, GGUFArray))  # keys and array items

@@ -12,7 +12,7 @@ import torch
 
 from ..tasks.base import Task
 from ..tokenization import Tokenizer
-from .backend import backend_of, default_backend
+from .backend import backend_named, backend_of, default_backend
 from .hfbase import positional_of_cfg
 from .loaded import import_transformer_lens
 
@@ -147,11 +147,13 @@ def _check_sizes(sizes: dict[str, int], d_head: int | None) -> int:
     return d_head
 
 
-def _hooked(sizes: dict[str, int], pos_cfg: dict, seed: int, device: str | torch.device | None) -> HookedTransformer:
+def fresh_hooked(sizes: dict[str, int], positional: str, seed: int,
+                 device: str | torch.device | None) -> HookedTransformer:
     """The TransformerLens 3 HookedTransformer of `sizes` (d_vocab, n_layers, n_heads, d_model, d_head, d_mlp,
     n_ctx), seeded without touching the caller's global RNG state."""
     from transformer_lens import HookedTransformerConfig
 
+    pos_cfg = _positional_cfg(positional, sizes["d_head"])
     cfg = HookedTransformerConfig(
         n_layers=sizes["n_layers"],
         d_model=sizes["d_model"],
@@ -172,8 +174,8 @@ def _hooked(sizes: dict[str, int], pos_cfg: dict, seed: int, device: str | torch
     return model
 
 
-def _bridged(sizes: dict[str, int], positional: str, seed: int, device: str | torch.device | None,
-             vocab_size: int | Tokenizer):
+def fresh_bridged(sizes: dict[str, int], positional: str, seed: int, device: str | torch.device | None,
+                  tokenizer: Tokenizer | None):
     """The tiny model of `sizes` as a fresh Hugging Face model inside a TransformerBridge (TransformerLens 4, or the
     bridge backend on 3.9): GPT-NeoX for rotary or no positions, GPT-2 for learned ones, Bloom for ALiBi (power-of-two
     head counts and d_mlp = 4 d_model only: ValueError otherwise)."""
@@ -193,8 +195,7 @@ def _bridged(sizes: dict[str, int], positional: str, seed: int, device: str | to
                          f"{n} heads and d_mlp {sizes['d_mlp']}")
     shape = Sizes(sizes["d_vocab"], sizes["n_layers"], sizes["n_heads"], sizes["d_model"], sizes["d_mlp"],
                   sizes["n_ctx"], rotary_fraction=0.0 if positional == "none" else 1.0)
-    tok = None if isinstance(vocab_size, int) else vocab_size
-    return tiny_bridge(shape, positional, seed, "cpu" if device is None else str(device), tok)
+    return tiny_bridge(shape, positional, seed, "cpu" if device is None else str(device), tokenizer)
 
 
 # Keyword parameters kept (12): `tiny` is the public model factory, and each is a model size or setting a user
@@ -230,13 +231,8 @@ def tiny(
     d_mlp = 4 * d_model if d_mlp is None else d_mlp
     from .safety import check_tl_memory
 
-    hooked = default_backend() != "bridge"
-    check_tl_memory("tiny model", dict(d_vocab=d_vocab, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                                       d_head=d_head, d_mlp=d_mlp, n_ctx=n_ctx, **pos_cfg), device, masks=hooked)
-    # TransformerLens 4, or ASPAN_BACKEND=bridge: the same network in its Hugging Face form inside a TransformerBridge
-    if not hooked:
-        return _bridged(dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head,
-                             d_mlp=d_mlp, n_ctx=n_ctx), positional, seed, device, vocab_size)
+    backend = backend_named(default_backend())
     sizes = dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp,
                  n_ctx=n_ctx)
-    return _hooked(sizes, pos_cfg, seed, device)
+    check_tl_memory("tiny model", {**sizes, **pos_cfg}, device, masks=backend.keeps_masks)
+    return backend.fresh(sizes, positional, seed, device, None if isinstance(vocab_size, int) else vocab_size)

@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from aspan.applications import campaign as c
+from aspan.cli import main
 from aspan.errors import UsageError
 
 RUNS = (
@@ -48,8 +49,6 @@ def _weights(run: Path) -> dict[str, dict[str, torch.Tensor]]:
 
 
 def _slice(campaign: Path, out: Path, plan=PLAN, clock=None) -> dict:
-    from aspan.cli import main
-
     s = c.Slice(campaign, out, main, "cpu", clock or c.time.monotonic)
     return c.run_slice(plan, s)
 
@@ -166,6 +165,17 @@ def test_the_shipped_plan_loads_and_names_existing_configs():
     assert plan.budget_s <= 480
 
 
+def test_the_shipped_study_configs_resolve(tmp_path, capsys):
+    """Every study the plan runs reads its TOML without error (its settings resolved and checked, nothing run)."""
+    plan = c.load_plan("configs/gpu/campaign.toml")
+    studies = [e for e in plan.entries() if e.command[0] == "study"]
+    assert len(studies) >= 4
+    for e in studies:
+        assert main([*e.command, "--out", str(tmp_path / e.name), "--print-config"]) in (0, None), e.name
+        assert "seeds = " in capsys.readouterr().out, e.name
+        assert not (tmp_path / e.name).exists()
+
+
 def test_device_checks_pass_on_cpu():
     from aspan.applications.device_checks import run_checks
 
@@ -222,8 +232,6 @@ def test_the_campaign_readme_quotes_its_rows():
 
 
 def test_the_command_line_status_and_a_bad_budget(capsys, tmp_path):
-    from aspan.cli import main
-
     root = Path(__file__).resolve().parents[2]
     plan = c.load_plan(root / "configs" / "gpu" / "campaign.toml")
     assert main(["gpu", "status", "--plan", str(root / "configs/gpu/campaign.toml"),

@@ -20,7 +20,7 @@ def quick_run(tmp_path_factory):
 
 
 def test_quick_writes_complete_tables(quick_run):
-    cfg = study.StudyConfig.quick()
+    cfg = study.ParityStudyConfig.quick()
     summary = pd.read_csv(quick_run / "summary.csv")
     assert len(summary) == len(FORMATS) * len(cfg.multiples)
     assert set(summary.format) == set(FORMATS) and set(summary.multiple) == set(cfg.multiples)
@@ -53,7 +53,7 @@ def test_rows_match_the_saved_models(quick_run):
     from aspan import models
     from aspan.evaluation import evaluate
 
-    cfg = study.StudyConfig.quick()
+    cfg = study.ParityStudyConfig.quick()
     results = pd.read_csv(quick_run / "results.csv")
     row = results[(results.format == "scratchpad") & (results.seed == 1)].sort_values("multiple").iloc[-1]
     loaded = models.load(quick_run / "models" / study.run_id("scratchpad", row.lr, 1), device="cpu")
@@ -124,18 +124,19 @@ def test_bad_settings_one_line_before_any_work(tmp_path, capsys, argv, words):
 def test_toml_config(tmp_path):
     good = tmp_path / "good.toml"
     good.write_text('[parity]\nformats = ["plain", "mnemonic"]\nsteps = 5\nlrs = [0.001]\n')
-    cfg = load_config(study.StudyConfig, toml_path=good)
+    cfg = load_config(study.ParityStudyConfig, toml_path=good)
     assert (cfg.formats, cfg.steps, cfg.lrs, cfg.seeds) == (("plain", "mnemonic"), 5, (0.001,), 3)
     bad = tmp_path / "bad.toml"
     bad.write_text("[parity]\nstepz = 5\n")
     with pytest.raises(ValueError, match=f"{bad}: unknown key 'stepz'"):
-        load_config(study.StudyConfig, toml_path=bad)
+        load_config(study.ParityStudyConfig, toml_path=bad)
 
 
 def test_gpu_config_is_valid():
     from pathlib import Path
 
-    cfg = load_config(study.StudyConfig, toml_path=Path(__file__).parents[2] / "configs" / "parity_study_gpu.toml")
+    gpu = Path(__file__).parents[2] / "configs" / "parity_study_gpu.toml"
+    cfg = load_config(study.ParityStudyConfig, toml_path=gpu)
     assert cfg.seeds >= 3 and cfg.steps >= 800
 
 
@@ -152,7 +153,7 @@ def _jsonl(path):
 
 
 def test_curves_protocol_writes_curves_stops_and_fits(curves_run):
-    cfg = study.StudyConfig.curves(quick=True)
+    cfg = study.ParityStudyConfig.curves(quick=True)
     rows = _jsonl(curves_run / "rows.jsonl")
     curves = _jsonl(curves_run / "learning_curves.jsonl")
     assert len({c["key"] for c in curves}) == len(curves)
@@ -213,7 +214,7 @@ def test_curves_lr_prefers_a_rate_that_fit_and_never_reads_test_rows():
 
 
 def test_a_format_that_fit_keeps_its_extrapolation_numbers(tmp_path):
-    cfg = study.StudyConfig.curves(quick=True, formats=("scratchpad", "mnemonic"), seeds=2)
+    cfg = study.ParityStudyConfig.curves(quick=True, formats=("scratchpad", "mnemonic"), seeds=2)
     rows = []
     for fmt, fitted in (("scratchpad", True), ("mnemonic", False)):
         for seed in (0, 1):
@@ -254,7 +255,7 @@ def test_finding_says_did_not_fit_instead_of_a_number(curves_run):
 def test_a_run_that_fits_before_its_first_loss_row_still_gets_its_rows(tmp_path):
     """The target stop rule can fire at a curve check before training logged any loss (here step 8; the loss is
     logged every cap / 10 = 40 steps): the run still writes its rows, with no final loss (it raised IndexError)."""
-    cfg = study.StudyConfig.curves(quick=True, formats=("plain",), lrs=(3e-3,), seeds=1, cap=400, curve_every=4,
+    cfg = study.ParityStudyConfig.curves(quick=True, formats=("plain",), lrs=(3e-3,), seeds=1, cap=400, curve_every=4,
                                    fit_exact=0.3)
     study.run_study(cfg, tmp_path, report=False, progress=False)
     rows = _jsonl(tmp_path / "rows.jsonl")
@@ -274,7 +275,7 @@ def _bits(task, samples):
 def test_held_out_id_inputs_are_never_training_inputs(fmt):
     """Training draws 1..L-bit inputs from one side of a fixed split of the inputs; every held-out set at the
     training lengths (selection 1x, test 1x, the fit curve set) draws from the other side only."""
-    cfg = study.StudyConfig.curves(train_length=10, n_select=100, n_test=200, n_curve=200)
+    cfg = study.ParityStudyConfig.curves(train_length=10, n_select=100, n_test=200, n_curve=200)
     L = cfg.train_length
     train = study.make_task(cfg, fmt, (1, L), "train")
     seen = set()
@@ -292,11 +293,11 @@ def test_held_out_id_inputs_are_never_training_inputs(fmt):
 
 
 def test_no_split_is_the_old_sampling_and_keys_record_the_split():
-    old = study.StudyConfig.quick(held_out_share=0.0)
+    old = study.ParityStudyConfig.quick(held_out_share=0.0)
     assert [s.text for s in study.eval_sets(old, "plain")["select", "id"]] == \
         [s.text for s in study.Parity(length=old.train_length, format="plain").generate(old.n_select, seed=10_001)]
     assert "held_out_share" not in study.run_settings(old, "plain", 1e-3, 0)
-    assert study.run_settings(study.StudyConfig.quick(), "plain", 1e-3, 0)["held_out_share"] == 0.2
+    assert study.run_settings(study.ParityStudyConfig.quick(), "plain", 1e-3, 0)["held_out_share"] == 0.2
 
 
 def test_runs_train_on_the_training_side(monkeypatch, tmp_path):
@@ -310,7 +311,7 @@ def test_runs_train_on_the_training_side(monkeypatch, tmp_path):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(training, "train_resumable", capture)
-    cfg = study.StudyConfig.quick()
+    cfg = study.ParityStudyConfig.quick()
     with pytest.raises(KeyboardInterrupt):
         study.train_and_evaluate(cfg, *_tok_ctx(cfg), study.Run("plain", 1e-3, 0), tmp_path)
     assert isinstance(seen["data"], SplitTask) and seen["data"].side == "train"
@@ -323,3 +324,7 @@ def _tok_ctx(cfg):
     task = study.make_task(cfg, "plain", (1, max(cfg.multiples) * cfg.train_length))
     tok = CharTokenizer.for_alphabets(task.alphabet)
     return tok, models.check_context(10**9, task, tok.offset)
+
+
+def test_the_former_settings_name_is_the_same_class():
+    assert study.StudyConfig is study.ParityStudyConfig

@@ -1,4 +1,4 @@
-"""Addition: README example, hand-worked references, ID/OOD contract, sufficiency, padding, validation."""
+"""Addition: docs/tasks.md example, hand-worked references, ID/OOD contract, sufficiency, padding, validation."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

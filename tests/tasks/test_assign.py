@@ -1,4 +1,4 @@
-"""Value assignment: README example, references, validity, alphabets, bad params, random params."""
+"""Value assignment: docs/tasks.md example, references, validity, alphabets, bad params, random params."""
 import random
 import string
 

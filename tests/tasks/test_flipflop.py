@@ -1,4 +1,5 @@
-"""Flip-flop: README example, references by hand, validity rules, flips off, sufficiency over random parameters."""
+"""Flip-flop: docs/tasks.md example, references by hand, validity rules, flips off, sufficiency over random parameters.
+"""
 import random
 
 import pytest

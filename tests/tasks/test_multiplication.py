@@ -1,4 +1,4 @@
-"""Multiplication: README example with hand-worked references, ID/OOD contract, sufficiency, validation."""
+"""Multiplication: docs/tasks.md example with hand-worked references, ID/OOD contract, sufficiency, validation."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

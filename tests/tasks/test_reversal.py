@@ -1,4 +1,4 @@
-"""Reversal: README example, contract on ID/OOD samples, sufficiency, parameter and prompt validation."""
+"""Reversal: docs/tasks.md example, contract on ID/OOD samples, sufficiency, parameter and prompt validation."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -1,4 +1,5 @@
-"""Successor: README example with hand-worked references, length handling, ID/OOD contract, sufficiency, validation."""
+"""Successor: docs/tasks.md example with hand-worked references, length handling, ID/OOD contract, sufficiency,
+validation."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st

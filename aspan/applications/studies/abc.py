@@ -23,14 +23,19 @@ Rows are keyed by their settings in `runs.jsonl`: a rerun into the same director
 from __future__ import annotations
 
 import math
-import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
 
+from ... import tasks
+from ...environment import run_environment
+from ...findings.tables import ABC_TABLE
+from ...io import RowWriter, RunDir, read_rows, settings_key
 from ...tasks.base import Sample, Task
+from ...tasks.draws import LengthMix
+from ...tokenization import CharTokenizer
 
 Condition = Literal["rotary", "learned", "alibi", "none", "abs", "abc"]
 CONDITIONS: tuple[Condition, ...] = get_args(Condition)
@@ -95,8 +100,6 @@ class AbcStudyConfig:
 # ----------------------------------------------------------------------------------------------- protocol presets
 def length_task(name: str, n: int) -> Task:
     """The study's task with numbers of exactly `n` digits (parity: `n` bits, scratchpad format)."""
-    from ... import tasks
-
     if name == "successor":
         return tasks.get("successor", start=(10 ** (n - 1) if n > 1 else 0, 10**n - 1), numbers=2)
     if name == "addition":
@@ -104,40 +107,6 @@ def length_task(name: str, n: int) -> Task:
     if name == "parity":
         return tasks.get("parity", length=(n, n), format="scratchpad")
     raise ValueError(f"the ABC study has no task {name!r}; choose from {', '.join(STUDY_TASKS)}")
-
-
-class LengthMix(Task):
-    """Samples whose length (digit count) is drawn uniformly from `parts` first, then the sample from that part:
-    uniform numbers up to 999999 would be 90 % six-digit."""
-
-    def __init__(self, parts: Sequence[Task]):
-        if not parts:
-            raise ValueError("LengthMix needs at least one task")
-        self.parts = list(parts)
-        self.name = self.parts[0].name
-        self.open_ended = self.parts[0].open_ended
-
-    def params(self) -> dict[str, Any]:
-        return {"mix": [p.params() for p in self.parts]}
-
-    @property
-    def alphabet(self) -> str:
-        return "".join(sorted(set("".join(p.alphabet for p in self.parts))))
-
-    def max_text_len(self) -> int:
-        return max(p.max_text_len() for p in self.parts)
-
-    def _sample(self, rng: random.Random) -> Sample:
-        return self.parts[rng.randrange(len(self.parts))]._sample(rng)
-
-    def solve(self, prompt: str, *args: Any) -> str:
-        return self.parts[0].solve(prompt, *args)
-
-    def solve_like(self, prompt: str, target: str) -> str:
-        return self.parts[0].solve_like(prompt, target)
-
-    def legal_swaps(self, prompt: str, pos: int) -> str:
-        return self.parts[0].legal_swaps(prompt, pos)
 
 
 def train_task(name: str, longest: int = 6) -> LengthMix:
@@ -168,8 +137,6 @@ class _TaskSets:
 
 
 def _task_sets(name: str, cfg: AbcStudyConfig) -> _TaskSets:
-    from ...tokenization import CharTokenizer
-
     mix = train_task(name, cfg.train_max)
     tok = CharTokenizer.for_alphabets(mix.alphabet)
     n_ctx = protocol_context(name, [*cfg.buckets, *cfg.select_buckets, cfg.train_max], tok.offset)
@@ -232,7 +199,6 @@ def _bias_for(condition: str, name: str, sets: _TaskSets, cfg: AbcStudyConfig, c
 def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) -> dict[str, Any]:
     """Train (and for abs/abc bias) one model; its row: settings, key, selection and test accuracy per bucket."""
     from ... import models
-    from ...io import settings_key
 
     cfg, sets = ctx.cfg, ctx.sets[name]
     settings = {"task": name, "condition": condition, "seed": seed, "lr": lr, **ctx.shared}
@@ -317,8 +283,6 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True) -> "p
     """Run (or resume) every task x condition x seed; choose learning rates on seed 0; write every output."""
     from tqdm.auto import tqdm
 
-    from ...io import RowWriter, read_rows
-
     cfg.check()
     out = Path(out)
     sets = {name: _task_sets(name, cfg) for name in cfg.tasks}  # context checked up front, before any training
@@ -362,24 +326,9 @@ def summary_table(ctx: _Ctx) -> "pd.DataFrame":
     return pd.DataFrame(out)
 
 
-def study_figure(table: "pd.DataFrame", name: str):
-    """Exact accuracy vs number of digits, one line per condition (mean ± sd over seeds)."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for condition, g in table[table.task == name].groupby("condition", sort=False):
-        fig.add_scatter(x=g.digits, y=g.exact_mean, error_y={"type": "data", "array": g.exact_sd.fillna(0)},
-                        mode="lines+markers", name=condition)
-    fig.update_layout(title=f"{name}: exact accuracy vs length (trained on 1-6 digits; Duan & Shi 2023 protocol)",
-                      xaxis={"title": "digits (bits for parity)", "type": "log"},
-                      yaxis={"title": "exact", "range": [0, 1.02]})
-    return fig
-
-
 def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     """table.csv, summary.json (wide table at every length), runs.jsonl (already written), figures, run.json."""
-    from ...environment import run_environment
-    from ...io import RunDir
+    from ...viz.studies import abc_study_figure as study_figure  # loads plotly and torch: only when writing
 
     table = summary_table(ctx)
     run = RunDir(ctx.out)
@@ -390,7 +339,7 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
                "seeds": g.seeds.iloc[0]}
         row.update({f"{n} digits": f"{m:.3f} ± {sd:.3f}" for n, m, sd in zip(g.digits, g.exact_mean, g.exact_sd)})
         wide.append(row)
-    run.write_json("summary.json", {"tables": {"exact accuracy (mean ± sd over seeds), held-out test sets": wide},
+    run.write_json("summary.json", {"tables": {ABC_TABLE: wide},
                                     "not_run": ctx.missing})
     for name in ctx.cfg.tasks:
         run.figure(study_figure(table, name), f"abc_{name}")
@@ -404,3 +353,17 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         **run_environment(device=ctx.cfg.device),
     })
     return table
+
+
+class AbcStudy:
+    """The aligned abc study as a `Study` (`aspan.applications.studies`): `run_study`."""
+
+    name = "abc"
+    config = AbcStudyConfig
+
+    def run(self, config: AbcStudyConfig, out: str | Path, *, progress: bool = True) -> "pd.DataFrame":
+        """Run or resume the study in `out`; returns table.csv's table."""
+        return run_study(config, out, progress=progress)
+
+
+STUDY = AbcStudy()

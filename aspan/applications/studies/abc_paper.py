@@ -40,12 +40,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
+from ... import tasks
+from ...environment import run_environment
+from ...findings.tables import ABC_PAPER_TABLE
 from ...intervals import wilson  # noqa: F401 (re-exported: part of this module's public names)
+from ...io import RowWriter, RunDir, append_line, read_rows, settings_key
 from ...tasks.base import SEPARATORS, Sample, Task
+from ...tasks.draws import OPERANDS, NumberDraw, build
+from ...tokenization import CharTokenizer
 
 PAPER_TASKS = ("successor", "addition", "parity")
 PAPER_CONDITIONS = ("vanilla", "abc", "abs")
-OPERANDS = {"successor": 1, "addition": 2, "parity": 1}
 DEFAULT_PLAN = ("successor:vanilla", "successor:abc", "addition:vanilla", "addition:abc", "parity:abs")
 DATA_SEED, CHECK_SEED, TEST_SEED, CALIB_SEED = 2023, 40_000, 50_000, 60_000
 FRESH_INIT = 1000  # the ABC model's initialisation seed is the base's + this: a fresh model, not the base's twin
@@ -58,7 +63,7 @@ PAPER_TABLE = {
     ("parity", "vanilla"): (29.23, 0.29, 0.0, 0.0), ("parity", "abs"): (100.0, 100.0, 100.0, 100.0),
 }
 PAPER_LENGTHS = (6, 10, 20, 60)
-SUMMARY_TABLE = "exact accuracy, mean over seeds [pooled Wilson 95 %] (paper)"  # summary.json's table (findings)
+SUMMARY_TABLE = ABC_PAPER_TABLE  # summary.json's table, by which the findings know this study
 
 
 @dataclass(frozen=True)
@@ -169,8 +174,6 @@ def exact_length_numbers(length: int, k: int, pool: Sequence[int], limit: int, r
 
 def padded_task(name: str, width: int) -> Task:
     """The study's task in the padded layout of `width` digits (parity: bits)."""
-    from ... import tasks
-
     if name == "successor":
         return tasks.get("successor", start=(0, 10**width - 1), numbers=2, layout="padded", width=width)
     if name == "addition":
@@ -183,43 +186,6 @@ def padded_task(name: str, width: int) -> Task:
 def task_width(name: str, buckets: Sequence[int]) -> int:
     """The padded width that fits the longest test length: its digits, or for parity the bits of its numbers."""
     return len(format(10 ** max(buckets) - 1, "b")) if name == "parity" else max(buckets)
-
-
-def build(task: Task, xs: Sequence[int]) -> Sample:
-    """The sample of the numbers `xs` (one per operand) in `task`'s padded layout."""
-    if task.name == "successor":
-        return task.build(xs[0], 2)
-    return task.build(list(xs)) if task.name == "addition" else task.build(xs[0])
-
-
-class NumberDraw(Task):
-    """Samples of a padded task whose operands are drawn uniformly and independently from `numbers`."""
-
-    def __init__(self, base: Task, numbers: Sequence[int]):
-        self.base, self.numbers = base, list(numbers)
-        self.name, self.open_ended = base.name, base.open_ended
-
-    def params(self) -> dict[str, Any]:
-        return {**self.base.params(), "numbers": len(self.numbers)}
-
-    @property
-    def alphabet(self) -> str:
-        return self.base.alphabet
-
-    def max_text_len(self) -> int:
-        return self.base.max_text_len()
-
-    def _sample(self, rng: random.Random) -> Sample:
-        return build(self.base, [rng.choice(self.numbers) for _ in range(OPERANDS[self.name])])
-
-    def solve(self, prompt: str, *args: Any) -> str:
-        return self.base.solve(prompt, *args)
-
-    def solve_like(self, prompt: str, target: str) -> str:
-        return self.base.solve_like(prompt, target)
-
-    def legal_swaps(self, prompt: str, pos: int) -> str:
-        return self.base.legal_swaps(prompt, pos)
 
 
 def held_out_samples(task: Task, length: int, k: int, pool: Sequence[int], limit: int, seed: int) -> list[Sample]:
@@ -246,7 +212,6 @@ class PaperData:
 def paper_data(name: str, cfg: PaperConfig) -> PaperData:
     """Every set of one task, drawn from the number split (the same for every seed)."""
     from ... import models
-    from ...tokenization import CharTokenizer
 
     task = padded_task(name, task_width(name, cfg.buckets))
     train_numbers, check_numbers, test_numbers = number_split(cfg.number_bits)
@@ -409,7 +374,6 @@ def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch
     ends (`aspan.training.train_resumable`). `log`: (JSONL file, fields) to append every check to as it happens (a
     long run shows how far it got). Returns steps, fitted, the last ID exact and every check (the curve before
     training, step 0, is not a check)."""
-    from ...io import append_line
     from ...training import train_resumable
 
     def logged(rows: list[dict]) -> None:
@@ -451,8 +415,6 @@ class _Ctx:
     skipped: list[str] = field(default_factory=list)
 
     def key(self, name: str, condition: str, seed: int) -> tuple[dict, str]:
-        from ...io import settings_key
-
         settings = {"protocol": "paper", "task": name, "condition": condition, "seed": seed, **self.shared}
         layer = calibration_layer(self.cfg)
         if condition == "abc" and layer != self.cfg.n_layers - 1:  # only ABC reads it; the last layer keeps old keys
@@ -569,8 +531,6 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True) ->
     """Run (or resume) every planned task x condition x seed (vanilla before ABC) and write every output."""
     from tqdm.auto import tqdm
 
-    from ...io import RowWriter, read_rows
-
     cfg.check()
     out = Path(out)
     runs = cfg.runs()
@@ -637,8 +597,6 @@ def _position_key(name: str, condition: str, seed: int, digits: int) -> str:
 def record_positions(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
     """Append `position_rows` of one saved model (at the first test length past the ID one) to positions.jsonl
     unless they are there; then, without `keep_models`, delete the models nothing needs any more."""
-    from ...io import append_line, read_rows
-
     past = [n for n in ctx.cfg.buckets if n > ctx.cfg.id_digits]
     if condition != "abs" and past and model_dir(ctx.out, name, condition, seed).exists():
         key = _position_key(name, condition, seed, past[0])
@@ -652,8 +610,6 @@ def record_positions(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
 def prune_models(ctx: _Ctx) -> None:
     """Delete every saved model whose position rows are recorded and, for a vanilla base whose task has ABC in the
     plan, whose ABC row (or its skip) is written."""
-    from ...io import read_rows
-
     done = {r["key"].rsplit("/", 1)[0] for r in read_rows(ctx.out / POSITIONS, ("key",), "abc study positions")}
     runs = ctx.cfg.runs()
     for name, condition in runs:
@@ -671,8 +627,6 @@ def write_position_table(ctx: _Ctx) -> None:
     breaks: which rows fail, and whether they fail by writing 0); models saved before positions.jsonl existed are
     recorded first."""
     import pandas as pd
-
-    from ...io import RunDir, read_rows
 
     for name, condition in ctx.cfg.runs():
         for seed in ctx.cfg.seeds:
@@ -713,48 +667,12 @@ def paper_table(ctx: _Ctx) -> "pd.DataFrame":
     return pd.DataFrame(out)
 
 
-def bias_figure(cal: dict, title: str):
-    """Per head: the cross block of the averaged attention beside the bias calibrated from it (-1e4 shown blank)."""
-    import torch
-    from plotly.subplots import make_subplots
-
-    rows, cols = cal["rows"], cal["prompt_cols"]
-    attn = cal["attn"][:, rows][:, :, cols]
-    bias = cal["bias"][:, rows][:, :, cols]
-    n_heads = attn.shape[0]
-    fig = make_subplots(rows=n_heads, cols=2, subplot_titles=[f"head {h} {w}" for h in range(n_heads)
-                                                              for w in ("attention", "bias")])
-    for h in range(n_heads):
-        shown = torch.where(bias[h] > -1, bias[h], torch.tensor(float("nan")))
-        fig.add_heatmap(z=attn[h].tolist(), row=h + 1, col=1, coloraxis="coloraxis")
-        fig.add_heatmap(z=shown.tolist(), row=h + 1, col=2, coloraxis="coloraxis2")
-    fig.update_yaxes(autorange="reversed", title_text="target row")
-    fig.update_xaxes(title_text="operand column")
-    fig.update_layout(title=title, height=260 * n_heads, coloraxis={"colorscale": "Viridis", "colorbar": {"x": 0.45}},
-                      coloraxis2={"colorscale": "Reds_r"})
-    return fig
-
-
-def accuracy_figure(table: "pd.DataFrame", name: str):
-    """Exact accuracy vs digits per condition, with the pooled Wilson 95 % interval."""
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for condition, g in table[table.task == name].groupby("condition", sort=False):
-        fig.add_scatter(x=g.digits, y=g.exact_mean, mode="lines+markers", name=condition,
-                        error_y={"type": "data", "symmetric": False, "array": g.wilson_high - g.exact_mean,
-                                 "arrayminus": g.exact_mean - g.wilson_low})
-    fig.update_layout(title=f"{name}: exact accuracy vs length (Duan & Shi 2023 protocol, padded layout)",
-                      xaxis={"title": "digits", "type": "log"}, yaxis={"title": "exact", "range": [0, 1.02]})
-    return fig
-
-
 def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     """table.csv, summary.json (wide table beside the paper's), figures, run.json; runs.jsonl is already written."""
     import torch
 
-    from ...environment import run_environment
-    from ...io import RunDir
+    from ...viz.studies import abc_accuracy_figure as accuracy_figure
+    from ...viz.studies import abc_bias_figure as bias_figure
 
     table = paper_table(ctx)
     run = RunDir(ctx.out)
@@ -785,3 +703,17 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         **run_environment(device=ctx.cfg.device),
     })
     return table
+
+
+class AbcPaperStudy:
+    """The abc study under Duan & Shi's protocol as a `Study` (`aspan.applications.studies`): `run_paper_study`."""
+
+    name = "abc-paper"
+    config = PaperConfig
+
+    def run(self, config: PaperConfig, out: str | Path, *, progress: bool = True) -> "pd.DataFrame":
+        """Run or resume the study in `out`; returns table.csv's table."""
+        return run_paper_study(config, out, progress=progress)
+
+
+STUDY = AbcPaperStudy()

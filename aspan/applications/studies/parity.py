@@ -32,8 +32,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...environment import run_environment, torch_threads
+from ...intervals import mean_sd, seed_interval, t_interval
+from ...io import RowWriter, read_rows, save_figure, settings_key, write_csv, write_json
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
+from ...tasks.split import SplitTask
+from ...tokenization import CharTokenizer
 
 PROTOCOLS = ("budget", "curves")
 CURVES_ROWS = "learning_curves.jsonl"  # the curves protocol's learning curves: one row per (run, step, set)
@@ -41,7 +46,7 @@ FIT_SET = "train"  # the curve set of the training lengths, whose exact accuracy
 
 
 @dataclass
-class StudyConfig:
+class ParityStudyConfig:
     """Settings of one parity study; every field can come from a TOML file (`--config`) or a flag."""
 
     formats: tuple[str, ...] = FORMATS  # parity formats compared
@@ -78,14 +83,14 @@ class StudyConfig:
     fit_exact: float = 0.99
 
     @classmethod
-    def quick(cls, **kw: Any) -> "StudyConfig":
+    def quick(cls, **kw: Any) -> "ParityStudyConfig":
         """Tiny settings that finish in well under a minute (for the tests), same code path."""
         base = dict(train_length=3, seeds=2, lrs=(1e-3, 3e-3), steps=8, warmup=2, n_layers=1, n_heads=2, d_model=16,
                     anchors=30, n_select=8, n_test=8, eval_batch_size=16)
         return cls(**{**base, **kw})
 
     @classmethod
-    def curves(cls, quick: bool = False, **kw: Any) -> "StudyConfig":
+    def curves(cls, quick: bool = False, **kw: Any) -> "ParityStudyConfig":
         """The curves protocol's defaults (`--protocol curves`): inputs of up to 20 bits, tested at 1x, 2x and 5x
         (100 bits: within the mnemonic anchors), a 3-point grid; with `quick`, the tiny settings of the tests."""
         if quick:
@@ -136,12 +141,6 @@ class StudyConfig:
         return max(max(self.multiples), self.select_multiple) * self.train_length
 
 
-def mean_sd(values: list[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (sd is NaN for a single value)."""
-    a = np.asarray(values, dtype=float)
-    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else math.nan
-
-
 def choose_lr(rows: pd.DataFrame) -> float:
     """The selection rule: largest exact at the selection length, then exact at 1x, then per-token at the
     selection length."""
@@ -155,19 +154,17 @@ def choose_lr(rows: pd.DataFrame) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- the runs
-def make_task(config: StudyConfig, fmt: str, length: int | tuple[int, int], side: str | None = None):
+def make_task(config: ParityStudyConfig, fmt: str, length: int | tuple[int, int], side: str | None = None):
     """The parity task of `fmt` (mnemonic tasks share one anchor set, so train and test symbols agree); with `side`
     ("train" or "held_out") and a `held_out_share`, restricted to that side of the split of the inputs by their
     bits (`aspan.tasks.split`)."""
-    from ...tasks.split import SplitTask
-
     task = Parity(length=length, format=fmt, **({"anchors": config.anchors} if fmt == "mnemonic" else {}))
     if side is None or not config.held_out_share:
         return task
     return SplitTask(task, side, config.held_out_share, key=lambda s: task.bits(s.text[: s.prompt_len]))
 
 
-def eval_sets(config: StudyConfig, fmt: str) -> dict[tuple[str, str], list]:
+def eval_sets(config: ParityStudyConfig, fmt: str) -> dict[tuple[str, str], list]:
     """Selection samples (1x and the selection length) and held-out test samples (every multiple), disjoint seeds."""
     L = config.train_length
     sets = {("select", "id"): make_task(config, fmt, L, "held_out").generate(config.n_select, seed=10_001),
@@ -179,7 +176,7 @@ def eval_sets(config: StudyConfig, fmt: str) -> dict[tuple[str, str], list]:
     return sets
 
 
-def run_settings(config: StudyConfig, fmt: str, lr: float, seed: int) -> dict[str, Any]:
+def run_settings(config: ParityStudyConfig, fmt: str, lr: float, seed: int) -> dict[str, Any]:
     """What a run's rows depend on (their key): changing any of it reruns, changing nothing resumes."""
     keep = ("train_length", "multiples", "select_multiple", "steps", "batch_size", "warmup", "n_layers", "n_heads",
             "d_model", "positional", "anchors", "n_select", "n_test")
@@ -189,7 +186,7 @@ def run_settings(config: StudyConfig, fmt: str, lr: float, seed: int) -> dict[st
     return {"format": fmt, "lr": lr, "seed": seed, **{k: getattr(config, k) for k in keep}, **curves, **split}
 
 
-def curve_sets(config: StudyConfig, fmt: str) -> dict[str, list]:
+def curve_sets(config: ParityStudyConfig, fmt: str) -> dict[str, list]:
     """The curves protocol's held-out sets: the training lengths (`FIT_SET`, which decides the fit) and the
     selection length, from seeds apart from the selection and test sets."""
     L = config.train_length
@@ -217,12 +214,11 @@ class Run:
         return run_id(self.format, self.lr, self.seed)
 
 
-def train_and_evaluate(config: StudyConfig, tok, n_ctx: int, spec: Run, out: Path) -> list[dict]:
+def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, out: Path) -> list[dict]:
     """Train one model from scratch, save it under RUN_DIR/models, and return its evaluation rows."""
     fmt, lr, seed = spec.format, spec.lr, spec.seed
     from ... import models
     from ...evaluation import evaluate
-    from ...io import settings_key
     from ...training import TrainConfig, train_resumable
 
     settings = run_settings(config, fmt, lr, seed)
@@ -258,11 +254,9 @@ def train_and_evaluate(config: StudyConfig, tok, n_ctx: int, spec: Run, out: Pat
     return rows
 
 
-def write_curves(config: StudyConfig, spec: Run, run_key: str, curves: list[dict], stop: dict, out: Path) -> dict:
+def write_curves(config: ParityStudyConfig, spec: Run, run_key: str, curves: list[dict], stop: dict, out: Path) -> dict:
     """Append a run's learning-curve rows (keyed by run, step and set) to `CURVES_ROWS`, before the run's own rows
     (a run is done, never retrained, once those are written); returns where and why it stopped and its fit."""
-    from ...io import RowWriter
-
     writer = RowWriter(out / CURVES_ROWS)
     for r in curves:
         writer.write({"key": f"{run_key}/{r['step']}/{r['bucket']}", "run": run_key, "format": spec.format,
@@ -273,38 +267,32 @@ def write_curves(config: StudyConfig, spec: Run, run_key: str, curves: list[dict
             "fitted": fit >= config.fit_exact}
 
 
-def _device(config: StudyConfig) -> str:
+def _device(config: ParityStudyConfig) -> str:
     from ...training import resolve_device
 
     return str(resolve_device(config.device))
 
 
-def _done(rows: list[dict], config: StudyConfig, fmt: str, lr: float, seed: int) -> list[dict]:
-    from ...io import settings_key
-
+def _done(rows: list[dict], config: ParityStudyConfig, fmt: str, lr: float, seed: int) -> list[dict]:
     key = settings_key(run_settings(config, fmt, lr, seed))
     mine = [r for r in rows if r.get("run") == key]
     return mine if len(mine) == 2 + len(config.multiples) else []
 
 
-def run_study(config: StudyConfig, out: Path, command: str = "", report: bool = True,
+def run_study(config: ParityStudyConfig, out: Path, command: str = "", report: bool = True,
               progress: bool = True) -> pd.DataFrame:
     """Every run (grid on seed 0, then the other seeds at each format's chosen rate), tables, figures, report; torch
     on `config.threads` CPU threads meanwhile (the caller's number restored afterwards)."""
-    from ...environment import torch_threads
 
     config.check()
     with torch_threads(config.threads):
         return _run_study(config, out, command, report, progress)
 
 
-def _run_study(config: StudyConfig, out: Path, command: str, report: bool, progress: bool) -> pd.DataFrame:
+def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool, progress: bool) -> pd.DataFrame:
     from tqdm.auto import tqdm
 
     from ... import models
-    from ...environment import run_environment
-    from ...io import RowWriter, read_rows, write_json
-    from ...tokenization import CharTokenizer
 
     start = time.time()
     tok = CharTokenizer.for_alphabets(*(make_task(config, f, config.longest).alphabet for f in config.formats))
@@ -355,13 +343,11 @@ def _run_study(config: StudyConfig, out: Path, command: str, report: bool, progr
 
 # ----------------------------------------------------------------------------------------------- outputs
 def write_tables(
-    rows: pd.DataFrame, chosen: dict[str, float], config: StudyConfig, out: Path
+    rows: pd.DataFrame, chosen: dict[str, float], config: ParityStudyConfig, out: Path
 ) -> dict[str, pd.DataFrame]:
     """selection.csv (the grid on seed 0), results.csv (every test row of the chosen rates), summary.csv (mean, sd and
     95 % intervals: exact accuracy `intervals.seed_interval`, the union of t over seeds and Wilson with every seed's
     answers pooled; per-token t over seeds)."""
-    from ...intervals import seed_interval, t_interval
-    from ...io import write_csv
 
     sel = rows[(rows.split == "select") & (rows.seed == 0)]
     selection = sel.pivot_table(index=["format", "lr"], columns="which", values=["exact", "partial"]).reset_index()
@@ -401,7 +387,7 @@ def write_tables(
     return tables
 
 
-def convergence(runs: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
+def convergence(runs: pd.DataFrame, config: ParityStudyConfig) -> pd.DataFrame:
     """Curves protocol, per format at its chosen rate: the stop reasons (e.g. "target 2, cap 1"), the mean stop step,
     the mean training-length exact on the curve set where the runs stopped, how many seeds fit, "fit" only when all
     did, and the mean steps to `fit_exact` (None unless every seed reached it)."""
@@ -417,28 +403,18 @@ def convergence(runs: pd.DataFrame, config: StudyConfig) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def write_figures(summary: pd.DataFrame, config: StudyConfig, out: Path) -> None:
+def write_figures(summary: pd.DataFrame, config: ParityStudyConfig, out: Path) -> None:
     """Exact and per-token accuracy against the input length, one line per format, ± sd over seeds."""
-    import plotly.graph_objects as go
+    from ...viz.studies import parity_length_figure
 
-    from ...io import save_figure
-
-    for col, name in (("exact", "exact accuracy"), ("partial", "per-token accuracy")):
-        fig = go.Figure()
-        for fmt, g in summary.groupby("format", sort=False):
-            fig.add_scatter(x=g.bits, y=g[f"{col}_mean"], error_y=dict(type="data", array=g[f"{col}_sd"].fillna(0)),
-                            mode="lines+markers", name=fmt)
-        fig.add_vline(x=config.train_length + 0.5, line_dash="dot", annotation_text="training lengths | longer")
-        fig.update_layout(title=f"Parity: {name} vs input length (trained on 1-{config.train_length} bits; "
-                                f"mean ± sd over {config.seeds} seeds)", xaxis_title="input bits", yaxis_title=name,
-                          yaxis_range=[-0.02, 1.02])
+    for col in ("exact", "partial"):
+        fig = parity_length_figure(summary, col, config.train_length, config.seeds)
         save_figure(fig, out / "figures" / f"{col}_vs_length.json")
 
 
-def write_curve_figures(config: StudyConfig, chosen: dict[str, float], out: Path) -> None:
+def write_curve_figures(config: ParityStudyConfig, chosen: dict[str, float], out: Path) -> None:
     """Curves protocol: per format, the learning curves (exact per curve set) of every seed at the chosen rate; and
     every format's mean curve on the training lengths on one figure (`curves_fit`)."""
-    from ...io import read_rows, save_figure
     from ...viz.curves import learning_curves
 
     rows = pd.DataFrame(read_rows(out / CURVES_ROWS))
@@ -479,7 +455,7 @@ def first_failure(model, tok, samples, batch: int) -> tuple[Any, int] | None:
     return samples[int(first.sample_id)], int(first.target_index)
 
 
-def write_views(config: StudyConfig, chosen: dict[str, float], tok, out: Path, n_ctx: int) -> None:
+def write_views(config: ParityStudyConfig, chosen: dict[str, float], tok, out: Path, n_ctx: int) -> None:
     """Per format: the head reading the references most in distribution, drawn on an ID sample and at the failure.
 
     The drawn model is seed 0's at the chosen rate; when its checkpoint is gone (results committed without
@@ -488,7 +464,6 @@ def write_views(config: StudyConfig, chosen: dict[str, float], tok, out: Path, n
 
     from ... import models
     from ...batching import make_batch
-    from ...io import save_figure, write_csv
     from ...viz import pattern_across_lengths
 
     rows = []
@@ -520,3 +495,22 @@ def write_views(config: StudyConfig, chosen: dict[str, float], tok, out: Path, n
                      "failure_multiple": where, "failure_target_index": j if fail is not None else None,
                      "failure_text": fail.text if fail is not None else None})
     write_csv(out / "heads.csv", pd.DataFrame(rows))
+
+
+StudyConfig = ParityStudyConfig  # its former name
+
+
+class ParityStudy:
+    """The parity study as a `Study` (`aspan.applications.studies`): `run_study`."""
+
+    name = "parity"
+    config = ParityStudyConfig
+
+    def run(self, config: ParityStudyConfig, out: str | Path, *, progress: bool = True, command: str = "",
+            report: bool = True) -> pd.DataFrame:
+        """Run or resume the study in `out` (`command`: the command line run.json records; `report`: write
+        report.html too); returns the summary table."""
+        return run_study(config, Path(out), command=command, report=report, progress=progress)
+
+
+STUDY = ParityStudy()

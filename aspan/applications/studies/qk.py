@@ -28,9 +28,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ... import tasks
 from ...buckets import Bucket, bucket_name, bucket_sets, parse_buckets
+from ...curves import steps_to_target
+from ...environment import run_environment
+from ...intervals import pooled_wilson, seed_interval, t_interval
+from ...io import RowWriter, RunDir, read_rows, settings_key, write_json
 from ...models.tiny import POSITIONAL
 from ...options import CURVE_METRICS, check_option
+from ...tokenization import CharTokenizer, check_tokenizer
 
 
 @dataclass
@@ -80,6 +86,7 @@ class QKStudyConfig:
     # a model to fine-tune trained here first, from scratch, instead of loading `init` (keys of `BaseSpec`, e.g.
     # the shape of the paper's public model); {}: load `init`
     base: dict = field(default_factory=dict)
+    device: str = "cpu"  # where the models train: cpu, cuda, cuda:N (run.json records it)
 
     @classmethod
     def quick(cls, **kw: Any) -> "QKStudyConfig":
@@ -235,8 +242,7 @@ class Setup:
 def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> Setup:
     """Load the checkpoint (with `base`: train it into `out`/base first), build the fine-tuning task and the
     selection and report sets (disjoint seeds)."""
-    from ... import models, tasks
-    from ...tokenization import check_tokenizer
+    from ... import models
 
     cfg.check()
     if cfg.base:
@@ -271,9 +277,7 @@ def base_model(cfg: QKStudyConfig, path: Path, device: str):
     """The study's base model from `path`, trained there first (from scratch, `BaseSpec`) unless its record exists:
     a tiny model whose context holds the longest bucket, trained on the task at the base's lengths until exact on
     held-out samples of them reaches the base's `fit_exact`, or its cap."""
-    from ... import models, tasks
-    from ...io import write_json
-    from ...tokenization import CharTokenizer
+    from ... import models
     from ...training import TrainConfig, latest_checkpoint, train
 
     spec = base_spec(cfg)
@@ -437,8 +441,6 @@ def lr_edge(rows: list[dict], cond: Condition, replay: float, seed: int) -> str:
 def plan(s: Setup, rows: list[dict]) -> list[dict]:
     """Settings still to run, given the rows so far, for the first replay share not finished yet: its grid at seed 0,
     then (once the grid is complete) the other seeds at the chosen rate. A resumed study continues exactly."""
-    from ...io import settings_key
-
     have = {r["key"] for r in rows}
     for replay in s.cfg.replays:
         todo = []
@@ -463,8 +465,6 @@ CURVE_FIELDS = ("key", "run", "step", "bucket", "exact")
 def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, device: str = "cpu") -> "StudyResult":
     """Run (or resume) the study into `out_dir`; returns the rows and the aggregated table."""
     from tqdm.auto import tqdm
-
-    from ...io import RowWriter, read_rows
 
     out = Path(out_dir)
     writer = RowWriter(out / "runs.jsonl", RUN_FIELDS, "qk study")  # a corrupt file is refused before any work
@@ -494,6 +494,7 @@ class StudyResult:
     selection: Any  # pandas DataFrame: the learning-rate grid on the selection set
     wall_s: float  # wall time of this invocation
     curves: list[dict] = field(default_factory=list)  # learning-curve rows (curves protocol)
+    summary: dict = field(default_factory=dict)  # summary.json as `write_outputs` wrote it
 
 
 def selection_table(s: Setup, rows: list[dict]):
@@ -550,8 +551,6 @@ def bucket_columns(exact: list[float], partial: list[float], name: str, n_report
     Wilson interval alone (`exact_NAME_wilson_lo`, `_hi`)."""
     import statistics
 
-    from ...intervals import pooled_wilson, seed_interval, t_interval
-
     out: dict = {}
     for metric, vals in (("exact", exact), ("partial", partial)):
         out[f"{metric}_{name}"] = statistics.fmean(vals)
@@ -573,8 +572,6 @@ def curve_columns(cfg: QKStudyConfig, runs: list[dict], curves: list[dict]) -> d
     reached it). The label comes from that accuracy alone, whichever rule (plateau, target or cap) ended the run. A
     condition that did not fit claims nothing beyond its fine-tuned lengths: those columns are emptied."""
     from collections import Counter
-
-    from ...curves import steps_to_target
 
     ft = bucket_name(cfg.finetune)
     finals = [max(_run_curves(curves, r["key"], ft), key=lambda c: c["step"])["exact"] for r in runs]
@@ -598,8 +595,6 @@ def curve_columns(cfg: QKStudyConfig, runs: list[dict], curves: list[dict]) -> d
 def within_full(cfg: QKStudyConfig, table, curves: list[dict]):
     """`steps_to_full`: per (condition, replay), the mean steps to come within 5 pp of full fine-tuning's plateau at
     the same replay (fine-tuned exact on the curve set; None unless every seed got there)."""
-    from ...curves import steps_to_target
-
     ft = bucket_name(cfg.finetune)
     table = table.copy()
     table["steps_to_full"] = None
@@ -673,8 +668,6 @@ def headline_table(cfg: QKStudyConfig, table) -> str:
 def write_outputs(cfg: QKStudyConfig, res: StudyResult, out_dir: str | Path, command: str, device: str = "cpu") -> dict:
     """table.csv, selection.csv, summary.json, run.json, figures/ and report.html in `out_dir` (`device`: the one
     the study ran on)."""
-    from ...environment import run_environment
-    from ...io import RunDir
     from ...report import write_report
 
     out = RunDir(out_dir)
@@ -772,3 +765,21 @@ def curve_figures(cfg: QKStudyConfig, table, curves: list[dict]) -> dict:
                 by_condition, y=metric, title=f"{what}, held-out lengths {cfg.finetune[0]}-{cfg.finetune[1]}, "
                                               f"replay {replay:g} (mean of the seeds still training)")
     return figs
+
+
+class QKStudy:
+    """The qk study as a `Study` (`aspan.applications.studies`): `run` is `run_study` on `config.device`, then
+    `write_outputs`."""
+
+    name = "qk"
+    config = QKStudyConfig
+
+    def run(self, config: QKStudyConfig, out: str | Path, *, progress: bool = True, command: str = "") -> StudyResult:
+        """Run or resume the study in `out` and write its outputs (`command`: the command line run.json records);
+        the result carries summary.json."""
+        result = run_study(config, out, progress=progress, device=config.device)  # checks `config` first
+        result.summary = write_outputs(config, result, out, command, config.device)
+        return result
+
+
+STUDY = QKStudy()

@@ -1,7 +1,9 @@
-"""The command line of each study in `aspan.applications.studies` (`aspan study NAME`): one module per study, named
-as the study, defining `HELP` (one line), `EXAMPLES` (the command lines that end its `--help`),
+"""The command line of the studies in `aspan.applications.studies` (`aspan study NAME`): one module per subcommand
+(`STUDIES`), defining `HELP` (one line), `EXAMPLES` (the command lines that end its `--help`),
 `add_arguments(parser)`, `config_from_args(args)` (the study's settings through `aspan.config.load_config`, checked
-before its run directory is claimed) and `run(args, config) -> int`."""
+before its run directory is claimed), `registered(args)` (the study of `REGISTRY` it runs), `run_options(args)` (what
+that study's `run` takes besides settings, output and progress) and `show(args, config, result) -> int` (what it
+prints once the study is done). `aspan.commands.study` runs the study through the registry between the two."""
 from __future__ import annotations
 
 import argparse

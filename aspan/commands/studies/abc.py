@@ -7,7 +7,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ...applications.studies.abc import CONDITIONS, STUDY_TASKS
+from ...applications.studies.abc import CONDITIONS, STUDY_TASKS, AbcStudyConfig
+from ...applications.studies.abc_paper import PAPER_CONDITIONS, PAPER_TASKS, PaperConfig
+from ...config import load_config
 from ...errors import UsageError
 from ..argtypes import output_dir
 from ..grammar import add_quiet
@@ -21,7 +23,6 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the options of `aspan study abc` to its parser."""
     p.add_argument("--protocol", choices=("aligned", "paper"), default="aligned",
                    help="aligned (default): this study's variant, lines in sample coordinates, unpadded numbers of 1-6 "
                         "digits; paper: Duan & Shi's protocol (numbers of [0, 2^20] split 7:1, the padded layout, a "
@@ -51,8 +52,6 @@ def config_from_args(args: argparse.Namespace):
     --config, then the flags given; checked."""
     if args.protocol == "paper":
         return paper_config_from_args(args)
-    from ...applications.studies.abc import AbcStudyConfig
-    from ...config import load_config
 
     flags = {name: flag_list(args, name, kind) for name, kind in
              (("tasks", str), ("conditions", str), ("seeds", int), ("lrs", float))}
@@ -66,9 +65,6 @@ def paper_config_from_args(args: argparse.Namespace):
     """PaperConfig: --quick or the defaults, then --config (PaperConfig keys), then the flags given: --lrs is the
     one learning rate, --steps the cap; then --tasks and --conditions filter the plan. --retrain-steps does not
     apply (ABC retrains for retrain_fraction of its base's steps). Checked."""
-    from ...applications.studies.abc_paper import PAPER_CONDITIONS, PAPER_TASKS, PaperConfig
-    from ...config import load_config
-
     if args.retrain_steps is not None:
         raise UsageError("--retrain-steps applies to the aligned protocol; the paper protocol retrains ABC for "
                          "retrain_fraction of its base's steps (set it in --config)")
@@ -94,23 +90,24 @@ def paper_config_from_args(args: argparse.Namespace):
     return cfg
 
 
-def run(args: argparse.Namespace, cfg) -> int:
-    """Run `aspan study abc` with the parsed arguments and its resolved configuration; the exit code."""
-    from ...applications.studies import use_threads
+def registered(args: argparse.Namespace) -> str:
+    """The study of `aspan.applications.studies.REGISTRY` this subcommand runs: "abc", or "abc-paper" under
+    `--protocol paper`."""
+    return "abc-paper" if args.protocol == "paper" else "abc"
 
-    use_threads(args.threads)
-    if args.protocol == "paper":
-        from ...applications.studies.abc_paper import run_paper_study
 
-        table = run_paper_study(cfg, args.out, progress=not args.quiet)
-        for r in table[table.digits == max(cfg.buckets)].itertuples():
+def run_options(args: argparse.Namespace) -> dict:
+    """Nothing besides the settings."""
+    return {}
+
+
+def show(args: argparse.Namespace, cfg, table) -> int:
+    """Exact accuracy at the longest length per task and condition, on stdout; where the table is, on stderr."""
+    for r in table[table.digits == max(cfg.buckets)].itertuples():
+        if args.protocol == "paper":
             print(f"{r.task:10s} {r.condition:8s}: exact at {r.digits} digits {r.exact_mean:.3f} "
                   f"[{r.wilson_low:.3f}, {r.wilson_high:.3f}] ({r.fitted}/{r.seeds} seeds fitted, n {r.n})")
-    else:
-        from ...applications.studies.abc import run_study
-
-        table = run_study(cfg, args.out, progress=not args.quiet)
-        for r in table[table.digits == max(cfg.buckets)].itertuples():
+        else:
             print(f"{r.task:10s} {r.condition:8s} lr {r.lr:g}: exact at {r.digits} digits "
                   f"{r.exact_mean:.3f} ± {r.exact_sd:.3f}")
     print(f"wrote {Path(args.out) / 'table.csv'} (aspan report {args.out})", file=sys.stderr)

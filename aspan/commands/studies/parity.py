@@ -3,8 +3,8 @@ generalization?)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from ...config import load_config
 from ...tasks.parity import FORMATS
 from ..argtypes import output_dir
 from ..grammar import add_quiet
@@ -18,10 +18,9 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options of `aspan study parity` to its parser."""
     parser.add_argument("--out", required=True, type=output_dir, help="run directory (created; a rerun resumes it)")
     parser.add_argument("--quick", action="store_true", help="tiny settings (< 1 min), for tests")
-    parser.add_argument("--config", help="TOML file with StudyConfig settings (a [parity] table), e.g. a GPU run")
+    parser.add_argument("--config", help="TOML file with ParityStudyConfig settings (a [parity] table), e.g. a GPU run")
     parser.add_argument("--formats", help=f"comma-separated subset of {','.join(FORMATS)}")
     parser.add_argument("--train-length", type=int, help="longest training input in bits (default 8)")
     parser.add_argument("--steps", type=int, help="optimiser steps per run (default 800)")
@@ -40,23 +39,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
-    """StudyConfig: the defaults (or --quick's), then --config (its [parity] table), then the flags given; checked."""
-    from ...applications.studies.parity import StudyConfig
-    from ...config import load_config
+    """ParityStudyConfig: the defaults (or --quick's), then --config (its [parity] table), then the flags given;
+    checked."""
+    from ...applications.studies.parity import ParityStudyConfig
 
     flags = {name: getattr(args, name) for name in ("train_length", "steps", "seeds", "device", "threads",
                                                     "positional", "protocol", "cap")}
     flags.update(formats=flag_list(args, "formats", str), lrs=flag_list(args, "lrs", float))
-    return load_config(StudyConfig, toml_path=args.config, flags=flags, base=preset(StudyConfig, args),
+    return load_config(ParityStudyConfig, toml_path=args.config, flags=flags, base=preset(ParityStudyConfig, args),
                        name="parity study")
 
 
-def run(args: argparse.Namespace, config) -> int:
-    """Run `aspan study parity` with the parsed arguments and its resolved configuration; the exit code."""
-    from ...applications.studies.parity import run_study
+def registered(args: argparse.Namespace) -> str:
+    """The study of `aspan.applications.studies.REGISTRY` this subcommand runs."""
+    return "parity"
 
-    run_study(config, Path(args.out), command=command(args), report=not args.no_report,
-              progress=not args.quiet)
+
+def run_options(args: argparse.Namespace) -> dict:
+    """What `run` takes besides the settings: the command line run.json records, whether to write report.html."""
+    return {"command": command(args), "report": not args.no_report}
+
+
+def show(args: argparse.Namespace, config, table) -> int:
+    """Nothing more: the study writes its tables and report."""
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ...config import load_config
 from ..argtypes import output_dir
 from ..grammar import add_quiet
 from . import flag_list, preset
@@ -19,7 +20,6 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Add the options of `aspan study qk` to its parser."""
     p.add_argument("--out", required=True, type=output_dir,
                    help="run directory (resumable: rerun the same command to continue)")
     p.add_argument("--config", metavar="TOML",
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="budget (default): every run trains --steps steps; curves: until the plateau rule fires on "
                         "the fine-tuned lengths' learning curve, or --cap steps")
     p.add_argument("--cap", type=int, help="curves protocol: the most steps a run trains (default 3000)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    p.add_argument("--device", help="cpu (default), cuda, cuda:N")
     p.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default 1)")
     add_quiet(p)
 
@@ -46,32 +46,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace):
     """QKStudyConfig: the defaults (or --quick's), then --config (TOML), then the flags given; checked."""
     from ...applications.studies.qk import QKStudyConfig
-    from ...config import load_config
 
     flags = {name: getattr(args, name) for name in ("init", "steps", "batch_size", "n_select", "n_report",
-                                                       "protocol", "cap")}
+                                                       "protocol", "cap", "device")}
     flags.update(seeds=flag_list(args, "seeds", int), columns=flag_list(args, "columns", int),
                  pairs=flag_list(args, "pairs", int), replays=flag_list(args, "replays", float))
     return load_config(QKStudyConfig, toml_path=args.config, flags=flags, base=preset(QKStudyConfig, args),
                        name="qk study")
 
 
-def run(args: argparse.Namespace, cfg) -> int:
-    """Run `aspan study qk` with the parsed arguments and its resolved configuration; the exit code."""
-    from ...applications.studies import use_threads
-    from ...applications.studies.qk import headline_table, run_study, write_outputs
+def registered(args: argparse.Namespace) -> str:
+    """The study of `aspan.applications.studies.REGISTRY` this subcommand runs."""
+    return "qk"
 
-    use_threads(args.threads)
-    res = run_study(cfg, args.out, progress=not args.quiet, device=args.device)
-    summary = write_outputs(cfg, res, args.out, "aspan " + " ".join(sys.argv[1:]), args.device)
+
+def run_options(args: argparse.Namespace) -> dict:
+    """What `run` takes besides the settings: the command line run.json records."""
+    return {"command": "aspan " + " ".join(sys.argv[1:])}
+
+
+def show(args: argparse.Namespace, cfg, res) -> int:
+    """The table and the findings, on stdout."""
+    from ...applications.studies.qk import headline_table
+
     print(headline_table(cfg, res.table))
-    for replay, f in summary["findings"]["by_replay"].items():
+    for replay, f in res.summary["findings"]["by_replay"].items():
         print(f"replay {replay}: best single pair/column {f['best_single']['condition']} is "
               f"{f['gap_exact_pp']:.1f} pp (exact) / {f['gap_partial_pp']:.1f} pp (per-token) below full fine-tuning; "
               f"full fine-tuning gains {f['full_gain_exact_pp']:.1f} pp exact over no training; "
               f"claim met: {f['claim_met']}")
-    if "base" in summary:
-        b = summary["base"]
+    if "base" in res.summary:
+        b = res.summary["base"]
         print(f"base ({b['base']['n_layers']} layers x {b['base']['n_heads']} heads, d_model {b['base']['d_model']}): "
               f"ID exact {b['id_exact']:.3g} at step {b['stop']['step']} ({b['stop']['reason']}); "
               f"{'fit' if b['fitted'] else 'did not fit'}")

@@ -1,0 +1,422 @@
+"""`--launcher slurm`: a command's grid as a Slurm job array through submitit, one array task per shard of the grid
+(`aspan sweep`, `aspan demo`, `aspan pretrained`), then one merge that writes the run directory as a one-machine run.
+
+The run directory makes it safe. The launching command holds it (`aspan.io.claim_run`: a second launch is refused in
+one line); each task holds its own shard's lock and appends its rows (keyed, resumable) to its own shard file. The
+launcher watches the tasks (`squeue`; no accounting database needed): a task that left the queue with its shard
+unfinished (failed, cancelled, pre-empted, out of time) is resubmitted alone, up to `max_retries` times. A sweep's
+shard is finished when its rows are on disk; a demo's or pretrained run's when its task returned. The submitted job
+ids are recorded in `<run dir>/.slurm/launch.json` (submitit's scripts, pickled calls and logs lie beside it), so a
+rerun of the command (after `--no-wait`, a lost login session, or a shard out of retries) adopts the tasks still
+queued, submits only the unfinished shards, and never runs a finished shard again. Once every shard is finished, the
+shard files are merged into `sweep.jsonl` in grid order and the command runs once without a shard in the launching
+process (computing no grid row again) to write the tables, figures, summary and report.
+
+The tasks run `sys.executable` on the nodes: the environment and the run directory must be on a filesystem the nodes
+share.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import stopping
+from ..checks import check_output_dir
+from ..errors import UsageError
+from ..experiments.engine import ROW_FIELDS
+from ..experiments.sweep import SweepConfig, grid, run_sweep, shard_points
+from ..io import PathLike, claim_run, read_json, settings_key, union_rows, write_json, write_lines
+from .sweep import check_sweep, rows_file, run_sweep_dir, sweep_settings
+
+STATE_DIR = ".slurm"  # submitit's folder inside the run directory: job scripts, pickled calls, logs, launch.json
+# (removed once every shard is merged; a failed launch leaves it for its logs and for the next launch)
+MAX_TASKS = 64  # the default number of array tasks is one per grid point, at most this many
+
+
+@dataclass
+class SlurmResources:
+    """What each array task asks Slurm for, and how the launcher drives the array (flags, or a `[slurm]` table in the
+    `--config` TOML)."""
+
+    partition: str | None = None  # --partition; None: the cluster's default partition
+    time: int = 60  # minutes per task (--time); a task out of time is resubmitted and resumes from its rows
+    cpus: int = 1  # CPUs per task (--cpus-per-task)
+    gpus: int = 0  # GPUs per task (--gpus-per-node; each task is one process on one node)
+    mem: str | None = None  # memory per task, e.g. "16G" (--mem); None: the partition's default
+    array_parallelism: int = 256  # array tasks running at once (the array's %N)
+    array_tasks: int | None = None  # array tasks, one grid shard each; None: the command's default (sweep: one per
+    # grid point, at most 64; demo and pretrained: 4); a resumed launch keeps its first count
+    max_retries: int = 2  # times one failed, cancelled or pre-empted task is resubmitted alone
+    sbatch: dict[str, str] = field(default_factory=dict)  # extra sbatch options, e.g. {account = "lab", qos = "low"}
+    poll: float = 10.0  # seconds between two looks at the queue while waiting
+
+    def check(self) -> None:
+        """ValueError naming the first setting out of range."""
+        for name in ("time", "cpus", "array_parallelism"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("gpus", "max_retries"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
+        if self.array_tasks is not None and self.array_tasks < 1:
+            raise ValueError(f"array_tasks must be at least 1, got {self.array_tasks}")
+        if self.poll <= 0:
+            raise ValueError(f"poll must be positive, got {self.poll}")
+        for key, value in self.sbatch.items():
+            if not isinstance(value, str) or not key.replace("-", "").replace("_", "").isalnum():
+                raise ValueError(f"sbatch: option {key!r} must be a word with a string value")
+
+    def executor_parameters(self) -> dict[str, Any]:
+        """submitit's `SlurmExecutor.update_parameters` arguments."""
+        params: dict[str, Any] = {"time": self.time, "cpus_per_task": self.cpus, "ntasks_per_node": 1, "nodes": 1,
+                                  "array_parallelism": self.array_parallelism, "job_name": "aspan-sweep",
+                                  "additional_parameters": dict(self.sbatch)}
+        if self.partition:
+            params["partition"] = self.partition
+        if self.gpus:
+            params["gpus_per_node"] = self.gpus
+        if self.mem:
+            params["mem"] = self.mem
+        return params
+
+
+def load_resources(toml_path: PathLike | None, flags: dict[str, Any]) -> SlurmResources:
+    """The defaults, then the `[slurm]` table of `toml_path` (when it has one), then the given `flags` (None: not
+    given); UsageError in one line naming the file and key, or the flag."""
+    from ..config import check_type, field_defaults
+    from ..io import read_toml
+
+    values: dict[str, Any] = {}
+    where = "slurm resources"
+    if toml_path is not None:
+        table = read_toml(toml_path, "config").get("slurm", {})
+        where = f"{toml_path}: [slurm]"
+        if not isinstance(table, dict):
+            raise UsageError(f"{toml_path}: slurm must be a table ([slurm])")
+        known = {f.name for f in fields(SlurmResources)}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        values = dict(table)
+    hints = _hints()
+    for key, value in values.items():
+        check_type(value, hints[key], f"{where} {key}")
+    for key, value in flags.items():
+        if value is not None:
+            values[key] = {**values.get("sbatch", {}), **value} if key == "sbatch" else value
+            where = f"--{key.replace('_', '-')}" if key != "sbatch" else where
+    resources = SlurmResources(**{**field_defaults(SlurmResources), **values})
+    try:
+        resources.check()
+    except ValueError as e:
+        raise UsageError(f"{where}: {e}") from None
+    return resources
+
+
+def _hints() -> dict[str, Any]:
+    import typing
+
+    return typing.get_type_hints(SlurmResources)
+
+
+# ----------------------------------------------------------------------------------------------- the queue
+def queued_jobs() -> dict[str, str]:
+    """{job id: state} of this user's jobs in the Slurm queue, one entry per array task (`12_3`); ChildProcessError
+    in one line when `squeue` cannot be run."""
+    cmd = ["squeue", "-h", "-r", "-o", "%i|%T", "-u", getpass.getuser()]
+    for attempt in range(3):  # a busy controller may time out once
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            raise ChildProcessError("squeue not found: --launcher slurm runs on a Slurm login node") from None
+        except (OSError, subprocess.TimeoutExpired) as e:
+            why = str(e)
+        else:
+            if done.returncode == 0:
+                break
+            why = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        if attempt == 2:
+            raise ChildProcessError(f"squeue failed: {why}")
+        time.sleep(5)
+    jobs = {}
+    for line in done.stdout.splitlines():
+        job_id, _, state = line.strip().partition("|")
+        if job_id:
+            jobs[job_id] = state
+    return jobs
+
+
+# ----------------------------------------------------------------------------------------------- the array
+@dataclass
+class Array:
+    """One command's work as a Slurm job array over the shards of its grid."""
+
+    out: Path  # the run directory
+    name: str  # the command ("sweep", "demo", "pretrained"); the jobs are named aspan-<name>
+    task: Callable[..., Any]  # what a task runs, task((i, n), *args): a module-level function
+    args: tuple  # the task's other arguments (pickled into the run directory's .slurm folder)
+    default_tasks: int  # the number of shards when neither the flags nor a previous launch give one
+    finished: Callable[[int], set[int]] | None = None  # shards of n whose work is on disk; None: whose task returned
+
+
+def run_task(task: Callable[..., Any], shard: tuple[int, int], args: tuple, marker: str) -> Any:
+    """What each Slurm task runs: `task(shard, *args)`, then `marker` written (its shard is finished)."""
+    result = task(shard, *args)
+    write_json(marker, {"shard": list(shard)})
+    return result
+
+
+@dataclass
+class _Plan:
+    """The array of one run directory: how many shards, and the job each shard's latest task runs as."""
+
+    out: Path
+    tasks: int
+    jobs: dict[int, str]  # shard -> Slurm job id of its latest task
+    attempts: dict[int, int]  # shard -> tasks submitted for it by this launch
+
+    @property
+    def state_file(self) -> Path:
+        return self.out / STATE_DIR / "launch.json"
+
+    def marker(self, shard: int) -> Path:
+        return self.out / STATE_DIR / "finished" / f"shard-{shard}-of-{self.tasks}.json"
+
+    def save(self) -> None:
+        write_json(self.state_file, {"tasks": self.tasks, "jobs": {str(i): j for i, j in self.jobs.items()},
+                                     "attempts": {str(i): n for i, n in self.attempts.items()}})
+
+
+def _plan(array: Array, resources: SlurmResources) -> _Plan:
+    """The array for `array.out`: a previous launch's (its task count and jobs), else a new one of
+    `resources.array_tasks` shards (default `array.default_tasks`)."""
+    state_file = array.out / STATE_DIR / "launch.json"
+    if state_file.exists():
+        state = read_json(state_file, "launch state")
+        try:
+            # its jobs are adopted; the count of attempts starts again (a rerun gives each shard its retries anew)
+            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()}, {})
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise ValueError(f"{state_file}: not a launch state; remove it to start the array afresh") from None
+    return _Plan(array.out, resources.array_tasks or array.default_tasks, {}, {})
+
+
+def _incomplete(plan: _Plan, array: Array) -> list[int]:
+    done = array.finished(plan.tasks) if array.finished else \
+        {i for i in range(plan.tasks) if plan.marker(i).exists()}
+    return [i for i in range(plan.tasks) if i not in done]
+
+
+def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResources) -> list[str]:
+    """Submit one array of `shards` (one task each); record their job ids in the plan. Returns the ids."""
+    import submitit
+
+    executor = submitit.SlurmExecutor(folder=plan.out / STATE_DIR, max_num_timeout=0)
+    executor.update_parameters(**{**resources.executor_parameters(), "job_name": f"aspan-{array.name}"})
+    n = len(shards)
+    try:
+        jobs = executor.map_array(run_task, [array.task] * n, [(i, plan.tasks) for i in shards], [array.args] * n,
+                                  [str(plan.marker(i)) for i in shards])
+    except (submitit.core.utils.FailedJobError, OSError) as e:
+        if not plan.jobs:  # nothing was ever submitted from this run directory: leave no submitit folder
+            shutil.rmtree(plan.out / STATE_DIR, ignore_errors=True)
+        lines = [line for line in str(e).strip().splitlines() if line.strip()]
+        why = lines[-1].removeprefix("sbatch: error: ") if lines else type(e).__name__
+        raise ChildProcessError(f"sbatch failed: {why}") from None
+    for i, job in zip(shards, jobs):
+        plan.jobs[i] = str(job.job_id)
+        plan.attempts[i] = plan.attempts.get(i, 0) + 1
+    plan.save()
+    return [str(job.job_id) for job in jobs]
+
+
+def _failure(plan: _Plan, shard: int) -> str:
+    """Where to read why shard `shard`'s last task ended: the last line of its error log, and the log's path."""
+    job_id = plan.jobs[shard]
+    log = plan.out / STATE_DIR / f"{job_id}_0_log.err"
+    lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
+    return f"{lines[-1] if lines else 'no error output'} (log: {log})"
+
+
+def _watch(plan: _Plan, array: Array, resources: SlurmResources, progress: bool) -> None:
+    """Wait until every shard is finished, resubmitting a shard whose task left the queue without finishing it;
+    ChildProcessError naming the shard once it has used its `max_retries`. Ctrl-C or SIGTERM stop the wait
+    (`aspan.stopping`), not the tasks: the next launch adopts them."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=plan.tasks, desc=f"slurm tasks ({array.name})", unit="task", disable=not progress)
+    try:
+        while True:
+            todo = _incomplete(plan, array)
+            bar.n = plan.tasks - len(todo)
+            bar.refresh()
+            if not todo:
+                return
+            queued = queued_jobs()
+            gone = [i for i in todo if plan.jobs.get(i) not in queued]
+            if gone:  # finished just before it left the queue?
+                gone = [i for i in gone if i in _incomplete(plan, array)]
+            over = [i for i in gone if plan.attempts.get(i, 0) > resources.max_retries]
+            if over:
+                raise ChildProcessError(f"shard {over[0]}/{plan.tasks} of {plan.out} failed {plan.attempts[over[0]]} "
+                                        f"times: {_failure(plan, over[0])}; rerun the command to try again")
+            if gone:
+                for i in gone:
+                    bar.write(f"shard {i}/{plan.tasks}: task {plan.jobs.get(i)} ended with its shard unfinished "
+                              f"({_failure(plan, i)}); resubmitting", file=sys.stderr)
+                _submit(plan, gone, array, resources)
+            stopping.check()
+            time.sleep(resources.poll)
+            stopping.check()
+    finally:
+        bar.close()
+
+
+def run_array(array: Array, resources: SlurmResources, wait: bool = True, progress: bool = True) -> list[str]:
+    """Inside the caller's hold on `array.out`: adopt the tasks a previous launch left queued, submit the shards
+    neither finished nor queued, and (with `wait`) watch until every shard is finished. Returns the job ids
+    submitted by this call before the watch."""
+    plan = _plan(array, resources)
+    todo = _incomplete(plan, array)
+    queued = queued_jobs() if todo else {}
+    missing = [i for i in todo if plan.jobs.get(i) not in queued]
+    new = _submit(plan, missing, array, resources) if missing else []
+    if wait:
+        _watch(plan, array, resources, progress)
+    return new
+
+
+def shard_files(out: Path) -> list[Path]:
+    """The shard rows files in `out`, in shard order of each count."""
+    def order(p: Path) -> tuple[int, int]:
+        i, _, n = p.name.removeprefix("sweep.shard-").removesuffix(".jsonl").partition("-of-")
+        return (int(n), int(i)) if i.isdigit() and n.isdigit() else (0, 0)
+    return sorted(out.glob("sweep.shard-*-of-*.jsonl"), key=order)
+
+
+def merge_rows(out: Path, keys: list[str] | None = None) -> int:
+    """Every shard file's rows into `out/sweep.jsonl` (after the rows it holds), once per key, then the shard files
+    removed: in the order of `keys` (rows of other keys left out), else round robin over the shards of each count,
+    which is the grid order a run without shards writes (shard I of N holds the points I, I + N, ...). Returns the
+    number of rows."""
+    files = shard_files(out)
+    main = out / "sweep.jsonl"
+    rows = union_rows([main] if main.exists() else [], ROW_FIELDS, "sweep")
+    by_count: dict[str, list[list[dict]]] = {}
+    for f in files:
+        by_count.setdefault(f.name.rpartition("-of-")[2], []).append(union_rows([f], ROW_FIELDS, "sweep"))
+    for shards in by_count.values():
+        rows += [r for j in range(max(map(len, shards), default=0)) for s in shards if j < len(s) for r in [s[j]]]
+    unique = {}
+    for r in rows:
+        unique.setdefault(r["key"], r)
+    ordered = [unique[k] for k in keys if k in unique] if keys is not None else list(unique.values())
+    write_lines(main, (json.dumps(r, sort_keys=True, allow_nan=False, default=str) for r in ordered))
+    for f in files:
+        f.unlink()
+    return len(ordered)
+
+
+def _finish(out: Path) -> None:
+    """The job scripts, pickled calls and logs of an array whose shards all finished."""
+    shutil.rmtree(out / STATE_DIR, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------- the commands
+def sweep_task(shard: tuple[int, int], config: SweepConfig, out: str, source: str) -> int:
+    """One array task of a sweep: shard `shard` of `config`'s grid into `out`'s shard file, holding that shard's lock
+    (rows only: the launcher's merge writes the tables, figures and selection). Returns the shard file's rows."""
+    with claim_run(out, sweep_settings(config), shard=shard,
+                   command=f"aspan sweep {source} --shard {shard[0]}/{shard[1]}"):
+        rows = run_sweep(config, rows_file(Path(out), shard), shard=shard, progress=False)
+    return len(rows)
+
+
+def sweep_array(config: SweepConfig, out: Path, source: str) -> Array:
+    """A sweep's array: one task per shard (default one per grid point, at most `MAX_TASKS`); a shard is finished
+    when every row of its points is on disk (in any rows file)."""
+    points = grid(config)
+
+    def finished(n: int) -> set[int]:
+        done = {r["key"] for r in union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")}
+        return {i for i in range(n) if all(settings_key(p) in done for p in shard_points(points, (i, n)))}
+
+    return Array(out, "sweep", sweep_task, (config, str(out), source), min(len(points), MAX_TASKS), finished)
+
+
+def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, *, config_file: str | None = None,
+                 id_budget: float | None = None, wait: bool = True, progress: bool = True) -> dict | list[str]:
+    """Run (or resume) `config`'s grid in run directory `out` as a Slurm job array, one task per shard; wait for it,
+    resubmitting failed tasks, merge, and write the run directory as `run_sweep_dir` does. Returns its summary, or
+    with `wait=False` the job ids just submitted (the tasks still queued are adopted by the next launch)."""
+    from ..experiments.engine import ID_BUDGET
+
+    source = config_file or "sweep config"
+    check_sweep(config, source)
+    out = check_output_dir(out)
+    union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")  # a corrupt rows file is refused first
+    with claim_run(out, sweep_settings(config), command=f"aspan sweep {source} --launcher slurm"):
+        new = run_array(sweep_array(config, out, source), resources, wait, progress)
+        if not wait:
+            return new
+        merge_rows(out, [settings_key(p) for p in grid(config)])
+        _finish(out)
+    return run_sweep_dir(config, out, config_file=config_file, id_budget=ID_BUDGET if id_budget is None else id_budget,
+                         progress=progress)
+
+
+APPS = {"demo": "aspan.applications.demo:run_demo", "pretrained": "aspan.applications.pretrained:run_pretrained"}
+APP_TASKS = 4  # the default number of shards of `aspan demo` and `aspan pretrained` (each task sets its model up)
+
+
+def _app(name: str) -> tuple[Any, Callable[..., dict]]:
+    """(module, run function) of application `name`."""
+    import importlib
+
+    module, _, function = APPS[name].partition(":")
+    mod = importlib.import_module(module)
+    return mod, getattr(mod, function)
+
+
+def app_task(shard: tuple[int, int], name: str, cfg: Any, command: str) -> dict:
+    """One array task of `aspan demo` or `aspan pretrained`: the run with `shard` (it sets its model up, evaluates
+    that shard of the grid into its own rows file and stops), holding that shard's lock."""
+    from dataclasses import replace
+
+    run = _app(name)[1]
+    return run(replace(cfg, shard=shard), command=f"{command} --shard {shard[0]}/{shard[1]}", progress=False)
+
+
+def launch_app(name: str, cfg: Any, resources: SlurmResources, *, command: str, wait: bool = True,
+               progress: bool = True) -> dict | list[str]:
+    """Run (or resume) application `name` ("demo" or "pretrained") with settings `cfg` as a Slurm job array over
+    the shards of its intervention grid; wait, resubmitting failed tasks, merge the shards' rows into `sweep.jsonl`,
+    then run it without a shard in this process (it computes no row again) to write the run directory as a
+    one-machine run. A shard is finished when its task returned. Returns the run's summary, or with `wait=False`
+    the job ids just submitted."""
+    from .claims import claim_config
+
+    module, run = _app(name)
+    if cfg.shard is not None:
+        raise UsageError("--shard and --launcher slurm: the launcher submits every shard (see --array-tasks)")
+    cfg.check()
+    out = check_output_dir(cfg.out)
+    union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")  # a corrupt rows file is refused first
+    with claim_config(out, name, cfg, module.RUNTIME, command=f"{command} --launcher slurm"):
+        new = run_array(Array(out, name, app_task, (name, cfg, command), APP_TASKS), resources, wait, progress)
+        if not wait:
+            return new
+        merge_rows(out)
+        _finish(out)
+    return run(cfg, command=command, progress=progress)
+
+
+__all__ = ["Array", "SlurmResources", "app_task", "launch_app", "launch_sweep", "load_resources",
+           "merge_rows", "queued_jobs", "run_array", "sweep_task"]
