@@ -18,6 +18,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one subcommand per study (`aspan study NAME`) to the parser."""
     sub = parser.add_subparsers(dest="study", metavar="STUDY", required=True)
     for name in STUDIES:
         mod = import_module(f"aspan.commands.studies.{name}")

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def launch(args: argparse.Namespace, config) -> int:
+    """Run the sweep's grid as a Slurm job array (`--launcher slurm`); the exit code."""
     from aspan.applications.launch import launch_sweep, load_resources
 
     resources = load_resources(args.config, resource_flags(args))

@@ -17,14 +17,17 @@ VANILLA = ("rotary", "learned", "alibi", "none")
 
 
 def is_qk(summary: dict, settings: dict) -> bool:
+    """Whether a run's summary is the Q/K study's."""
     return "by_replay" in (summary.get("findings") or {}) and "table" in summary
 
 
 def is_abc(summary: dict, settings: dict) -> bool:
+    """Whether a run's summary is the ABC study's."""
     return ABC_TABLE in (summary.get("tables") or {})
 
 
 def is_parity(summary: dict, settings: dict) -> bool:
+    """Whether a run's summary is the parity study's."""
     return summary.get("study") == "parity" and "summary" in (summary.get("tables") or {})
 
 
@@ -198,6 +201,7 @@ def _abc_task_text(rows: pd.DataFrame, digits: list[str], longest: str) -> str:
 
 
 def is_abc_paper(summary: dict, settings: dict) -> bool:
+    """Whether a run's summary is the ABC paper study's."""
     return ABC_PAPER_TABLE in (summary.get("tables") or {})
 
 

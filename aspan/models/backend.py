@@ -91,27 +91,34 @@ class Hooked:
     takes_device_map = False
 
     def available(self) -> bool:
+        """Whether the installed TransformerLens has HookedTransformer (3.x does, 4.x does not)."""
         return has_hooked()
 
     def fresh(self, sizes: dict[str, int], positional: str, seed: int, device, tokenizer: Any) -> Any:
+        """A newly initialised tiny HookedTransformer of `sizes` with `positional` encoding."""
         from .tiny import fresh_hooked
 
         return fresh_hooked(sizes, positional, seed, device)
 
     def from_hooked(self, load: Callable[[Any], Any], where: Any) -> Any:
+        """The aspan-format checkpoint `load` reads, at the placement's dtype."""
         return load(where.dtype)
 
     def from_form(self, path: os.PathLike, config: dict[str, Any], where: Any) -> Any:
+        """The model of an aspan checkpoint in its Hugging Face form (directory `path`), as a HookedTransformer."""
         from .checkpoint import hooked_from_form
 
         return hooked_from_form(path, config, where.device, where.dtype)
 
     def from_hf_dir(self, path: os.PathLike, config: dict[str, Any], where: Any, adapter: dict[str, Any]) -> Any:
+        """A LoadedModel of a Hugging Face checkpoint directory as a HookedTransformer, its tokenizer adapted by
+        `adapter`."""
         from .hf import load_hf_dir
 
         return load_hf_dir(path, config, device=where.device, dtype=where.dtype, **adapter)
 
     def from_hf_model(self, hf_model: Any, tokenizer: Any, where: Any, n_ctx: int | None) -> Any:
+        """A HookedTransformer converted from an in-memory Hugging Face model (`n_ctx`: a shorter context)."""
         from .hf import from_hf
 
         return from_hf(hf_model, where.device, n_ctx, where.dtype)
@@ -168,6 +175,7 @@ class Bridge:
     takes_device_map = True
 
     def available(self) -> bool:
+        """True: every supported TransformerLens has TransformerBridge."""
         return True
 
     def fresh(self, sizes: dict[str, int], positional: str, seed: int, device, tokenizer: Any) -> Any:
@@ -184,15 +192,19 @@ class Bridge:
         return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, where.device, where.dtype))
 
     def from_form(self, path: os.PathLike, config: dict[str, Any], where: Any) -> Any:
+        """The model of an aspan checkpoint in its Hugging Face form (directory `path`), bridged."""
         return bridge(path, where.device, dtype=where.dtype, device_map=where.device_map)
 
     def from_hf_dir(self, path: os.PathLike, config: dict[str, Any], where: Any, adapter: dict[str, Any]) -> Any:
+        """A LoadedModel of a Hugging Face checkpoint directory as a TransformerBridge, its tokenizer adapted by
+        `adapter`."""
         from .hf import load_hf_bridge
 
         device_map = {} if where.device_map is None else {"device_map": where.device_map}
         return load_hf_bridge(path, config, device=where.device, dtype=where.dtype, **device_map, **adapter)
 
     def from_hf_model(self, hf_model: Any, tokenizer: Any, where: Any, n_ctx: int | None) -> Any:
+        """A TransformerBridge over an in-memory Hugging Face model and its tokenizer."""
         return bridge(hf_model, where.device or "cpu", tokenizer, dtype=where.dtype)
 
     def cached_step(self, model, batch: int, device) -> Callable[[Tensor, int], Tensor]:

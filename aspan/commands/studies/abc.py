@@ -23,6 +23,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options of `aspan study abc` to its parser."""
     p.add_argument("--protocol", choices=("aligned", "paper"), default="aligned",
                    help="aligned (default): this study's variant, lines in sample coordinates, unpadded numbers of 1-6 "
                         "digits; paper: Duan & Shi's protocol (numbers of [0, 2^20] split 7:1, the padded layout, a "

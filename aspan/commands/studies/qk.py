@@ -20,6 +20,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the options of `aspan study qk` to its parser."""
     p.add_argument("--out", required=True, type=output_dir,
                    help="run directory (resumable: rerun the same command to continue)")
     p.add_argument("--config", metavar="TOML",
