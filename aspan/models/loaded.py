@@ -16,6 +16,14 @@ def is_bridge(model) -> bool:
     return getattr(model, "original_model", None) is not None
 
 
+class Where(NamedTuple):
+    """Where a model is built: what a backend's constructors read (the loaders' Placement has these fields too)."""
+
+    device: str | None  # the device (None: the CPU)
+    dtype: Any  # a torch.dtype
+    device_map: Any = None  # None (one device), or Hugging Face's placement over several (bridge only)
+
+
 class LoadedModel(NamedTuple):
     """A loaded model: the HookedTransformer or TransformerBridge, its tokenizer and the free metadata saved with it."""
 

@@ -312,24 +312,22 @@ def _check_rope(file: Path, config: dict[str, Any]) -> None:
             raise UsageError(f"{file}: {key} {_POS_NUMBER(value)}, got {_short(value)}")
 
 
-def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: str, dtype_bytes: int = 4) -> None:
-    """`check_memory` for a Hugging Face config: its parameters at `dtype_bytes` each, twice for a HookedTransformer
-    (the Hugging Face model stays alive while its weights are converted), plus the HookedTransformer's masks."""
+def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: Any, dtype_bytes: int = 4) -> None:
+    """`check_memory` for a Hugging Face config: its parameters at `dtype_bytes` each, twice where `backend` (a
+    `ModelBackend`) converts the weights into a model of its own (a HookedTransformer: the Hugging Face model stays
+    alive meanwhile), plus the attention masks of a backend that keeps them."""
     width, heads = _first(config, "hidden_size", "n_embd")[1], _first(config, "num_attention_heads", "n_head")[1]
     layers, n_ctx = _first(config, "num_hidden_layers", "n_layer")[1], \
         _first(config, "max_position_embeddings", "n_positions")[1] or 2048
     d_mlp = _first(config, "intermediate_size", "n_inner")[1] or 4 * width
     d_head = config.get("head_dim") or width // heads
     model_type = config.get("model_type")
-    from .backend import backend_named  # it loads torch; this module is read without it (the checks before a load)
-
-    built = backend_named(backend)
     needed = parameter_bytes(config["vocab_size"], width, layers, heads, d_head, d_mlp, n_ctx,
                              n_kv_heads=config.get("num_key_value_heads"), learned_positions=model_type == "gpt2",
                              gated=model_type not in ("gpt2", "gpt_neox", "bloom"), dtype_bytes=dtype_bytes,
-                             masks=built.keeps_masks)
+                             masks=backend.keeps_masks)
     shown = {k: config[k] for k in HF_SIZES if config.get(k) is not None}
-    check_memory((needed + layers * LAYER_OVERHEAD) * (2 if built.converts_weights else 1), str(file), shown, device)
+    check_memory((needed + layers * LAYER_OVERHEAD) * (2 if backend.converts_weights else 1), str(file), shown, device)
 
 
 def stored_tensors(directory: Path) -> dict[str, tuple[Path, list[int]]]:
@@ -457,7 +455,7 @@ def check_hf_weights(directory: Path, config: dict[str, Any]) -> None:
             raise UsageError(f"{file} ({blame}): its model needs {name}, which the weights in {directory} lack")
 
 
-def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | None, backend: str,
+def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | None, backend: Any,
                         dtype_bytes: int = 4) -> None:
     """Everything about a Hugging Face checkpoint directory that can be checked before a model exists: its config's
     values, the memory the model would take (at `dtype_bytes` a parameter), and its weights' names and shapes."""
@@ -626,7 +624,7 @@ def gguf_layout(path: Path) -> tuple[dict[str, Any], dict[str, list[int]], dict[
     return meta, shapes, {name: (kind, offset, start) for name, (kind, offset) in places.items()}
 
 
-def check_gguf_memory(path: Path, device: str | None, backend: str,
+def check_gguf_memory(path: Path, device: str | None, backend: Any,
                       header: tuple[dict[str, Any], dict[str, list[int]]] | None = None, dtype_bytes: int = 4) -> None:
     """`check_memory` for a GGUF file before transformers dequantises it: every tensor of its header in float32
     (whatever its quantisation) and again at `dtype_bytes` (the dequantised tensors and the model they are copied
@@ -646,9 +644,7 @@ def check_gguf_memory(path: Path, device: str | None, backend: str,
     needed = params * (4 + dtype_bytes)
     if isinstance(layers, int) and layers > 0:
         needed += 2 * layers * LAYER_OVERHEAD
-    from .backend import backend_named  # it loads torch; this module is read without it
-
-    if backend_named(backend).keeps_masks:
+    if backend.keeps_masks:
         if all(isinstance(v, int) and v > 0 for v in (layers, n_ctx, heads, width)):
             needed += layers * (n_ctx * n_ctx + 2 * n_ctx * (width // heads) * 4)
     entries = len(meta) + sum(v.length for v in meta.values() if isinstance(v, GGUFArray))  # keys and array items
