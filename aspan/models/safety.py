@@ -647,6 +647,8 @@ def check_gguf_memory(path: Path, device: str | None, backend: Any,
     if backend.keeps_masks:
         if all(isinstance(v, int) and v > 0 for v in (layers, n_ctx, heads, width)):
             needed += layers * (n_ctx * n_ctx + 2 * n_ctx * (width // heads) * 4)
+            # the masks' size comes from these too: a refusal names them
+            sizes.update({f"{prefix}embedding_length": width, f"{prefix}attention.head_count": heads})
     entries = len(meta) + sum(v.length for v in meta.values() if isinstance(v, GGUFArray))  # keys and array items
     if entries * GGUF_ENTRY_BYTES > needed:  # the reader's metadata, when it outweighs the model
         sizes["metadata entries"] = entries
