@@ -7,7 +7,7 @@ instruction, few-shot examples); its length is the `offset` that shifts every re
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterable, Protocol, Sequence, runtime_checkable
+from typing import Callable, Iterable, Protocol, runtime_checkable
 
 BOS, EOS, PAD = "<bos>", "<eos>", "<pad>"
 SPECIALS: tuple[str, ...] = (PAD, BOS, EOS)
@@ -117,11 +117,6 @@ def decode_ids(
         if i not in skip:
             out.append(to_char(i))
     return "".join(out)
-
-
-def as_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """The ids of each text (`tokenizer.encode` of each)."""
-    return [tokenizer.encode(t) for t in texts]
 
 
 TOKENIZER_API = ("encode", "decode", "prefix_ids", "offset", "vocab_size", "pad_id", "eos_id")  # `Tokenizer`

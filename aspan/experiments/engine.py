@@ -164,11 +164,6 @@ def parse_heads(label: str) -> list[Head]:
     return [tuple(map(int, h.split("."))) for h in label.partition(":")[2].split(",")]  # type: ignore[misc]
 
 
-def head_label(heads: Iterable[Head]) -> str:
-    """[(1, 5), (0, 2)] -> 'L1H5+L0H2'."""
-    return "+".join(f"L{layer}H{head}" for layer, head in heads)
-
-
 # ----------------------------------------------------------------------------------------------- the engine
 class Engine:
     """Evaluates grid points on a loaded model; caches samples, the ranking and the matched baselines."""

@@ -155,10 +155,6 @@ class SweepConfig:
             out.append("list:" + ",".join(f"{l}.{h}" for l, h in self.explicit))
         return out
 
-    def needs_ranking(self) -> bool:
-        """Whether the sweep selects heads by rank (`top` or `fractions`), so needs a ranking first."""
-        return bool(self.top or self.fractions)
-
     def check_heads(self, n_layers: int, n_heads: int) -> None:
         """ValueError naming an explicit head or a top count the model does not have."""
         if self.explicit:

@@ -30,7 +30,6 @@ anywhere (`Wqkv`, `out_proj`, `up_proj`, `down_proj` are `bias=False`; its Layer
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -275,11 +274,6 @@ def aspan_entry(path: Path, config: dict[str, Any]) -> tuple[CharTokenizer, dict
         return CharTokenizer.from_dict(entry["tokenizer"]), dict(entry.get("meta", {}))
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{path / 'config.json'}: invalid {KEY!r} entry ({type(e).__name__}: {e})") from None
-
-
-def dumps_config(config: dict[str, Any]) -> str:
-    """A config as indented JSON with sorted keys (the `config.json` written beside the weights)."""
-    return json.dumps(config, indent=2, sort_keys=True)
 
 
 def tiny_bridge(sizes: Sizes, positional: str, seed: int, device: str, tokenizer: CharTokenizer | None = None):
