@@ -245,21 +245,30 @@ def _failure(plan: _Plan, shard: int) -> str:
     return f"{lines[-1] if lines else 'no error output'} (log: {log})"
 
 
+DRAIN_S = 120.0  # how long a finished array's tasks may stay in the queue (writing their result files) before the merge
+
+
 def _watch(plan: _Plan, array: Array, resources: SlurmResources, progress: bool) -> None:
-    """Wait until every shard is finished, resubmitting a shard whose task left the queue without finishing it;
-    ChildProcessError naming the shard once it has used its `max_retries`. Ctrl-C or SIGTERM stop the wait
-    (`aspan.stopping`), not the tasks: the next launch adopts them."""
+    """Wait until every shard is finished, resubmitting a shard whose task left the queue without finishing it, then
+    until its tasks have left the queue (at most `DRAIN_S`: submitit writes each task's result file after the shard's
+    rows, and the merge removes the folder it writes into). ChildProcessError naming the shard once it has used its
+    `max_retries`. Ctrl-C or SIGTERM stop the wait (`aspan.stopping`), not the tasks: the next launch adopts them."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=plan.tasks, desc=f"slurm tasks ({array.name})", unit="task", disable=not progress)
+    drained_by = time.monotonic() + DRAIN_S
     try:
         while True:
             todo = _incomplete(plan, array)
             bar.n = plan.tasks - len(todo)
             bar.refresh()
-            if not todo:
-                return
             queued = queued_jobs()
+            if not todo:  # every shard's rows are in; the tasks still write their result files, then leave the queue
+                if not any(job in queued for job in plan.jobs.values()) or time.monotonic() > drained_by:
+                    return
+                time.sleep(min(resources.poll, 1.0))
+                continue
+            drained_by = time.monotonic() + DRAIN_S
             gone = [i for i in todo if plan.jobs.get(i) not in queued]
             if gone:  # finished just before it left the queue?
                 gone = [i for i in gone if i in _incomplete(plan, array)]
