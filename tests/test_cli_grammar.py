@@ -18,8 +18,9 @@ PROGRESS = {"data", "train", "eval", "rank", "sweep", "abc", "demo", "pretrained
 SETTINGS = {"train", "eval", "rank", "sweep", "abc", "demo", "pretrained", "study qk", "study abc", "study parity"}
 # not converted yet, and why: each entry leaves when its command follows the grammar (the test then demands it)
 PENDING_QUIET: set[str] = set()  # every command that shows progress takes --quiet
-PENDING_CONFIG = {"train", "eval", "rank", "abc",  # settings built straight from argparse, not through load_config
-                  "sweep", "pretrained"}  # the TOML file is the positional CONFIG, not --config
+PENDING_CONFIG: set[str] = set()  # every command with settings takes --config
+# --config files of a shape of their own (sections, renamed keys), which to_toml cannot write yet
+NO_PRINT_CONFIG = {"sweep", "pretrained"}
 
 
 def commands() -> dict[str, argparse.ArgumentParser]:
@@ -70,7 +71,8 @@ def test_every_command_with_settings_takes_config():
     found = {name for name, p in commands().items() if "--config" in options(p)}
     assert SETTINGS - found == PENDING_CONFIG
     assert found <= SETTINGS
-    assert all("--print-config" in options(commands()[name]) for name in found)  # and gives the file back
+    printing = {name for name in found if "--print-config" in options(commands()[name])}
+    assert found - printing == NO_PRINT_CONFIG  # the others give the file back
 
 
 @pytest.mark.parametrize("name", ["rank", "sweep", "abc", "study qk", "study abc", "study parity"])
@@ -84,8 +86,8 @@ def test_no_progress_is_a_deprecated_alias_of_quiet(name):
 
 
 def test_the_deprecation_notice_is_one_line_on_stderr(tmp_path):
-    quiet = aspan("sweep", str(tmp_path / "missing.toml"), "--quiet", cwd=tmp_path)
-    old = aspan("sweep", str(tmp_path / "missing.toml"), "--no-progress", cwd=tmp_path)
+    quiet = aspan("sweep", "--config", str(tmp_path / "missing.toml"), "--quiet", cwd=tmp_path)
+    old = aspan("sweep", "--config", str(tmp_path / "missing.toml"), "--no-progress", cwd=tmp_path)
     assert quiet.returncode == old.returncode == 2  # the file is missing: the same error either way
     notice, error = old.stderr.splitlines()
     assert notice == "aspan sweep: --no-progress is deprecated and goes in the next release; use --quiet"
@@ -119,7 +121,8 @@ def test_quiet_turns_the_bars_of_data_and_eval_off(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------------------------- defaults in --help
 # commands whose flags fill a settings dataclass that --help reads the defaults from
-CONVERTED = {"eval": {"EvalRun"}, "rank": {"RankConfig"}, "abc": {"ABCRun"}, "train": {"TrainConfig", "TrainRun"},
+CONVERTED = {"eval": {"EvalRun"}, "rank": {"RankConfig", "Edit"}, "abc": {"ABCRun"},
+             "train": {"TrainConfig", "TrainRun"},
              "demo": {"DemoConfig"}}
 
 
@@ -180,9 +183,10 @@ def test_a_flag_not_given_leaves_the_dataclass_default(monkeypatch):
 def test_rank_and_abc_given_no_flags_run_with_their_dataclass_defaults(monkeypatch, tmp_path):
     import aspan.applications.abc as abc_app
     import aspan.applications.rank as rank_app
-    from aspan.experiments.profiling import Edit
+    from aspan.applications.rank import Edit
 
     runs = []
+    monkeypatch.chdir(tmp_path)  # rank holds its run directory (runs/rank) while it runs
     monkeypatch.setattr(rank_app, "rank_heads", runs.append)
     monkeypatch.setattr(abc_app, "abc_run", runs.append)
     for argv in (["rank", "m", "--task", "reversal"], ["abc", "m", "--task", "reversal"],
@@ -228,9 +232,9 @@ def test_train_given_no_flags_runs_with_the_defaults_of_its_preset(monkeypatch, 
 
 # ----------------------------------------------------------------------------------------------- examples in --help
 # the examples that run here, in this order (later ones read what earlier ones wrote); the rest are parsed
-RUN = ["aspan data --list", "aspan data reversal -n 2",
-       "aspan data addition --split ood -n 100 -o addition_ood.jsonl --param digits=5-8",
-       "aspan show reversal -n 2", "aspan show flipflop --param instructions=6 --seed 3",
+RUN = ["aspan data --list", "aspan data --task reversal -n 2",
+       "aspan data --task addition --split ood -n 100 -o addition_ood.jsonl --param digits=5-8",
+       "aspan show --task reversal -n 2", "aspan show --task flipflop --param instructions=6 --seed 3",
        "aspan doctor", "ASPAN_BACKEND=bridge aspan doctor",
        "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
        "aspan eval reversal -n 16 --no-attn --quiet",
@@ -310,7 +314,7 @@ def test_quiet_reaches_the_demo_and_the_pretrained_run(monkeypatch, tmp_path):
     monkeypatch.setattr(pretrained_app, "run_pretrained", lambda cfg, command, progress: calls.append(progress))
     config = str(ROOT / "configs" / "smollm2_smoke.toml")
     for argv in (["demo", "--quick", "--out", str(tmp_path / "d")], ["demo", "--quick", "--quiet"],
-                 ["pretrained", config], ["pretrained", config, "--quiet"]):
+                 ["pretrained", "--config", config], ["pretrained", "--config", config, "--quiet"]):
         args = cli.build_parser().parse_args(argv)
         assert args._run(args) == 0
     assert calls == [True, False, True, False]

@@ -1,4 +1,4 @@
-"""`aspan sweep CONFIG`: a resumable grid of attention interventions, each against a matched baseline
+"""`aspan sweep --config FILE`: a resumable grid of attention interventions, each against a matched baseline
 (`aspan.applications.sweep.run_sweep_dir`; the interventions are those of Spiegel et al. 2025, Appendix F)."""
 from __future__ import annotations
 
@@ -6,18 +6,18 @@ import argparse
 from pathlib import Path
 
 from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
-from .grammar import add_quiet
+from .grammar import add_config_file, add_quiet, config_file
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
-    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --quiet",
-    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --shard 0/4",
-    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --limit 0",
+    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --quiet",
+    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --shard 0/4",
+    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --limit 0",
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="TOML sweep config (see configs/*.toml)")
+    add_config_file(p, "TOML sweep config (see configs/*.toml)")
     p.add_argument("--out", type=output_dir, default=None, help="run directory (default runs/sweep-<config name>)")
     p.add_argument("--shard", type=shard, default=None, metavar="I/N",
                    help="run only shard I of N (0 <= I < N), e.g. $SLURM_ARRAY_TASK_ID/8")
@@ -31,12 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aspan.applications.sweep import run_sweep_dir
+    from aspan.applications.sweep import SweepConfig, run_sweep_dir
     from aspan.config import load_config
-    from aspan.experiments.sweep import SweepConfig
 
+    path = config_file(args)
     # the file's keys, then --device; fully validated before any model work
-    config = load_config(SweepConfig, toml_path=args.config, flags={"device": args.device}, name="sweep config")
-    run_sweep_dir(config, args.out or f"runs/sweep-{Path(args.config).stem}", config_file=str(args.config),
+    config = load_config(SweepConfig, toml_path=path, flags={"device": args.device}, name="sweep config")
+    run_sweep_dir(config, args.out or f"runs/sweep-{Path(path).stem}", config_file=str(path),
                   shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.quiet)
     return 0
