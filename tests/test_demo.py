@@ -185,7 +185,7 @@ by = "score_row"
 rank_samples = {run["samples"]}
 rank_seed = {run["seed"] + 1}
 ''')
-    assert main(["sweep", str(cfg), "--out", str(tmp_path / "sw"), "--quiet", "--id-budget", "100"]) == 0
+    assert main(["sweep", "--config", str(cfg), "--out", str(tmp_path / "sw"), "--quiet", "--id-budget", "100"]) == 0
     (row,) = read_rows(tmp_path / "sw" / "sweep.jsonl")
     assert row["key"] == demo_row["key"]
     assert row["heads_list"] == demo_row["heads_list"] and row["n"] == demo_row["n"]

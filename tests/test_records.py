@@ -47,7 +47,7 @@ def ckpt(tmp_path_factory) -> Path:
 def sweep_args(d: Path, ckpt: Path) -> list[str]:
     (d / "s.toml").write_text(f'model = "{ckpt}"\ntask = "reversal"\nn_samples = 2\nbatch_size = 2\n'
                               'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
-    return ["sweep", str(d / "s.toml"), "--out", str(d / "run"), "--quiet"]
+    return ["sweep", "--config", str(d / "s.toml"), "--out", str(d / "run"), "--quiet"]
 
 
 def pretrained_args(d: Path, ckpt: Path) -> list[str]:
@@ -56,7 +56,7 @@ def pretrained_args(d: Path, ckpt: Path) -> list[str]:
         f'model = "{d / "hf"}"\ntask = "reversal"\ndevice = "cpu"\n[prompt]\nshots = [1]\n'
         '[data]\nood_params = { length = [11, 12] }\neval_samples = 4\ngen_samples = 2\nbatch_size = 4\n'
         '[finetune]\nsteps = 1\n[analysis]\nrank_samples = 2\ntop = [1]\nstrengths = [1.0]\n')
-    return ["pretrained", str(d / "c.toml"), "--out", str(d / "run"), "--threads", "1"]
+    return ["pretrained", "--config", str(d / "c.toml"), "--out", str(d / "run"), "--threads", "1"]
 
 
 # command -> (its arguments in directory d with checkpoint ckpt, the device its run must record)

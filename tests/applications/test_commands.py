@@ -93,7 +93,7 @@ def test_the_applications_hold_their_run_directory(ckpt, tmp_path):
 def test_a_notebook_writes_and_shows_the_samples_data_and_show_do(tmp_path, capsys):
     from aspan.applications.data import show_samples, task_preset, write_samples
 
-    flags = ["reversal", "--split", "ood", "--param", "length=11-13", "--seed", "4"]
+    flags = ["--task", "reversal", "--split", "ood", "--param", "length=11-13", "--seed", "4"]
     assert cli.main(["data", *flags, "-n", "5", "-o", str(tmp_path / "cli.jsonl")]) == 0
     task = task_preset("reversal", "ood", ["length=11-13"])
     write_samples(task, 5, seed=4, output=str(tmp_path / "call.jsonl"))

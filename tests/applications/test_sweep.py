@@ -47,7 +47,7 @@ def test_a_notebook_runs_the_sweep_the_command_runs(ckpt, tmp_path, capsys):
     toml.write_text(f'model = "{ckpt}"\ntask = "reversal"\nsplit = "ood"\ntask_params = {{length = [11, 12]}}\n'
                     'n_samples = 2\nseeds = [0]\nbatch_size = 2\nstrengths = [0.5, 3.0]\ndevice = "cpu"\n'
                     '[heads]\nlist = [[0, 0]]\n')
-    assert main(["sweep", str(toml), "--out", str(tmp_path / "cli"), "--id-budget", "100", "--quiet"]) == 0
+    assert main(["sweep", "--config", str(toml), "--out", str(tmp_path / "cli"), "--id-budget", "100", "--quiet"]) == 0
     rows = {p: [{k: v for k, v in json.loads(line).items() if k != "seconds"}
                 for line in (tmp_path / p / "sweep.jsonl").read_text().splitlines()] for p in ("api", "cli")}
     assert rows["api"] == rows["cli"]

@@ -175,10 +175,11 @@ def test_a_sweep_runs_in_its_configs_dtype(kinds, tmp_path):
     body = (f'model = "{ckpt}"\ntask = "reversal"\nany_task = true\nn_samples = 2\nbatch_size = 2\n'
             'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
     (tmp_path / "s.toml").write_text('dtype = "bfloat16"\n' + body)
-    r = cli.aspan("sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
+    r = cli.aspan("sweep", "--config", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--quiet",
+                  cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp_path / "run" / "run.json").read_text())["dtype"] == "bfloat16"
     (tmp_path / "bad.toml").write_text('dtype = "float64"\n' + body)
-    r = cli.aspan("sweep", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "bad"), cwd=tmp_path)
+    r = cli.aspan("sweep", "--config", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "bad"), cwd=tmp_path)
     assert r.returncode == 2
     cli.one_line(r.stderr, "dtype", "float64", "'bfloat16'")
