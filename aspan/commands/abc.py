@@ -80,12 +80,12 @@ def required(args: argparse.Namespace, command: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aspan.applications.abc import abc_run
+    from aspan.applications.abc import abc_run, format_summary
     from aspan.config import to_toml
 
     cfg = settings(args)
     if args.print_config:
         print(to_toml(cfg), end="")
         return 0
-    abc_run(cfg)
+    print(format_summary(abc_run(cfg)))
     return 0

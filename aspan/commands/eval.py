@@ -78,5 +78,5 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(to_toml(cfg), end="")
         return 0
-    run_eval(cfg)
+    run_eval(cfg, echo=print)  # the headline and tables as they come
     return 0

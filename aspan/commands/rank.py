@@ -110,7 +110,7 @@ def settings(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from aspan.applications.rank import rank_heads
+    from aspan.applications.rank import format_summary, rank_heads
     from aspan.config import to_toml
     from aspan.io import claim_run
 
@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
         print(to_toml(cfg), end="")
         return 0
     with claim_run(cfg.out):  # one job per run directory
-        rank_heads(cfg)
+        summary = rank_heads(cfg)
+    print(format_summary(summary))
     return 0
 
 

@@ -25,5 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from aspan.applications.data import show_samples, task_preset
 
     task = task_preset(task_of(args), args.split, args.param or [])
-    show_samples(task, args.n, args.seed, args.width or shutil.get_terminal_size((100, 24)).columns, split=args.split)
+    width = args.width or shutil.get_terminal_size((100, 24)).columns
+    for block in show_samples(task, args.n, args.seed, width, split=args.split):
+        print(block)
     return 0

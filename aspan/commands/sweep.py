@@ -31,12 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from aspan.applications.sweep import SweepConfig, run_sweep_dir
+    from aspan.applications.sweep import SweepConfig, format_selection, run_sweep_dir
     from aspan.config import load_config
 
     path = config_file(args)
     # the file's keys, then --device; fully validated before any model work
     config = load_config(SweepConfig, toml_path=path, flags={"device": args.device}, name="sweep config")
-    run_sweep_dir(config, args.out or f"runs/sweep-{Path(path).stem}", config_file=str(path),
-                  shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.quiet)
+    summary = run_sweep_dir(config, args.out or f"runs/sweep-{Path(path).stem}", config_file=str(path),
+                            shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.quiet)
+    if "selection" in summary:  # the grid is complete: the selection rule's choice
+        print(format_selection(summary["selection"]))
     return 0

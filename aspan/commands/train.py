@@ -113,7 +113,9 @@ def settings(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from aspan.applications.train import train_run
+    import os
+
+    from aspan.applications.train import format_result, train_run
     from aspan.config import to_toml
     from aspan.errors import UsageError
 
@@ -123,5 +125,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise UsageError("--out DIR is required: the run directory")
-    train_run(run, args.out)
+    result = train_run(run, args.out)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: the first process speaks for all
+        print(format_result(result, args.out))
     return 0
