@@ -84,7 +84,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                            epilog=epilog(getattr(mod, "EXAMPLES", ())))
         if chosen not in COMMANDS or chosen == name:
             mod.add_arguments(p)
-        add_verbose(p, default=argparse.SUPPRESS)  # `aspan -v CMD` or `aspan CMD ... -v`
+        add_verbose(p, default=argparse.SUPPRESS)  # `aspan -v CMD` or `aspan CMD ... -v` (`aspan study qk ... -v`)
         p.set_defaults(_run=mod.run, _run_dir=getattr(mod, "RUN_DIR", None))
     return parser
 
@@ -93,7 +93,12 @@ VERBOSE_HELP = "report debug messages too (the default: information and warnings
 
 
 def add_verbose(parser: argparse.ArgumentParser, default) -> None:
+    """`-v/--verbose` on `parser` and on every parser nested under it (a command's own subcommands)."""
     parser.add_argument("-v", "--verbose", action="store_true", default=default, help=VERBOSE_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                add_verbose(child, argparse.SUPPRESS)
 
 
 class _Plain(logging.Formatter):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-QUIET_HELP = "no progress bars"
+QUIET_HELP = "no progress bars, warnings only"
 
 
 class _Deprecated(argparse.Action):
