@@ -313,8 +313,8 @@ def test_quiet_reaches_the_demo_and_the_pretrained_run(monkeypatch, tmp_path):
     from .cli import ROOT
 
     calls = []
-    monkeypatch.setattr(demo_app, "run_demo", lambda cfg, command, progress: calls.append(progress))
-    monkeypatch.setattr(pretrained_app, "run_pretrained", lambda cfg, command, progress: calls.append(progress))
+    monkeypatch.setattr(demo_app, "run_demo", lambda cfg, command, log, progress: calls.append(progress))
+    monkeypatch.setattr(pretrained_app, "run_pretrained", lambda cfg, command, log, progress: calls.append(progress))
     config = str(ROOT / "configs" / "smollm2_smoke.toml")
     for argv in (["demo", "--quick", "--out", str(tmp_path / "d")], ["demo", "--quick", "--quiet"],
                  ["pretrained", "--config", config], ["pretrained", "--config", config, "--quiet"]):
@@ -327,7 +327,7 @@ def test_demo_takes_config_under_its_flags(monkeypatch, tmp_path):
     import aspan.applications.demo as demo_app
 
     cfgs = []
-    monkeypatch.setattr(demo_app, "run_demo", lambda cfg, command, progress: cfgs.append((cfg, command)))
+    monkeypatch.setattr(demo_app, "run_demo", lambda cfg, command, log, progress: cfgs.append((cfg, command)))
     toml = tmp_path / "demo.toml"
     toml.write_text('samples = 7\ngen_samples = 3\ntops = [1]\nout = "runs/from-file"\n')
     for argv in (["demo"], ["demo", "--config", str(toml)], ["demo", "--config", str(toml), "--samples", "9"],

@@ -78,5 +78,6 @@ def run(args: argparse.Namespace) -> int:
              if v is not None and k != "train"]
     switches = ["--train"] * bool(args.train) + ["--quick"] * bool(args.quick)
     command = " ".join(["aspan demo", *words, *switches])
-    run_demo(cfg, command=command, progress=not args.quiet)  # holds the run directory for this job and configuration
+    # run_demo holds the run directory for this job and configuration; its summary printed here
+    run_demo(cfg, command=command, log=print, progress=not args.quiet)
     return 0

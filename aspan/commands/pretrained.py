@@ -45,5 +45,6 @@ def run(args: argparse.Namespace) -> int:
     given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
     words = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
     command = " ".join(["aspan pretrained --config", shlex.quote(path), *words])
-    run_pretrained(cfg, command=command, progress=not args.quiet)  # holds the run directory for this job and config
+    # run_pretrained holds the run directory for this job and config; its summary printed here
+    run_pretrained(cfg, command=command, log=print, progress=not args.quiet)
     return 0
