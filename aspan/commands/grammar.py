@@ -152,10 +152,11 @@ def from_settings(parser: argparse.ArgumentParser, spec: str, rename: dict[str, 
 PRINT_CONFIG_HELP = "print the resolved settings as TOML (which --config reads back unchanged), then exit"
 
 
-def add_config(parser: argparse.ArgumentParser, settings: str) -> None:
-    """`--config FILE` (a TOML file of the fields of `settings`, under the flags given) and `--print-config`."""
-    parser.add_argument("--config", metavar="FILE",
-                        help=f"settings from a TOML file (keys: {settings} fields); flags given override it")
+def add_config(parser: argparse.ArgumentParser, settings: str, tables: str = "") -> None:
+    """`--config FILE` (a TOML file of the fields of the dataclass `settings`, nested ones as the `tables` say, under
+    the flags given) and `--print-config`."""
+    parser.add_argument("--config", metavar="FILE", help=f"settings from a TOML file (keys: the fields of {settings}"
+                        f"{'; ' + tables if tables else ''}); flags given override it")
     parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
 
 

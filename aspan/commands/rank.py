@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="precision the model is loaded in (bfloat16 and float16 take half the memory)")
     p.add_argument("--out", type=output_dir, help="run directory")
     add_quiet(p)
-    add_config(p, "RankConfig; the causal ranking's edit in its [edit] table")
+    add_config(p, "RankConfig", "the causal ranking's edit as an [edit] table")
     c = p.add_argument_group("causal ranking (--by effect / estimate)")
     c.add_argument("--method", choices=RULES, help="the edit")
     c.add_argument("--delta", type=int, help="key offset of the edit's references")

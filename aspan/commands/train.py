@@ -81,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-ctx", type=positive_int,
                    help="context length (when not given: enough for the task's OOD preset, at least 256)")
     add_quiet(p, old=None)
-    add_config(p, "TrainRun; the optimisation settings in its [train] table, TrainConfig")
+    add_config(p, "TrainRun", "the optimisation settings, TrainConfig, as a [train] table")
     # no argparse defaults: a flag not given leaves the settings' own (TrainConfig's, or its fine-tuning preset's)
     from_settings(p, "aspan.training:TrainConfig", presets={"--finetune": "finetune"}, only=TRAIN_KEYS)
     from_settings(p, "aspan.applications.train:TrainRun", only=RUN_KEYS)
