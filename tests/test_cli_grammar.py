@@ -425,6 +425,8 @@ def test_out_names_a_directory_and_o_a_file_everywhere(tmp_path):
                 assert "--output" in action.option_strings, name
                 files += 1
     assert outs >= 10 and files == 3  # data, eval, report
+    parser = commands()["eval"]  # eval's run directory: --out, as everywhere (--run-dir its old spelling)
+    assert parser.parse_args(["m", "--run-dir", "d"]).run_dir == parser.parse_args(["m", "--out", "d"]).run_dir == "d"
     parser = commands()["report"]
     assert parser.parse_args(["run", "--out", "x.html"]).out == parser.parse_args(["run", "-o", "x.html"]).out
     old = aspan("report", str(tmp_path / "missing"), "--out", str(tmp_path / "r.html"), cwd=tmp_path)

@@ -452,7 +452,7 @@ def test_every_command_that_writes_a_run_directory_holds_it_through_claim_run(tm
              "study": ["study", "qk", "--quick"]}
     try:
         assert _writers_of_run_directories() == {*cases, "eval"}
-        for args in [*cases.values(), ["eval", "reversal", "-n", "2", "--run-dir", str(out)]]:
+        for args in [*cases.values(), ["eval", "reversal", "-n", "2", "--out", str(out)]]:
             code, err = run_cli(capsys, *args, *(["--out", str(out)] if args[0] != "eval" else []))
             assert code == 2, (args, err)
             one_line(err, "in use by 'holder job'", f"pid {holder.pid}", LOCK)

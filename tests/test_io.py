@@ -217,7 +217,7 @@ def test_a_lock_whose_flock_is_free_does_not_block_the_directory(tmp_path, pid):
     may hold junk: the free flock says no job holds the directory."""
     run_dir = tmp_path / "run"
     _stale_lock(run_dir, pid)
-    r = aspan("eval", "reversal", "-n", "2", "--no-attn", "--device", "cpu", "--run-dir", str(run_dir), cwd=tmp_path)
+    r = aspan("eval", "reversal", "-n", "2", "--no-attn", "--device", "cpu", "--out", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (run_dir / "run.json").exists() and not (run_dir / io.LOCK).exists()
 

@@ -63,10 +63,10 @@ def test_evaluate_refuses_samples_of_another_task_or_layout_before_any_forward()
 
 def test_eval_command_refuses_another_task_unless_asked(tmp_path):
     out, run = tmp_path / "records.jsonl", tmp_path / "run"
-    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "-o", str(out), "--run-dir", str(run), cwd=tmp_path)
+    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "-o", str(out), "--out", str(run), cwd=tmp_path)
     assert r.returncode == 2 and not out.exists() and not run.exists()
     one_line(r.stderr, "--task addition", "'addition'", "'reversal'", "--any-task")
-    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "--no-attn", "--any-task", "--run-dir", str(run),
+    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "--no-attn", "--any-task", "--out", str(run),
               cwd=tmp_path)
     assert r.returncode == 0 and "addition ood (teacher, n=4)" in r.stdout, r.stderr
     recorded = json.loads((run / "run.json").read_text())

@@ -62,7 +62,7 @@ def pretrained_args(d: Path, ckpt: Path) -> list[str]:
 # command -> (its arguments in directory d with checkpoint ckpt, the device its run must record)
 COMMANDS = {
     "train": (lambda d, c: ["train", *SMALL, "--steps", "1", "--device", "cpu", "--out", str(d / "run")], "cpu"),
-    "eval": (lambda d, c: ["eval", str(c), "--split", "id", "-n", "2", "--no-attn", "--run-dir", str(d / "run")],
+    "eval": (lambda d, c: ["eval", str(c), "--split", "id", "-n", "2", "--no-attn", "--out", str(d / "run")],
              "auto"),
     "rank": (lambda d, c: ["rank", str(c), "--task", "reversal", "-n", "2", "--quiet", "--device", "cpu",
                            "--out", str(d / "run")], "cpu"),
@@ -108,7 +108,7 @@ def test_every_run_json_records_versions_backend_and_the_device_used(command, ck
 
 
 def test_the_backend_recorded_is_the_one_used(ckpt, tmp_path):
-    aspan("eval", str(ckpt), "--split", "id", "-n", "2", "--no-attn", "--device", "cpu", "--run-dir",
+    aspan("eval", str(ckpt), "--split", "id", "-n", "2", "--no-attn", "--device", "cpu", "--out",
           str(tmp_path / "run"), cwd=tmp_path, env={**ENV, "ASPAN_BACKEND": "bridge"})
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert (run["backend"], run["device"]) == ("bridge", "cpu")

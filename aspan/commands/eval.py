@@ -7,12 +7,12 @@ import argparse
 from aspan.options import MODEL_DTYPES, MODES
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
-from .grammar import add_config, add_quiet, from_settings, given
+from .grammar import add_config, add_deprecated, add_quiet, from_settings, given
 
 HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length, AttnScore correct vs error"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan eval reversal -n 16 --no-attn --quiet",
-    "aspan eval reversal --split ood --buckets 11-15,16-20 -n 50 --run-dir runs/eval",
+    "aspan eval reversal --split ood --buckets 11-15,16-20 -n 50 --out runs/eval",
     "aspan eval runs/tiny --mode generate --heads 1.3,1.5 -o records.jsonl",
 )
 
@@ -46,11 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int,
                    help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
     p.add_argument("-o", "--output", type=output_file, help="write per-token records to this JSONL file")
-    p.add_argument("--run-dir", type=output_dir,
-                   help="also write run.json, summary.json and records.jsonl here (for `aspan report`)")
+    p.add_argument("--out", dest="run_dir", type=output_dir, metavar="DIR",
+                   help="run directory: also write run.json, summary.json and records.jsonl there (for `aspan report`)")
     add_quiet(p, old=None)
     add_config(p, "EvalRun")
     from_settings(p, "aspan.applications.eval:EvalRun")
+    add_deprecated(p, "--run-dir", "--out", dest="run_dir", type=output_dir, metavar="DIR")
 
 
 FIELDS = ("checkpoint", "task", "any_task", "split", "samples", "mode", "seed", "batch_size", "heads", "delta",

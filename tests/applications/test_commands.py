@@ -42,7 +42,7 @@ def test_every_command_imports_only_parsing_helpers_and_its_application():
 
 def test_a_notebook_evaluates_what_the_eval_command_evaluates(ckpt, tmp_path, capsys):
     argv = [str(ckpt), "--split", "id", "-n", "6", "--heads", "1.0", "--buckets", "1-2,3-4", "--threads", "1"]
-    assert cli.main(["eval", *argv, "--run-dir", str(tmp_path / "cli")]) == 0
+    assert cli.main(["eval", *argv, "--out", str(tmp_path / "cli")]) == 0
     tables = run_eval(EvalRun(str(ckpt), split="id", samples=6, heads="1.0", buckets="1-2,3-4", threads=1,
                               run_dir=str(tmp_path / "call")))
     assert tables["by_bucket"].n.tolist() == [6, 6]

@@ -133,7 +133,7 @@ def test_the_command_line_dtype_reaches_the_model_and_run_json(kinds, kind, tmp_
     for dtype in ("bfloat16", "float32"):
         run = tmp_path / dtype
         r = cli.aspan("eval", str(kinds[kind]), "--task", "reversal", "--any-task", "--split", "id", "-n", "2",
-                      "--no-attn", "--device", "cpu", "--dtype", dtype, "--run-dir", str(run), cwd=tmp_path)
+                      "--no-attn", "--device", "cpu", "--dtype", dtype, "--out", str(run), cwd=tmp_path)
         assert r.returncode == 0, r.stderr[-2000:]
         assert json.loads((run / "run.json").read_text())["dtype"] == dtype
     r = cli.aspan("eval", str(kinds[kind]), "--dtype", "float64", cwd=tmp_path)
