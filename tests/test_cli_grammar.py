@@ -186,7 +186,6 @@ def test_rank_and_abc_given_no_flags_run_with_their_dataclass_defaults(monkeypat
     from aspan.applications.rank import Edit
 
     runs = []
-    monkeypatch.chdir(tmp_path)  # rank holds its run directory (runs/rank) while it runs
     monkeypatch.setattr(rank_app, "rank_heads", runs.append)
     monkeypatch.setattr(abc_app, "abc_run", runs.append)
     monkeypatch.setattr(rank_app, "format_summary", lambda summary: "")

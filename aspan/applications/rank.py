@@ -21,7 +21,7 @@ from ..environment import run_environment
 from ..experiments import profiling
 from ..experiments.profiling import Edit, ProfileConfig
 from ..experiments.ranking import heatmap, n_selected, offset_heatmap, offset_table, ranking_from_offsets, select_heads
-from ..io import RunDir, write_json
+from ..io import RunDir, claim_run, write_json
 from ..models.checkpoint import saved_task
 from ..models.trained import check_task
 
@@ -93,8 +93,13 @@ def check_rank(cfg: RankConfig):
 
 def rank_heads(cfg: RankConfig) -> dict:
     """Rank the heads into run directory `cfg.out` (ranking.csv/jsonl, heatmaps, with a causal ranking profile.csv
-    and rankings_compared.csv, run.json, summary.json); the summary (`format_summary` writes its top of the ranking
-    as text)."""
+    and rankings_compared.csv, run.json, summary.json), holding it for this job throughout (`claim_run`); the summary
+    (`format_summary` writes its top of the ranking as text)."""
+    with claim_run(cfg.out):
+        return _rank_heads(cfg)
+
+
+def _rank_heads(cfg: RankConfig) -> dict:
     task, deltas, prof_task, prof_cfg = check_rank(cfg)
     model, tokenizer, _ = models.load(cfg.model, device=cfg.device, dtype=cfg.dtype)
     models.check_context(model, task, tokenizer.offset)

@@ -112,15 +112,12 @@ def settings(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from aspan.applications.rank import format_summary, rank_heads
     from aspan.config import to_toml
-    from aspan.io import claim_run
 
     cfg = settings(args)
     if args.print_config:
         print(to_toml(cfg), end="")
         return 0
-    with claim_run(cfg.out):  # one job per run directory
-        summary = rank_heads(cfg)
-    print(format_summary(summary))
+    print(format_summary(rank_heads(cfg)))  # rank_heads holds the run directory for this job
     return 0
 
 

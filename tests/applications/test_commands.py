@@ -20,8 +20,7 @@ PARSING = ("aspan.commands", "aspan.applications", "aspan.options", "aspan.error
 # commands that still import more than that, and what (the settings dataclasses they build, or work not moved yet)
 PENDING = {
     "aspan.commands.train": {"aspan.training", "aspan.curves"},  # TrainConfig, the curve settings
-    "aspan.commands.sweep": {"aspan.experiments.sweep"},  # SweepConfig
-    "aspan.commands.rank": {"aspan.methods", "aspan.experiments.profiling"},  # rule names, the Edit settings
+    "aspan.commands.rank": {"aspan.methods"},  # the edit methods' names and default strengths, for --help
     "aspan.commands.doctor": {"aspan.environment"},  # one library call: the environment record
     "aspan.commands.report": {"aspan.report"},  # one library call: the report page or its images
     "aspan.commands.gpu": {"aspan.cli"},  # a campaign's runs are aspan command lines: the dispatcher runs them
