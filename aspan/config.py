@@ -11,7 +11,9 @@ A TOML file's keys are the dataclass's fields, its arrays the fields' tuples. A 
 shape (sections, renamed keys) says how it maps a parsed file to fields in a classmethod `toml_fields(raw, path)`
 (a ValueError names the key). Flags map field names to values; None means "not given", so a command gives its
 config options no argparse default (an argparse default would override the file). A dotted name sets one key of
-a dict field (`{"finetune.steps": 50}`, the flag `--steps`).
+a dict field (`{"finetune.steps": 50}`, the flag `--steps`), or one field of a nested settings dataclass
+(`{"train.lr": 1e-3}`), which a file gives as a table (`[train]`, over `base`'s value of it where given).
+`to_toml` writes the settings back in that form (`--print-config`).
 """
 from __future__ import annotations
 
