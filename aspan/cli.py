@@ -101,6 +101,10 @@ def add_verbose(parser: argparse.ArgumentParser, default) -> None:
                 add_verbose(child, argparse.SUPPRESS)
 
 
+class _Stderr(logging.StreamHandler):
+    """The command line's handler (one at a time on the `aspan` logger, however deeply commands nest)."""
+
+
 class _Plain(logging.Formatter):
     """A message as it is; a warning or error prefixed with its level (`warning: ...`)."""
 
@@ -117,16 +121,19 @@ def reporting(args: argparse.Namespace):
     logger = logging.getLogger("aspan")
     level = logging.DEBUG if getattr(args, "verbose", False) else (
         logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
-    handler = logging.StreamHandler(sys.stderr)
+    nested = any(isinstance(h, _Stderr) for h in logger.handlers)  # `aspan gpu slice` runs commands through main
+    handler = _Stderr(sys.stderr)
     handler.setFormatter(_Plain("%(message)s"))
     was = logger.level, logger.propagate
     logger.setLevel(level)
     logger.propagate = False
-    logger.addHandler(handler)
+    if not nested:
+        logger.addHandler(handler)
     try:
         yield
     finally:
-        logger.removeHandler(handler)
+        if not nested:
+            logger.removeHandler(handler)
         logger.setLevel(was[0])
         logger.propagate = was[1]
 

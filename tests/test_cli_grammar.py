@@ -566,6 +566,11 @@ def test_the_command_line_sets_the_level_for_one_command_and_restores_the_host_l
             assert err == ["an info line", "warning: a warning line"]
     assert (logger.level, list(logger.handlers), logger.propagate, root.level, list(root.handlers)) == before
     assert len(seen) == 3
+    outer = cli.build_parser().parse_args(["doctor"])
+    with cli.reporting(outer), cli.reporting(cli.build_parser().parse_args(["doctor", "-v"])):  # a command in one
+        logging.getLogger("aspan.probe").debug("once")
+    assert capsys.readouterr().err.splitlines() == ["once"]
+    assert (logger.level, list(logger.handlers), logger.propagate, root.level, list(root.handlers)) == before
 
 
 LOGS = """
