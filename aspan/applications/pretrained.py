@@ -239,7 +239,7 @@ def prepare(cfg: PretrainedConfig, loaded) -> Prepared:
     id_t, ood_t = tasks.preset(cfg.task, "id", **cfg.id_params), tasks.preset(cfg.task, "ood", **cfg.ood_params)
     tcfg = cfg.train_config()
     if loaded is None:
-        logger.info("loading %s ...", cfg.model)
+        logger.debug("loading %s ...", cfg.model)  # (the progress bar shows the stage; -v says which model)
         loaded = models.load(cfg.model, device=None if cfg.device in (None, "auto") else cfg.device, dtype=cfg.dtype)
     model, base_tok, meta = loaded
     for k in cfg.top:  # before any work: a count of heads the model does not have is a mistake, not "all heads"
