@@ -11,9 +11,14 @@ torch nor TransformerLens. The attention hooks themselves are the separate `hook
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 __version__ = "0.2.0"
+
+# Library modules report through loggers under "aspan"; the application (or `aspan`'s command line) decides where
+# their messages go. Without a decision of its own they go nowhere (no "No handlers could be found" fallback).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def _shadowed_hooks() -> str | None:

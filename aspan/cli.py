@@ -10,11 +10,17 @@ argument errors, `UsageError`/`ValueError`, missing files and other OS errors on
 package (with what to install). Ctrl-C and SIGTERM set a flag (`aspan.stopping`): the command stops at its next safe
 point with its state saved, prints one line and exits 130 (Ctrl-C) or 143 (SIGTERM); a closed stdout pipe
 (`aspan data ... | head -1`) ends the command quietly.
+
+Library modules report through `logging` (one logger per module, under `aspan`) and never configure it; the command
+line does, for the length of one command (`reporting`): INFO and above on stderr as plain lines, `--quiet` only
+warnings (and no progress bars), `-v/--verbose` debug too. A command's result (a table, a path) is printed on stdout
+by the command itself.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 import warnings
@@ -66,6 +72,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = Parser(prog="aspan", description="Study and edit attention on AttentionSpan tasks.")
     parser.add_argument("--version", action=_Version, help="print aspan's version, then exit (`aspan doctor`: the "
                         "versions of the stack, the backend and the device)")
+    add_verbose(parser, default=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -78,8 +85,58 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                            epilog=epilog(getattr(mod, "EXAMPLES", ())))
         if chosen not in COMMANDS or chosen == name:
             mod.add_arguments(p)
+        add_verbose(p, default=argparse.SUPPRESS)  # `aspan -v CMD` or `aspan CMD ... -v` (`aspan study qk ... -v`)
         p.set_defaults(_run=mod.run, _run_dir=getattr(mod, "RUN_DIR", None))
     return parser
+
+
+VERBOSE_HELP = "report debug messages too (the default: information and warnings on stderr)"
+
+
+def add_verbose(parser: argparse.ArgumentParser, default) -> None:
+    """`-v/--verbose` on `parser` and on every parser nested under it (a command's own subcommands)."""
+    parser.add_argument("-v", "--verbose", action="store_true", default=default, help=VERBOSE_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                add_verbose(child, argparse.SUPPRESS)
+
+
+class _Stderr(logging.StreamHandler):
+    """The command line's handler (one at a time on the `aspan` logger, however deeply commands nest)."""
+
+
+class _Plain(logging.Formatter):
+    """A message as it is; a warning or error prefixed with its level (`warning: ...`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return text if record.levelno < logging.WARNING else f"{record.levelname.lower()}: {text}"
+
+
+@contextlib.contextmanager
+def reporting(args: argparse.Namespace):
+    """The `aspan` loggers' output for one command: a plain handler on stderr at INFO (`--quiet`: WARNING,
+    `-v`: DEBUG); the logger's level, handlers and propagation are restored afterwards (the process calling `main`,
+    e.g. a test or a notebook, keeps its own logging as it was)."""
+    logger = logging.getLogger("aspan")
+    level = logging.DEBUG if getattr(args, "verbose", False) else (
+        logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
+    nested = any(isinstance(h, _Stderr) for h in logger.handlers)  # `aspan gpu slice` runs commands through main
+    handler = _Stderr(sys.stderr)
+    handler.setFormatter(_Plain("%(message)s"))
+    was = logger.level, logger.propagate
+    logger.setLevel(level)
+    logger.propagate = False
+    if not nested:
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        if not nested:
+            logger.removeHandler(handler)
+        logger.setLevel(was[0])
+        logger.propagate = was[1]
 
 
 def describe(error: BaseException) -> str | None:
@@ -146,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         name = f"aspan {args.command}"
         _check_common(args)
-        with stopping.handled(), _held(args):
+        with reporting(args), stopping.handled(), _held(args):
             code = int(args._run(args) or 0)
             sys.stdout.flush()
             stopping.check()  # a signal no safe point acted on still ends the command non-zero

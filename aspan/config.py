@@ -11,7 +11,9 @@ A TOML file's keys are the dataclass's fields, its arrays the fields' tuples. A 
 shape (sections, renamed keys) says how it maps a parsed file to fields in a classmethod `toml_fields(raw, path)`
 (a ValueError names the key). Flags map field names to values; None means "not given", so a command gives its
 config options no argparse default (an argparse default would override the file). A dotted name sets one key of
-a dict field (`{"finetune.steps": 50}`, the flag `--steps`).
+a dict field (`{"finetune.steps": 50}`, the flag `--steps`), or one field of a nested settings dataclass
+(`{"train.lr": 1e-3}`), which a file gives as a table (`[train]`, over `base`'s value of it where given).
+`to_toml` writes the settings back in that form (`--print-config`).
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def load_config(cls: type[C], *, toml_path: PathLike | None = None, flags: Mappi
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}  # field -> where its value came from, for the message of a failed check
     if toml_path is not None:
-        values = toml_values(cls, toml_path, hints, name)
+        values = toml_values(cls, toml_path, hints, name, base)
         sources = dict.fromkeys(values, str(toml_path))
     defaults = field_defaults(cls) if base is None else {f.name: getattr(base, f.name) for f in dataclasses.fields(cls)}
     for key, value in (flags or {}).items():
@@ -47,7 +49,9 @@ def load_config(cls: type[C], *, toml_path: PathLike | None = None, flags: Mappi
         flag = "--" + (item or field).replace("_", "-")
         if field not in hints:
             raise UsageError(f"{flag}: {cls.__name__} has no setting {field!r}")
-        if item:  # one key of a dict field, on top of the file's (or the default) dict
+        if item and dataclasses.is_dataclass(hints[field]):  # one field of a nested settings dataclass
+            value = _nested_flag(values.get(field, defaults.get(field)), item, value, flag)
+        elif item:  # one key of a dict field, on top of the file's (or the default) dict
             value = {**values.get(field, defaults.get(field, {})), item: value}
         else:
             check_type(value, hints[field], flag)
@@ -67,6 +71,12 @@ def load_config(cls: type[C], *, toml_path: PathLike | None = None, flags: Mappi
     return cfg
 
 
+def file_value(path: PathLike, key: str, name: str = "config") -> Any:
+    """The value of one top-level key of a TOML settings file (None where it has none), for a command whose defaults
+    depend on it (`aspan train`'s `finetune` picks the fine-tuning preset)."""
+    return read_toml(path, name).get(key)
+
+
 def field_defaults(cls: type) -> dict[str, Any]:
     """The default of every field of dataclass `cls` that has one."""
     out = {}
@@ -78,9 +88,11 @@ def field_defaults(cls: type) -> dict[str, Any]:
     return out
 
 
-def toml_values(cls: type, path: PathLike, hints: dict[str, Any], name: str = "config") -> dict[str, Any]:
-    """The fields a TOML file sets (its arrays as tuples), each of its field's type; UsageError naming the file and
-    the key that is unknown, of the wrong type, or (through `cls.toml_fields`) otherwise bad."""
+def toml_values(cls: type, path: PathLike, hints: dict[str, Any], name: str = "config",
+                base: Any = None) -> dict[str, Any]:
+    """The fields a TOML file sets (its arrays as tuples, a table of a nested settings dataclass as that dataclass,
+    over `base`'s where given), each of its field's type; UsageError naming the file and the key that is unknown, of
+    the wrong type, or (through `cls.toml_fields`) otherwise bad."""
     raw = read_toml(path, name)
     if hasattr(cls, "toml_fields"):
         try:
@@ -92,12 +104,44 @@ def toml_values(cls: type, path: PathLike, hints: dict[str, Any], name: str = "c
         raise UsageError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(hints))})")
     values = {key: as_tuples(value, hints[key]) for key, value in raw.items()}
     for key, value in values.items():
+        if isinstance(value, dict) and dataclasses.is_dataclass(hints[key]):  # a [table] of a nested dataclass
+            values[key] = value = _nested_table(hints[key], value, f"{path}: {key}", getattr(base, key, None))
         check_type(value, hints[key], f"{path}: {key}")
     return values
 
 
+def _nested_table(cls: type, table: dict[str, Any], where: str, base: Any = None) -> Any:
+    """A TOML table as the nested settings dataclass `cls` (its keys checked like a file's), over `base` (a preset
+    of it) where given; UsageError naming the table and key."""
+    hints = typing.get_type_hints(cls)
+    unknown = sorted(set(table) - set(hints))
+    if unknown:
+        raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(hints))})")
+    values = {key: as_tuples(value, hints[key]) for key, value in table.items()}
+    for key, value in values.items():
+        check_type(value, hints[key], f"{where}.{key}")
+    try:
+        return cls(**values) if base is None else dataclasses.replace(base, **values)
+    except ValueError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def _nested_flag(current: Any, item: str, value: Any, flag: str) -> Any:
+    """The nested settings dataclass `current` with its field `item` set to the flag's `value` (checked)."""
+    hints = typing.get_type_hints(type(current))
+    if item not in hints:
+        raise UsageError(f"{flag}: {type(current).__name__} has no setting {item!r}")
+    check_type(value, hints[item], flag)
+    try:
+        return dataclasses.replace(current, **{item: value})
+    except ValueError as e:
+        raise UsageError(f"{flag}: {e}") from None
+
+
 def as_tuples(value: Any, hint: Any) -> Any:
     """A TOML value with its arrays as tuples where the field holds tuples (a dict field keeps its lists)."""
+    if isinstance(value, list) and _is(hint, list):
+        return value
     if isinstance(value, list) and not _is(hint, dict):
         return tuple(as_tuples(v, Any) for v in value)
     return value
@@ -169,20 +213,35 @@ def _culprit(message: str, sources: dict[str, str], default: str) -> str:
     return (flags or named or [default])[0]
 
 
-def to_toml(cfg: Any) -> str:
-    """The settings dataclass `cfg` as a TOML file that `load_config(type(cfg), toml_path=...)` reads back to an
-    equal `cfg` (`--print-config`): one `key = value` line per field; a None field is left out (TOML has no null),
-    so it reads back only where None is also the field's default (ValueError naming the field otherwise)."""
-    defaults = field_defaults(type(cfg))
+def to_toml(cfg: Any, base: Any = None) -> str:
+    """The settings dataclass `cfg` as a TOML file that `load_config(type(cfg), toml_path=..., base=base)` reads
+    back to an equal `cfg` (`--print-config`): one `key = value` line per field, a nested settings dataclass as a
+    `[field]` table; a None field is left out (TOML has no null), so it reads back only where None is also the
+    default (`base`'s value, or the field's; ValueError naming the field otherwise)."""
+    lines, tables = _toml_lines(cfg, base, ""), []
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            tables += ["", f"[{f.name}]", *_toml_lines(value, getattr(base, f.name, None), f"{f.name}.")]
+    return "\n".join(lines + tables) + "\n"
+
+
+def _toml_lines(cfg: Any, base: Any, prefix: str) -> list[str]:
+    """`key = value` for every field of `cfg` but its nested dataclasses (None left out where it is the default)."""
+    defaults = field_defaults(type(cfg)) if base is None else {f.name: getattr(base, f.name)
+                                                                  for f in dataclasses.fields(base)}
     lines = []
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            continue
         if value is None:
             if f.name in defaults and defaults[f.name] is not None:
-                raise ValueError(f"{f.name} is None, which a TOML file cannot say (default {defaults[f.name]!r})")
+                raise ValueError(f"{prefix}{f.name} is None, which a TOML file cannot say "
+                                 f"(default {defaults[f.name]!r})")
             continue
-        lines.append(f"{f.name} = {_toml_value(value, f.name)}")
-    return "\n".join(lines) + "\n"
+        lines.append(f"{f.name} = {_toml_value(value, prefix + f.name)}")
+    return lines
 
 
 def _toml_value(value: Any, name: str) -> str:

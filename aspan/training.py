@@ -17,6 +17,7 @@ temporary directory and renamed, pointed to by `checkpoints/latest`) and, at the
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
@@ -55,6 +56,9 @@ STATE_JSON, STATE_TENSORS = "train_state.json", "train_state.safetensors"  # a c
 LEGACY_STATE = "train_state.pt"  # earlier versions' pickle: read with torch.load(weights_only=True) only
 STATE_FORMAT = "aspan-train-state"
 STEP_NAME = re.compile(r"step-[0-9]+")  # what checkpoints/latest may hold
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -750,16 +754,17 @@ def _stream_task(stream: DataStream) -> TrainedTask | None:
 
 
 def _setup_optimizer(run: _Run) -> None:
-    """Optimiser, schedule and (under torchrun) the DDP wrapper; prints the trainable parameter count."""
+    """Optimiser, schedule and (under torchrun) the DDP wrapper; logs the trainable parameter count."""
     config, model = run.config, run.model
     live = live_parameters(model).values()  # a bridge's unused duplicate tensors left out
     n_all = sum(p.numel() for p in live)
     n_train = run.freezer.trainable() if run.freezer else sum(p.numel() for p in live if p.requires_grad)
     run.opts.meta["trainable_parameters"] = {"trainable": n_train, "total": n_all, "fraction": n_train / n_all,
                                              "train_only": config.train_only}
-    if run.main and run.opts.progress:
+    if run.main:
         which = f" ({config.train_only})" if config.train_only else ""
-        print(f"trainable parameters: {n_train:,} of {n_all:,} ({100 * n_train / n_all:.2f}%){which}")
+        logger.info("trainable parameters: %s of %s (%.2f%%)%s", f"{n_train:,}", f"{n_all:,}",
+                    100 * n_train / n_all, which)
     run.opt = _optimizer(model, config)
     run.sched = torch.optim.lr_scheduler.LambdaLR(
         run.opt, lambda s: lr_lambda(s, config.warmup, run.total, config.min_lr_ratio))

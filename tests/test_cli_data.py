@@ -17,7 +17,7 @@ from aspan.tasks.params import parse_bool, parse_params, parse_range, parse_valu
 
 def test_data_to_file_matches_generate(tmp_path, capsys):
     out = tmp_path / "sub" / "ff.jsonl"
-    assert main(["data", "flipflop", "--split", "ood", "-n", "30", "--seed", "5", "-o", str(out)]) == 0
+    assert main(["data", "--task", "flipflop", "--split", "ood", "-n", "30", "--seed", "5", "-o", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [Sample.from_dict(r) for r in rows] == tasks.preset("flipflop", "ood").generate(30, seed=5)
     assert set(rows[0]) == {"task", "text", "prompt_len", "references", "params"}
@@ -28,7 +28,8 @@ def test_data_to_file_matches_generate(tmp_path, capsys):
 
 def test_data_to_stdout_with_params(capsys):
     assert (
-        main(["data", "assign", "-n", "5", "--param", "pairs=3-4", "--param", "values=xyz", "--param", "length=7"]) == 0
+        main(["data", "--task", "assign", "-n", "5", "--param", "pairs=3-4", "--param", "values=xyz",
+              "--param", "length=7"]) == 0
     )
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(rows) == 5
@@ -38,7 +39,7 @@ def test_data_to_stdout_with_params(capsys):
 
 
 def test_data_bool_param(capsys):
-    assert main(["data", "parity", "-n", "20", "--param", "scratchpad=false", "-o", "-"]) == 0
+    assert main(["data", "--task", "parity", "-n", "20", "--param", "scratchpad=false", "-o", "-"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert all(len(r["text"]) == r["prompt_len"] + 1 for r in rows)
 
@@ -55,15 +56,15 @@ def test_list(capsys):
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["data", "nosuchtask"], ["unknown task", "nosuchtask"]),
+        (["data", "--task", "nosuchtask"], ["unknown task", "nosuchtask"]),
         (["data"], ["TASK"]),
-        (["data", "flipflop", "--param", "registers=11"], ["registers"]),
-        (["data", "flipflop", "--param", "regs=2"], ["regs", "instructions"]),
-        (["data", "flipflop", "--param", "flips=maybe"], ["flips", "boolean"]),
-        (["data", "parity", "--param", "length"], ["key=value"]),
-        (["data", "parity", "--param", "length=5-2"], ["length", "reversed"]),
-        (["data", "parity", "-n", "-1"], ["-n"]),
-        (["show", "nosuchtask"], ["unknown task"]),
+        (["data", "--task", "flipflop", "--param", "registers=11"], ["registers"]),
+        (["data", "--task", "flipflop", "--param", "regs=2"], ["regs", "instructions"]),
+        (["data", "--task", "flipflop", "--param", "flips=maybe"], ["flips", "boolean"]),
+        (["data", "--task", "parity", "--param", "length"], ["key=value"]),
+        (["data", "--task", "parity", "--param", "length=5-2"], ["length", "reversed"]),
+        (["data", "--task", "parity", "-n", "-1"], ["-n"]),
+        (["show", "--task", "nosuchtask"], ["unknown task"]),
     ],
 )
 def test_errors_exit_2_with_one_line(argv, words, capsys):
@@ -88,7 +89,7 @@ def test_failed_write_leaves_old_file(tmp_path):
 
 
 def test_show_marks_references(capsys):
-    assert main(["show", "assign", "--seed", "3", "-n", "2", "--width", "200"]) == 0
+    assert main(["show", "--task", "assign", "--seed", "3", "-n", "2", "--width", "200"]) == 0
     out = capsys.readouterr().out
     samples = tasks.preset("assign").generate(2, seed=3)
     lines = out.splitlines()
@@ -101,7 +102,7 @@ def test_show_marks_references(capsys):
 
 
 def test_show_compact_when_long(capsys):
-    assert main(["show", "parity", "--split", "ood", "--param", "scratchpad=no", "--width", "20"]) == 0
+    assert main(["show", "--task", "parity", "--split", "ood", "--param", "scratchpad=no", "--width", "20"]) == 0
     out = capsys.readouterr().out
     s = tasks.preset("parity", "ood", scratchpad=False).generate(1)[0]
     assert f"t0={s.target!r} <- 0..{s.prompt_len - 2}" in out
@@ -110,14 +111,14 @@ def test_show_compact_when_long(capsys):
 
 def test_subprocess_console():
     env = {**os.environ, "PYTHONHASHSEED": "7"}
-    r = subprocess.run([sys.executable, "-m", "aspan.cli", "data", "parity", "-n", "3", "--seed", "1"],
+    r = subprocess.run([sys.executable, "-m", "aspan.cli", "data", "--task", "parity", "-n", "3", "--seed", "1"],
                        capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert [Sample.from_dict(json.loads(x)) for x in r.stdout.splitlines()] == tasks.preset("parity").generate(
         3, seed=1
     )
     r = subprocess.run(
-        [sys.executable, "-m", "aspan.cli", "data", "bogus"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "aspan.cli", "data", "--task", "bogus"], capture_output=True, text=True, timeout=120
     )
     assert r.returncode == 2 and "unknown task 'bogus'" in r.stderr and "Traceback" not in r.stderr
 
@@ -181,7 +182,7 @@ def test_huge_sample_lengths_are_refused_in_one_line_without_allocating(tmp_path
     """`--param length=100000000-100000000` took 5.3 GB in 40 s; now one line, at once, at the memory of the imports."""
     from tests.cli import aspan_peak, one_line
 
-    code, err, peak = aspan_peak(command, "reversal", "--param", "length=100000000-100000000", cwd=tmp_path)
+    code, err, peak = aspan_peak(command, "--task", "reversal", "--param", "length=100000000-100000000", cwd=tmp_path)
     assert code == 2, err[-2000:]
     one_line(err, "--param length=100000000-100000000", "200,000,001 characters")
     assert peak < 1.5 * 2**30, peak

@@ -171,18 +171,18 @@ def test_pretrained_command_steps_flag_beats_the_file(tmp_path):
              "p.run_pretrained = lambda cfg, command, **kw: print(cfg.finetune['steps'], cfg.threads, cfg.model)\n")
     config = ROOT / "configs" / "smollm2_smoke.toml"
     out = str(tmp_path / "run")
-    r = aspan("pretrained", str(config), "--out", out, code=patch, cwd=tmp_path)
+    r = aspan("pretrained", "--config", str(config), "--out", out, code=patch, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     file_steps = load_config(PretrainedConfig, toml_path=config).finetune["steps"]
     assert r.stdout.split() == [str(file_steps), "None", "smollm2"]
-    r = aspan("pretrained", str(config), "--out", out + "2", "--steps", "3", "--threads", "1", code=patch,
+    r = aspan("pretrained", "--config", str(config), "--out", out + "2", "--steps", "3", "--threads", "1", code=patch,
               cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.split() == ["3", "1", "smollm2"], r.stderr
 
 
 def test_pretrained_command_names_the_file_and_key_of_a_wrong_type(tmp_path):
     bad = toml(tmp_path, '[data]\neval_samples = "many"\n[finetune]\nsteps = 1\n')
-    r = aspan("pretrained", str(bad), "--out", str(tmp_path / "run"), cwd=tmp_path)
+    r = aspan("pretrained", "--config", str(bad), "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists()
     one_line(r.stderr, str(bad), "eval_samples: must be an integer", "'many'")
 

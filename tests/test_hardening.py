@@ -39,7 +39,8 @@ def test_bad_device_is_one_line_before_any_work(tmp_path, capsys):
     one_line(bad_index.stderr, "cuda:99")
     cfg = tmp_path / "s.toml"
     cfg.write_text('model = "reversal"\ntask = "reversal"\nstrengths = [1.0]\ndevice = "potato"\n[heads]\ntop = [1]\n')
-    code, err = run_cli(capsys, "sweep", str(cfg), "--out", str(tmp_path / "sw"))  # in process: the same main()
+    # in process: the same main()
+    code, err = run_cli(capsys, "sweep", "--config", str(cfg), "--out", str(tmp_path / "sw"))
     assert code == 2 and not (tmp_path / "sw").exists()
     one_line(err, "potato", "sweep config: device")
 
@@ -48,13 +49,13 @@ def test_directory_where_a_file_is_expected_and_vice_versa(tmp_path, monkeypatch
     (tmp_path / "d").mkdir()
     (tmp_path / "f").write_text("x")
     cases = [
-        (["data", "reversal", "-n", "3", "-o", "d"], "d is a directory"),
+        (["data", "--task", "reversal", "-n", "3", "-o", "d"], "d is a directory"),
         (["report", "d", "-o", "d"], "d is a directory"),
         (["eval", "reversal", "-n", "2", "-o", "d"], "d is a directory"),
         (["train", "--task", "reversal", "--steps", "1", "--out", "f"], "f is a file"),
         (["demo", "--quick", "--out", "f"], "f is a file"),
         (["rank", "reversal", "--task", "reversal", "--out", "f/sub"], "f is a file"),
-        (["data", "reversal", "-n", "3", "-o", "f/x.jsonl"], "f is a file"),
+        (["data", "--task", "reversal", "-n", "3", "-o", "f/x.jsonl"], "f is a file"),
     ]
     for i, (args, words) in enumerate(cases):
         if i < 2:  # the real command line
@@ -69,7 +70,7 @@ def test_directory_where_a_file_is_expected_and_vice_versa(tmp_path, monkeypatch
 
 
 def test_closed_stdout_pipe_ends_quietly(tmp_path):
-    for args in (["data", "reversal", "-n", "100000"], ["show", "reversal", "-n", "5000"]):
+    for args in (["data", "--task", "reversal", "-n", "100000"], ["show", "--task", "reversal", "-n", "5000"]):
         p = subprocess.Popen([sys.executable, "-m", "aspan.cli", *args], cwd=tmp_path, env=ENV,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         first = p.stdout.readline()
@@ -82,7 +83,8 @@ def _interrupt(tmp_path: Path, sig: int) -> tuple[int, str]:
     """Start a big `aspan data -o`, wait until its temp file is being written, send `sig`."""
     # the default SIGINT disposition in the child: a shell's background job (`pytest &`) ignores SIGINT, and Python
     # then installs no KeyboardInterrupt handler, so the test would measure how pytest was started
-    p = subprocess.Popen([sys.executable, "-m", "aspan.cli", "data", "reversal", "-n", "100000000", "-o", "out.jsonl"],
+    p = subprocess.Popen([sys.executable, "-m", "aspan.cli", "data", "--task", "reversal", "-n", "100000000",
+                          "-o", "out.jsonl"],
                          cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
@@ -110,7 +112,7 @@ def test_ctrl_c_is_one_line_exit_130_no_temp_file(tmp_path):
 
 # ------------------------------------------------------------------------------------ in process: fast cases
 @pytest.mark.parametrize("args, words", [
-    (["show", "reversal", "--width", "-5"], ["--width", "-5"]),
+    (["show", "--task", "reversal", "--width", "-5"], ["--width", "-5"]),
     (["eval", "reversal", "--bucket", "0"], ["--bucket", ">= 1"]),
     (["eval", "reversal", "--threads", "0"], ["--threads"]),
     (["abc", "reversal", "--task", "reversal", "--lambda", "nan"], ["--lambda", "nan"]),
@@ -119,7 +121,7 @@ def test_ctrl_c_is_one_line_exit_130_no_temp_file(tmp_path):
     (["rank", "reversal", "--task", "reversal", "--deltas", "500"], ["--deltas", "500"]),
     (["abc", "reversal", "--task", "reversal", "--abs", "anti:9999:0"], ["--abs", "9999"]),
     (["train", "--task", "reversal", "--finetune", "--out", "x"], ["--finetune", "--init"]),
-    (["data", "reversal", "--param", "length=1.5-3"], ["length"]),
+    (["data", "--task", "reversal", "--param", "length=1.5-3"], ["length"]),
     (["eval", "smollm2", "-n", "1"], ["--task is required", "smollm2"]),  # said before loading the model
     (["study", "qk", "--out", "q", "--device", "potato"], ["--device", "potato"]),  # a study's own parser too
     (["study", "parity", "--out", "q", "--threads", "0"], ["--threads"]),
@@ -330,17 +332,17 @@ def test_a_second_configuration_in_one_run_directory_is_refused_and_a_failed_swe
     heads = "[heads]\nlist = [[0, 0]]\n"
     cfg.write_text(body + "strengths = [1.0]\n" + heads)
     out = tmp_path / "sweep"
-    assert cli.main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 0
+    assert cli.main(["sweep", "--config", str(cfg), "--out", str(out), "--quiet"]) == 0
     capsys.readouterr()
     rows = (out / "sweep.jsonl").read_text()
     other = tmp_path / "b.toml"
     other.write_text(body + "strengths = [2.0]\n" + heads)
-    code, err = run_cli(capsys, "sweep", str(other), "--out", str(out), "--quiet")
+    code, err = run_cli(capsys, "sweep", "--config", str(other), "--out", str(out), "--quiet")
     assert code == 2
     one_line(err, "another configuration", "strengths", "[1.0]", "[2.0]")
     assert (out / "sweep.jsonl").read_text() == rows  # nothing mixed in
     (ckpt / "model.safetensors").write_bytes(b"corrupt")  # exists (so the config is valid) but cannot load
-    code, err = run_cli(capsys, "sweep", str(cfg), "--out", str(tmp_path / "failed"), "--quiet")
+    code, err = run_cli(capsys, "sweep", "--config", str(cfg), "--out", str(tmp_path / "failed"), "--quiet")
     assert code == 2 and "model.safetensors" in err
     assert not (tmp_path / "failed").exists()  # no run.json, no settings, no empty directory
 
@@ -355,7 +357,7 @@ def test_files_written_atomically_follow_the_umask(tmp_path):
     try:
         for umask, mode in ((0o077, 0o600), (0o002, 0o664)):  # in process: the same writer
             os.umask(umask)
-            assert cli.main(["data", "reversal", "-n", "2", "-o", str(tmp_path / f"d{umask:o}.jsonl")]) == 0
+            assert cli.main(["data", "--task", "reversal", "-n", "2", "-o", str(tmp_path / f"d{umask:o}.jsonl")]) == 0
             assert (tmp_path / f"d{umask:o}.jsonl").stat().st_mode & 0o777 == mode
         os.umask(0o022)
         path = models.save(models.tiny(CharTokenizer(), n_layers=1, n_heads=2, d_model=16, n_ctx=16, device="cpu"),
@@ -367,7 +369,8 @@ def test_files_written_atomically_follow_the_umask(tmp_path):
 
 
 def test_a_killed_writers_temp_file_is_removed_by_the_next_write(tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "aspan.cli", "data", "reversal", "-n", "100000000", "-o", "out.jsonl"],
+    p = subprocess.Popen([sys.executable, "-m", "aspan.cli", "data", "--task", "reversal", "-n", "100000000",
+                          "-o", "out.jsonl"],
                          cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while not leftovers(tmp_path) and time.time() < deadline:
@@ -376,7 +379,7 @@ def test_a_killed_writers_temp_file_is_removed_by_the_next_write(tmp_path):
     p.wait()
     stale = leftovers(tmp_path)
     assert stale and str(p.pid) in stale[0]  # the temp file names its writer
-    assert cli.main(["data", "reversal", "-n", "2", "-o", str(tmp_path / "out.jsonl")]) == 0
+    assert cli.main(["data", "--task", "reversal", "-n", "2", "-o", str(tmp_path / "out.jsonl")]) == 0
     assert leftovers(tmp_path) == [] and len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
     # in a run directory, the next job to hold it removes every stale temp file, at any depth
     from aspan.io import HOST, claim
@@ -443,12 +446,13 @@ def test_every_command_that_writes_a_run_directory_holds_it_through_claim_run(tm
     assert holder.stdout.readline().strip() == "held"
     (tmp_path / "s.toml").write_text(SWEEP_TOML)
     cases = {"train": ["train", *SMALL, "--steps", "1"], "rank": ["rank", "reversal", "--task", "reversal"],
-             "abc": ["abc", "reversal", "--task", "reversal"], "sweep": ["sweep", str(tmp_path / "s.toml")],
-             "demo": ["demo", "--quick"], "pretrained": ["pretrained", str(ROOT / "configs/smollm2_smoke.toml")],
+             "abc": ["abc", "reversal", "--task", "reversal"], "sweep": ["sweep", "--config", str(tmp_path / "s.toml")],
+             "demo": ["demo", "--quick"],
+             "pretrained": ["pretrained", "--config", str(ROOT / "configs/smollm2_smoke.toml")],
              "study": ["study", "qk", "--quick"]}
     try:
         assert _writers_of_run_directories() == {*cases, "eval"}
-        for args in [*cases.values(), ["eval", "reversal", "-n", "2", "--run-dir", str(out)]]:
+        for args in [*cases.values(), ["eval", "reversal", "-n", "2", "--out", str(out)]]:
             code, err = run_cli(capsys, *args, *(["--out", str(out)] if args[0] != "eval" else []))
             assert code == 2, (args, err)
             one_line(err, "in use by 'holder job'", f"pid {holder.pid}", LOCK)

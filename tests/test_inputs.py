@@ -45,7 +45,7 @@ def sweep_config(tmp_path: Path, text: str = SWEEP) -> Path:
 def test_sweep_config_not_utf8_names_the_file(tmp_path):
     cfg = tmp_path / "latin1.toml"
     cfg.write_bytes(SWEEP.encode() + b'# caf\xe9\n')
-    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
+    r = aspan("sweep", "--config", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists()
     one_line(r.stderr, str(cfg), "UTF-8")
 
@@ -55,7 +55,7 @@ def test_sweep_rows_file_with_a_foreign_row_names_file_and_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "sweep.jsonl").write_text('{"x": 1}\n')
-    r = aspan("sweep", str(cfg), "--out", str(run), "--quiet", cwd=tmp_path)
+    r = aspan("sweep", "--config", str(cfg), "--out", str(run), "--quiet", cwd=tmp_path)
     assert r.returncode == 2
     one_line(r.stderr, f"{run / 'sweep.jsonl'} line 1: not a sweep row", "'key'")
     assert sorted(p.name for p in run.iterdir()) == ["sweep.jsonl"] and not leftovers(run)
@@ -68,7 +68,7 @@ def test_sweep_row_without_mode_names_file_and_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "sweep.jsonl").write_text("\n" + json.dumps({**row, "key": settings_key(point)}) + "\n")
-    r = aspan("sweep", str(cfg), "--out", str(run), "--quiet", cwd=tmp_path)
+    r = aspan("sweep", "--config", str(cfg), "--out", str(run), "--quiet", cwd=tmp_path)
     assert r.returncode == 2
     one_line(r.stderr, f"{run / 'sweep.jsonl'} line 2: not a sweep row", "'mode'")
     assert sorted(p.name for p in run.iterdir()) == ["sweep.jsonl"]
@@ -233,7 +233,7 @@ def test_sweep_strengths_that_overflow_and_thresholds_that_never_fire_are_refuse
                         ("thresholds = [0.1, 1.5]", ["sweep config: thresholds", "below 1", "1.5"])):
         text = SWEEP.replace("strengths = [1.0]", line if "strengths" in line else "strengths = [1.0]\n" + line)
         cfg = sweep_config(tmp_path, text)
-        r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
+        r = aspan("sweep", "--config", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
         assert r.returncode == 2 and not (tmp_path / "run").exists()
         one_line(r.stderr, *words)
 
@@ -243,7 +243,7 @@ def test_sweep_steer_with_strengths_past_alpha_is_refused_at_config_load(tmp_pat
     1]): one line naming the key and the method before the model loads, no run directory; without steer the same
     strengths are a grid."""
     text = SWEEP.replace("strengths = [1.0]", 'strengths = [1.0, 4.0]\nmethod = ["reinforce", "steer"]')
-    r = aspan("sweep", str(sweep_config(tmp_path, text)), "--out", str(tmp_path / "run"), "--quiet",
+    r = aspan("sweep", "--config", str(sweep_config(tmp_path, text)), "--out", str(tmp_path / "run"), "--quiet",
               cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists(), r.stderr
     one_line(r.stderr, "sweep config: strengths", "method steer", "4")
@@ -281,7 +281,7 @@ def test_sample_counts_and_batches_that_cannot_fit_are_refused_before_allocating
         one_line(err, *words, "more than this machine can hold")
         assert peak < 2, f"{args}: peak {peak:.1f} GB before refusing"
     cfg = sweep_config(tmp_path, SWEEP.replace("n_samples = 2", "n_samples = 1000000000"))
-    code, err, peak = gb_peak("sweep", str(cfg), "--out", str(tmp_path / "sw"), cwd=tmp_path)
+    code, err, peak = gb_peak("sweep", "--config", str(cfg), "--out", str(tmp_path / "sw"), cwd=tmp_path)
     assert code == 2 and not (tmp_path / "sw").exists() and peak < 2
     one_line(err, "sweep config: n_samples", "GB")
 
@@ -338,7 +338,8 @@ def test_id_budget_points_become_one_fraction_for_sweep_and_demo(tmp_path):
         argv = ["c.toml"] if add is sweep_arguments else []
         assert parser.parse_args([*argv, "--id-budget", "2"]).id_budget == pytest.approx(0.02)
         assert parser.parse_args(argv).id_budget == (0.01 if add is sweep_arguments else None)  # the defaults
-    for command, bads in ((["sweep", str(tmp_path / "missing.toml")], ("-1", "nan", "x")), (["demo"], ("-1",))):
+    for command, bads in ((["sweep", "--config", str(tmp_path / "missing.toml")], ("-1", "nan", "x")),
+                          (["demo"], ("-1",))):
         for bad in bads:
             r = aspan(*command, "--id-budget", bad, "--out", str(tmp_path / "run"), cwd=tmp_path)
             assert r.returncode == 2, r.stderr
@@ -359,7 +360,8 @@ def test_shard_is_one_argument_type_for_sweep_demo_and_pretrained(tmp_path):
         module.add_arguments(parser)
         assert parser.parse_args([*argv, "--shard", "1/3"]).shard == (1, 3)
     missing = str(tmp_path / "missing.toml")
-    for command, bad in ((["sweep", missing], "2/2"), (["pretrained", missing], "x"), (["demo"], "1")):
+    for command, bad in ((["sweep", "--config", missing], "2/2"), (["pretrained", "--config", missing], "x"),
+                         (["demo"], "1")):
         r = aspan(*command, "--shard", bad, "--out", str(tmp_path / "run"), cwd=tmp_path)
         assert r.returncode == 2, r.stderr
         one_line(r.stderr, "--shard", repr(bad))

@@ -167,7 +167,7 @@ def char_device(directory: Path, name: str) -> Path:
 
 def test_data_to_a_character_device_writes_into_it_and_keeps_the_node(tmp_path):
     null = char_device(tmp_path, "null")
-    r = aspan("data", "reversal", "-n", "3", "-o", str(null), cwd=tmp_path)
+    r = aspan("data", "--task", "reversal", "-n", "3", "-o", str(null), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert stat.S_ISCHR(os.lstat(null).st_mode)  # not replaced by a regular file
     assert not [p for p in null.parent.iterdir() if p.name.startswith(f".{null.name}.")]  # no temp file beside it
@@ -175,7 +175,7 @@ def test_data_to_a_character_device_writes_into_it_and_keeps_the_node(tmp_path):
 
 def test_data_to_a_full_device_is_one_line_no_space_naming_the_file(tmp_path):
     full = char_device(tmp_path, "full")
-    r = aspan("data", "reversal", "-n", "3", "-o", str(full), cwd=tmp_path)
+    r = aspan("data", "--task", "reversal", "-n", "3", "-o", str(full), cwd=tmp_path)
     assert r.returncode == 2
     one_line(r.stderr, str(full), "No space left on device")
     assert stat.S_ISCHR(os.lstat(full).st_mode)
@@ -186,7 +186,7 @@ def test_data_to_a_fifo_reaches_its_reader(tmp_path):
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # open before the writer, so its open does not block
     try:
-        r = aspan("data", "reversal", "-n", "3", "-o", str(fifo), cwd=tmp_path)
+        r = aspan("data", "--task", "reversal", "-n", "3", "-o", str(fifo), cwd=tmp_path)
         got = os.read(reader, 1 << 16).decode()
     finally:
         os.close(reader)
@@ -199,7 +199,7 @@ def test_data_on_a_full_disk_names_the_file_and_leaves_no_temp_file(tmp_path):
     full_disk = ("import errno, os\ndef fsync(fd):\n    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
                  "os.fsync = fsync")
     out = tmp_path / "out" / "samples.jsonl"
-    r = aspan("data", "reversal", "-n", "3", "-o", str(out), cwd=tmp_path, code=full_disk)
+    r = aspan("data", "--task", "reversal", "-n", "3", "-o", str(out), cwd=tmp_path, code=full_disk)
     assert r.returncode == 2
     one_line(r.stderr, str(out), "No space left on device")
     assert list(out.parent.iterdir()) == []
@@ -217,7 +217,7 @@ def test_a_lock_whose_flock_is_free_does_not_block_the_directory(tmp_path, pid):
     may hold junk: the free flock says no job holds the directory."""
     run_dir = tmp_path / "run"
     _stale_lock(run_dir, pid)
-    r = aspan("eval", "reversal", "-n", "2", "--no-attn", "--device", "cpu", "--run-dir", str(run_dir), cwd=tmp_path)
+    r = aspan("eval", "reversal", "-n", "2", "--no-attn", "--device", "cpu", "--out", str(run_dir), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (run_dir / "run.json").exists() and not (run_dir / io.LOCK).exists()
 
@@ -266,7 +266,7 @@ def sweep_args(tmp_path: Path) -> list[str]:
         tiny_checkpoint(ckpt)
     (tmp_path / "s.toml").write_text(f'model = "{ckpt}"\ntask = "reversal"\nn_samples = 2\nbatch_size = 2\n'
                                      'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
-    return ["sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--quiet"]
+    return ["sweep", "--config", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--quiet"]
 
 
 def files_of(directory: Path) -> dict[str, bytes]:

@@ -67,10 +67,6 @@ FORBIDDEN = (  # (unit, what it must not import)
     ("aspan.report", "aspan.applications"),
     ("aspan.findings", "aspan.applications"),
 )
-# Temporary exception: these two command modules still take a settings class from `aspan.experiments`; remove each
-# entry as soon as its import is gone (`test_forbidden_imports_between_packages` fails on a stale entry).
-ALLOWED_FOR_NOW = frozenset({("aspan.commands.rank", "aspan.experiments.profiling"),
-                             ("aspan.commands.sweep", "aspan.experiments.sweep")})
 
 
 def unit(module: str) -> str | None:
@@ -133,9 +129,7 @@ def test_packages_depend_one_way():
 
 
 def test_forbidden_imports_between_packages():
-    assert forbidden_imports(GRAPH, ALLOWED_FOR_NOW) == []
-    stale = sorted(pair for pair in ALLOWED_FOR_NOW if pair[1] not in GRAPH[pair[0]])
-    assert stale == [], f"no longer imported: remove {stale} from ALLOWED_FOR_NOW"
+    assert forbidden_imports(GRAPH, frozenset()) == []
 
 
 def _write_package(root: Path, files: dict[str, str]) -> dict[str, set[str]]:

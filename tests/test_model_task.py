@@ -63,10 +63,10 @@ def test_evaluate_refuses_samples_of_another_task_or_layout_before_any_forward()
 
 def test_eval_command_refuses_another_task_unless_asked(tmp_path):
     out, run = tmp_path / "records.jsonl", tmp_path / "run"
-    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "-o", str(out), "--run-dir", str(run), cwd=tmp_path)
+    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "-o", str(out), "--out", str(run), cwd=tmp_path)
     assert r.returncode == 2 and not out.exists() and not run.exists()
     one_line(r.stderr, "--task addition", "'addition'", "'reversal'", "--any-task")
-    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "--no-attn", "--any-task", "--run-dir", str(run),
+    r = aspan("eval", "reversal", "--task", "addition", "-n", "4", "--no-attn", "--any-task", "--out", str(run),
               cwd=tmp_path)
     assert r.returncode == 0 and "addition ood (teacher, n=4)" in r.stdout, r.stderr
     recorded = json.loads((run / "run.json").read_text())
@@ -76,7 +76,7 @@ def test_eval_command_refuses_another_task_unless_asked(tmp_path):
 def test_sweep_refuses_another_task_before_touching_the_run_directory(tmp_path):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text(SWEEP)
-    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
+    r = aspan("sweep", "--config", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists()
     one_line(r.stderr, str(cfg), "'addition'", "'reversal'", "any_task = true")
     model, tok, _ = models.load("reversal", device="cpu")
@@ -84,7 +84,7 @@ def test_sweep_refuses_another_task_before_touching_the_run_directory(tmp_path):
         Engine(model, tok, Data("addition", n=2))
     assert Engine(model, tok, Data("addition", n=2), any_task=True).data.task == "addition"
     cfg.write_text("any_task = 1\n" + SWEEP)
-    r = aspan("sweep", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
+    r = aspan("sweep", "--config", str(cfg), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and not (tmp_path / "run").exists()
     one_line(r.stderr, "sweep config: any_task: must be true or false")
 

@@ -49,7 +49,7 @@ def test_json_integers_of_any_size_are_read_or_refused_naming_the_file(tmp_path,
 def test_the_command_line_says_so_in_one_line(tmp_path):
     (tmp_path / "deep.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
     (tmp_path / "deep.jsonl").write_text("[" * 50000 + "]" * 50000 + "\n")
-    for args, words in ((["sweep", "deep.toml", "--out", "s"], ["deep.toml", "nested too deeply"]),
+    for args, words in ((["sweep", "--config", "deep.toml", "--out", "s"], ["deep.toml", "nested too deeply"]),
                         (["train", *SMALL, "--data", "deep.jsonl", "--out", "t"], ["deep.jsonl line 1", "nested"])):
         r = aspan(*args, cwd=tmp_path)
         assert r.returncode == 2, r.stderr[-2000:]

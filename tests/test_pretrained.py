@@ -168,14 +168,14 @@ def test_cli_runs_the_pipeline_and_rejects_bad_configs(hf_dir, tmp_path, capsys)
         '[data]\nood_params = { length = [11, 12] }\neval_samples = 4\ngen_samples = 2\nbatch_size = 4\n'
         '[finetune]\nsteps = 1\n[analysis]\nrank_samples = 2\ntop = [1]\nstrengths = [1.0]\n'
     )
-    assert main(["pretrained", str(config), "--out", str(tmp_path / "run"), "--threads", "1"]) == 0
+    assert main(["pretrained", "--config", str(config), "--out", str(tmp_path / "run"), "--threads", "1"]) == 0
     assert json.loads((tmp_path / "run" / "run.json").read_text())["command"].startswith("aspan pretrained")
     assert json.loads((tmp_path / "run" / "run.json").read_text())["train_config"]["lr"] == TrainConfig.finetune().lr
     bad = tmp_path / "bad.toml"
     bad.write_text('model = "smollm2"\n[analysis]\nstrenghts = [1.0]\n')
-    assert main(["pretrained", str(bad)]) == 2
+    assert main(["pretrained", "--config", str(bad)]) == 2
     assert "analysis.strenghts" in capsys.readouterr().err
-    assert main(["pretrained", str(tmp_path / "missing.toml")]) == 2
+    assert main(["pretrained", "--config", str(tmp_path / "missing.toml")]) == 2
 
 
 @pytest.mark.parametrize("text, message", [

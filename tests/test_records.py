@@ -47,7 +47,7 @@ def ckpt(tmp_path_factory) -> Path:
 def sweep_args(d: Path, ckpt: Path) -> list[str]:
     (d / "s.toml").write_text(f'model = "{ckpt}"\ntask = "reversal"\nn_samples = 2\nbatch_size = 2\n'
                               'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
-    return ["sweep", str(d / "s.toml"), "--out", str(d / "run"), "--quiet"]
+    return ["sweep", "--config", str(d / "s.toml"), "--out", str(d / "run"), "--quiet"]
 
 
 def pretrained_args(d: Path, ckpt: Path) -> list[str]:
@@ -56,13 +56,13 @@ def pretrained_args(d: Path, ckpt: Path) -> list[str]:
         f'model = "{d / "hf"}"\ntask = "reversal"\ndevice = "cpu"\n[prompt]\nshots = [1]\n'
         '[data]\nood_params = { length = [11, 12] }\neval_samples = 4\ngen_samples = 2\nbatch_size = 4\n'
         '[finetune]\nsteps = 1\n[analysis]\nrank_samples = 2\ntop = [1]\nstrengths = [1.0]\n')
-    return ["pretrained", str(d / "c.toml"), "--out", str(d / "run"), "--threads", "1"]
+    return ["pretrained", "--config", str(d / "c.toml"), "--out", str(d / "run"), "--threads", "1"]
 
 
 # command -> (its arguments in directory d with checkpoint ckpt, the device its run must record)
 COMMANDS = {
     "train": (lambda d, c: ["train", *SMALL, "--steps", "1", "--device", "cpu", "--out", str(d / "run")], "cpu"),
-    "eval": (lambda d, c: ["eval", str(c), "--split", "id", "-n", "2", "--no-attn", "--run-dir", str(d / "run")],
+    "eval": (lambda d, c: ["eval", str(c), "--split", "id", "-n", "2", "--no-attn", "--out", str(d / "run")],
              "auto"),
     "rank": (lambda d, c: ["rank", str(c), "--task", "reversal", "-n", "2", "--quiet", "--device", "cpu",
                            "--out", str(d / "run")], "cpu"),
@@ -108,7 +108,7 @@ def test_every_run_json_records_versions_backend_and_the_device_used(command, ck
 
 
 def test_the_backend_recorded_is_the_one_used(ckpt, tmp_path):
-    aspan("eval", str(ckpt), "--split", "id", "-n", "2", "--no-attn", "--device", "cpu", "--run-dir",
+    aspan("eval", str(ckpt), "--split", "id", "-n", "2", "--no-attn", "--device", "cpu", "--out",
           str(tmp_path / "run"), cwd=tmp_path, env={**ENV, "ASPAN_BACKEND": "bridge"})
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert (run["backend"], run["device"]) == ("bridge", "cpu")

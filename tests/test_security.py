@@ -31,7 +31,7 @@ def test_security_sweep_rows_are_not_appended_through_a_symlink(tmp_path):
     out.mkdir()
     victim.write_text("not the sweep's\n")
     (out / "sweep.jsonl").symlink_to(victim)
-    r = aspan("sweep", str(cfg), "--out", str(out), "--quiet", cwd=tmp_path)
+    r = aspan("sweep", "--config", str(cfg), "--out", str(out), "--quiet", cwd=tmp_path)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert f"{out / 'sweep.jsonl'} is a symbolic link" in r.stderr
@@ -43,7 +43,7 @@ def test_security_run_json_is_not_replaced_through_a_symlink(tmp_path):
     out.mkdir()
     victim.write_text("{}\n")
     (out / "run.json").symlink_to(victim)
-    r = aspan("sweep", str(cfg), "--out", str(out), "--quiet", cwd=tmp_path)
+    r = aspan("sweep", "--config", str(cfg), "--out", str(out), "--quiet", cwd=tmp_path)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert f"{out / 'run.json'} is a symbolic link" in r.stderr

@@ -40,7 +40,7 @@ def bomb(target: str, at: int = 1, sig: str = "SIGTERM") -> str:
 @pytest.mark.parametrize("sig, code, word", [("SIGTERM", 143, "terminated"), ("SIGINT", 130, "interrupted")])
 def test_a_signal_inside_a_del_is_not_lost(tmp_path, sig, code, word):
     """`aspan data -o` stops at its next sample, removes its temporary file and exits non-zero."""
-    r = aspan("data", "reversal", "-n", "2000", "-o", "out.jsonl", cwd=tmp_path,
+    r = aspan("data", "--task", "reversal", "-n", "2000", "-o", "out.jsonl", cwd=tmp_path,
               code=bomb("aspan.applications.data.write_lines", 1, sig))
     assert r.returncode == code, (r.returncode, r.stderr[-2000:])
     one_line(r.stderr, word)
@@ -62,7 +62,7 @@ def test_training_stops_after_the_step_it_is_in_saves_it_and_resumes_to_the_same
 
 def test_a_signal_no_safe_point_sees_still_ends_the_command_non_zero(tmp_path):
     """`aspan show` has no safe point: it finishes, then exits 143 instead of 0."""
-    r = aspan("show", "reversal", "-n", "2", cwd=tmp_path, code=bomb("aspan.applications.data.render"))
+    r = aspan("show", "--task", "reversal", "-n", "2", cwd=tmp_path, code=bomb("aspan.applications.data.render"))
     assert r.returncode == 143, r.stderr[-2000:]
     one_line(r.stderr, "terminated")
 

@@ -8,7 +8,7 @@ the run directory.
 """
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ from ..models.checkpoint import saved_task
 from ..models.trained import check_task
 from ..tasks.params import parse_params
 from ..training import TrainConfig
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -170,7 +172,7 @@ def _write(run: ABCRun, plan: _Plan, res, model, tokenizer, ood_samples) -> dict
 
 def abc_run(run: ABCRun) -> dict:
     """Calibrate (ABC) or place (ABS) the attention biases, evaluate OOD and ID with and without them (and after
-    fine-tuning under them with `finetune_steps`), print the summary and write the run directory `run.out`. Every
+    fine-tuning under them with `finetune_steps`) and write the run directory `run.out`. Every
     setting is checked (one-line ValueError) before the model loads. Returns the flat summary
     (`"<variant> <split> exact|partial"` -> accuracy). `run.out` is held for this job throughout (`claim_run`)."""
     with claim_run(run.out):
@@ -193,7 +195,10 @@ def _abc_run(run: ABCRun) -> dict:
                            progress=run.progress)
     res = run_abc(model, tokenizer, id_samples, ood_samples, settings, lines=lines)
     flat = _write(run, plan, res, model, tokenizer, ood_samples)
-    for k, v in flat.items():
-        print(f"{k:32s} {v:.3f}")
-    print(f"wrote {Path(run.out) / 'abc.csv'}", file=sys.stderr)
+    logger.info("wrote %s", Path(run.out) / "abc.csv")
     return flat
+
+
+def format_summary(flat: dict) -> str:
+    """What `aspan abc` prints: one `<variant> <split> exact|partial  accuracy` line per number of the summary."""
+    return "\n".join(f"{k:32s} {v:.3f}" for k, v in flat.items())

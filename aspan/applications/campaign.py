@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import sys
+import logging
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -29,6 +29,9 @@ SKIP_PACK = (".aspan.lock", "report.html")  # never shipped back: a lock, and re
 PART_BYTES = 15 * 2**20  # the largest part of state.tar.gz
 STATE = "state.tar.gz"
 REMOVED = ".campaign-removed.json"  # inside the archive: files the slice deleted
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,7 @@ def run_slice(plan: CampaignPlan, s: Slice) -> dict[str, Any]:
             break
         result = run_entry(entry, s, plan, deadline)
         s.record["runs"].append(result)
-        print(f"aspan gpu slice: {entry.name}: {result['status']}", file=sys.stderr)
+        logger.info("aspan gpu slice: %s: %s", entry.name, result["status"])
         if result["status"] == "paused":
             break
     s.record["status"] = status(plan, s.campaign)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -84,16 +84,20 @@ def write_samples(task: tasks.Task, n: int, seed: int = 0, output: str = "-", de
         write_lines(output, lines)
 
 
-def show_samples(task: tasks.Task, n: int, seed: int = 0, width: int = 100, split: str | None = None) -> None:
-    """Print a header naming the task (its `split` preset), seed and parameters, then `n` samples,
-    each rendered by `render`."""
+def show_samples(task: tasks.Task, n: int, seed: int = 0, width: int = 100, split: str | None = None) -> Iterator[str]:
+    """A header naming the task (its `split` preset), seed and parameters, then `n` samples, each `render`ed: the
+    text `aspan show` prints, a block at a time (`-n` may be large; checked before the first)."""
     if n < 0:
         raise ValueError(f"-n must be >= 0, got {n}")
     check_lengths(task)
-    print(f"# {task.name} [{split}] seed={seed} {json.dumps(task.params(), sort_keys=True)}")
-    stream = task.stream(seed)  # one sample at a time: `-n` may be large
+    return _shown(task, n, seed, width, split)
+
+
+def _shown(task: tasks.Task, n: int, seed: int, width: int, split: str | None) -> Iterator[str]:
+    yield f"# {task.name} [{split}] seed={seed} {json.dumps(task.params(), sort_keys=True)}"
+    stream = task.stream(seed)  # one sample at a time
     for i, sample in enumerate(next(stream) for _ in range(n)):
-        print(f"\n## sample {i}: " + render(sample, width))
+        yield f"\n## sample {i}: " + render(sample, width)
 
 
 def _positions(sample: Sample, refs: tuple[int, ...]) -> str:

@@ -13,6 +13,7 @@ report.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +57,9 @@ OTHER_TASK_STEPS = 1000  # a modest budget for tasks without a shipped model
 MODEL = dict(n_layers=2, d_model=128, n_heads=8, d_mlp=512)
 QUICK_MODEL = dict(n_layers=2, d_model=32, n_heads=4, d_mlp=64)
 MIN_CTX = 128  # 1 BOS + 50 + '=' + 50 + EOS = 103 for reversal OOD
+
+
+logger = logging.getLogger(__name__)
 
 
 def train_model(task: str, steps: int = TRAIN_STEPS, seed: int = 0, quick: bool = False, progress: bool = True):
@@ -140,7 +144,7 @@ def ood_task(cfg: DemoConfig):
 
 
 # ----------------------------------------------------------------------------------------------- model
-def get_model(cfg: DemoConfig, log=print, progress: bool = True):
+def get_model(cfg: DemoConfig, progress: bool = True):
     """(model, tokenizer, description, meta): the shipped checkpoint, or a freshly trained model (with a progress
     bar unless `progress` is False)."""
     shipped = CHECKPOINTS / cfg.task
@@ -150,7 +154,7 @@ def get_model(cfg: DemoConfig, log=print, progress: bool = True):
     steps = cfg.steps or (30 if cfg.quick else TRAIN_STEPS if cfg.task == "reversal" else OTHER_TASK_STEPS)
     why = ("--train given" if cfg.train else f"no checkpoint ships for {cfg.task!r}, only for reversal"
            if cfg.task != "reversal" else f"the shipped checkpoint {shipped} is missing")
-    log(f"training a tiny model on {cfg.task} for {steps} steps ({why}); this takes a few minutes on CPU")
+    logger.info("training a tiny model on %s for %d steps (%s); this takes a few minutes on CPU", cfg.task, steps, why)
     model, tokenizer, meta = train_model(cfg.task, steps=steps, seed=cfg.seed, quick=cfg.quick, progress=progress)
     if cfg.device:
         model.to(cfg.device)
@@ -222,10 +226,10 @@ class Chosen:
     id_held: evaluation.EvalResult  # the held-out ID set (seed + 4): not used by any choice
 
 
-def setup(cfg: DemoConfig, log, progress: bool = True) -> Setup:
+def setup(cfg: DemoConfig, progress: bool = True) -> Setup:
     """Load (or train) the model; the engine on the demo's evaluation sets (seeds: ID +1, selection +2, held-out +3)."""
     id_t, ood_t = tasks.preset(cfg.task, "id"), ood_task(cfg)
-    model, tokenizer, source, meta = get_model(cfg, log, progress)
+    model, tokenizer, source, meta = get_model(cfg, progress)
     models.check_context(model, ood_t, tokenizer.offset)
     data = Data(cfg.task, ood_params=ood_t.params(), n=cfg.samples)
     model_id = cfg.task if source.startswith("shipped") else f"trained:{settings_key(meta)}"
@@ -318,10 +322,11 @@ def _label(row: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- the run
-def run_demo(cfg: DemoConfig, command: str = "aspan demo", log=print, progress: bool = True) -> dict[str, Any]:
+def run_demo(cfg: DemoConfig, command: str = "aspan demo", log: Callable[[str], None] | None = None,
+             progress: bool = True) -> dict[str, Any]:
     """Run the demo end to end, holding `cfg.out` for this job and configuration; writes it (run dir + report.html)
     and returns the summary dict. `progress`: the progress bars (over the stages, and over training when it
-    trains)."""
+    trains). The summary's text goes to `log` (`aspan demo` prints it; the default logs it at INFO)."""
     cfg.check()
     threads = torch.get_num_threads()
     if cfg.threads:
@@ -329,7 +334,7 @@ def run_demo(cfg: DemoConfig, command: str = "aspan demo", log=print, progress: 
     # one job per shard, one configuration per run directory (shards and the ID budget share the rows)
     try:
         with claim_config(cfg.out, "demo", cfg, RUNTIME, shard=cfg.shard, command=command):
-            return _run(cfg, command, log, progress)
+            return _run(cfg, command, log or logger.info, progress)
     finally:
         torch.set_num_threads(threads)
 
@@ -338,7 +343,7 @@ def _run(cfg: DemoConfig, command: str, log, progress: bool) -> dict[str, Any]:
     """The stages in order, with a progress bar (unless `progress` is False); the outputs; the printed tables."""
     t0, run = time.perf_counter(), RunDir(cfg.out)
     bar = tqdm(total=8, desc="demo", dynamic_ncols=True, disable=not progress)
-    s = setup(cfg, log, progress)
+    s = setup(cfg, progress)
     r = rank_heads(s, cfg)
     bar.update(1)
     searched = causal.search(s.engine, s.model_id, cfg.seed, *search_config(cfg))
@@ -347,7 +352,7 @@ def _run(cfg: DemoConfig, command: str, log, progress: bool) -> dict[str, Any]:
     bar.update(1)
     if cfg.shard is not None:
         bar.close()
-        log(f"shard {cfg.shard[0]}/{cfg.shard[1]}: {len(rows)} grid rows in {run.path}; run without --shard to finish")
+        logger.info("shard %d/%d: %d grid rows in %s; run without --shard to finish", *cfg.shard, len(rows), run.path)
         return {"rows": len(rows)}
     base = baseline(s, r, cfg)
     bar.update(1)

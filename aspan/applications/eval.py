@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import sys
+import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pandas as pd
 
@@ -27,6 +27,8 @@ from ..models.trained import check_task, trained_task
 from ..tasks.params import parse_params
 from ..tokenization import check_tokenizer
 from ..training import latest_checkpoint, resolve_device
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,8 +76,8 @@ def resolve_checkpoint(path: str) -> str:
     checkpoint, and says so on stderr: the numbers are then those of an intermediate model."""
     p = Path(path)
     if p.is_dir() and not (p / "config.json").exists() and (ckpt := latest_checkpoint(p)) is not None:
-        print(f"{path} has no final model (the run is unfinished or was stopped): evaluating its latest checkpoint "
-              f"{ckpt.name}", file=sys.stderr)
+        logger.warning("%s has no final model (the run is unfinished or was stopped): evaluating its latest "
+                       "checkpoint %s", path, ckpt.name)
         return str(ckpt)
     return path
 
@@ -86,17 +88,18 @@ def _names_its_task(path: str) -> bool:
     return not (str(path).lower() == "smollm2" or str(path).lower().endswith(".gguf"))
 
 
-def run_eval(run: EvalRun) -> dict:
+def run_eval(run: EvalRun, echo: Callable[[str], None] | None = None) -> dict:
     """Evaluate `run.checkpoint` on its task split: print the headline, the tables and (with buckets) the
     per-bucket table; stream the records to `run.output` and `run.run_dir`'s records.jsonl, and write the run
     directory's run.json and summary.json, holding `run.run_dir` for this job throughout (`claim_run`). Every
     setting is checked (one-line ValueError) before the model loads, the samples' memory before any is scored.
-    Returns the tables (by_length, correct_vs_error, by_bucket)."""
+    The headline, the tables and the files written go to `echo` line by line (`aspan eval` prints them; the default
+    logs them at INFO). Returns the tables (by_length, correct_vs_error, by_bucket)."""
     with claim_run(run.run_dir) if run.run_dir else contextlib.nullcontext(), torch_threads(run.threads):
-        return _run_eval(run)
+        return _run_eval(run, echo or logger.info)
 
 
-def _run_eval(run: EvalRun) -> dict:
+def _run_eval(run: EvalRun, echo: Callable[[str], None]) -> dict:
     if run.samples < 1:
         raise ValueError(f"-n must be >= 1, got {run.samples}")
     heads = parse_heads(run.heads)
@@ -109,15 +112,16 @@ def _run_eval(run: EvalRun) -> dict:
     chunks = evaluate_stream(model, tokenizer, samples, mode=run.mode, batch_size=run.batch_size, heads=heads,
                              delta=run.delta, attn=run.attn, progress=run.progress, any_task=run.any_task)
     totals = _evaluate(chunks, names, files, run.mode)
-    tables = _print_tables(totals, name, run, names)
+    tables = _report_tables(totals, name, run, names, echo)
     if run.output:
-        print(f"records written to {run.output}")
+        echo(f"records written to {run.output}")
     if run_dir:
         settings = {"command": "eval", "model": str(run.checkpoint), "task": name, "split": run.split,
                     "params": task.params(), "mode": run.mode, "n": run.samples, "seed": run.seed,
                     "heads": heads, "delta": run.delta, **({"buckets": [list(b) for b in buckets]} if buckets else {}),
                     **({"any_task": True} if run.any_task else {})}  # a model scored on another task says so
         _write_run_dir(run_dir, totals.result(), {**settings, **run_environment(model)}, tables)
+        echo(f"run directory: {run_dir}")
     return tables
 
 
@@ -177,32 +181,33 @@ def _evaluate(chunks: Iterator, names: list[str] | None, files: list[Path], mode
     return totals
 
 
-def _print_tables(totals: StreamTotals, name: str, run: EvalRun, names: list[str] | None) -> dict:
-    """Print the headline, the per-length table, Table 3 and (with buckets) the per-bucket table; return them."""
+def _report_tables(totals: StreamTotals, name: str, run: EvalRun, names: list[str] | None,
+                   echo: Callable[[str], None]) -> dict:
+    """The headline, the per-length table, Table 3 and (with buckets) the per-bucket table, to `echo`; the tables."""
     res = totals.result()
     bucket = run.bucket or (5 if res.samples.length.nunique() > 15 else 1)
     by_length = summarize(res, bucket=bucket)
     cve = totals.correct_vs_error_table()
     s = res.summary()
-    print(f"{name} {run.split} ({run.mode}, n={s['n']}): exact {s['exact']:.3f}, partial {s['partial']:.3f}"
+    echo(f"{name} {run.split} ({run.mode}, n={s['n']}): exact {s['exact']:.3f}, partial {s['partial']:.3f}"
           + ("" if not run.attn else f", rollout AttnScore {100 * s['attn_rollout_sample']:.3g}% (sample convention), "
              f"{100 * s['attn_rollout_raw']:.3g}% (raw)"))
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        print(by_length.round(4).to_string(index=False))
+        echo(by_length.round(4).to_string(index=False))
         if not cve.empty:
-            print("\nAttnScore on correct vs wrong target tokens (Spiegel et al. 2025, Table 3; Welch's t-test); "
+            echo("\nAttnScore on correct vs wrong target tokens (Spiegel et al. 2025, Table 3; Welch's t-test); "
                   "convention sample: share of the sample's own columns, raw: share of the whole row:")
             cols = ["source", "convention", "correct (%)", "error (%)", "n_correct", "n_error", "t", "p"]
-            print(cve[cols].to_string(index=False))
-    by_bucket = _bucket_output(res, names, run.run_dir) if names else None
+            echo(cve[cols].to_string(index=False))
+    by_bucket = _bucket_output(res, names, run.run_dir, echo) if names else None
     return {"by_length": by_length, "correct_vs_error": cve, "by_bucket": by_bucket}
 
 
-def _bucket_output(res, names: list[str], run_dir: str | None) -> pd.DataFrame:
-    """Print the per-bucket table; with a run directory also its figure. Returns the table."""
+def _bucket_output(res, names: list[str], run_dir: str | None, echo: Callable[[str], None]) -> pd.DataFrame:
+    """The per-bucket table to `echo`; with a run directory also its figure. Returns the table."""
     table = bucket_table(res, names)
-    print("\nby length bucket (each bucket its own samples):")
-    print(table[["bucket", "n", "exact", "partial"]].round(4).to_string(index=False))
+    echo("\nby length bucket (each bucket its own samples):")
+    echo(table[["bucket", "n", "exact", "partial"]].round(4).to_string(index=False))
     if run_dir:
         long = table.melt(id_vars=["bucket"], value_vars=["exact", "partial"], var_name="metric", value_name="accuracy")
         fig = viz.accuracy_by_bucket(long, y="accuracy", group="metric", title="Accuracy by length bucket")
@@ -216,4 +221,3 @@ def _write_run_dir(run_dir: Path, res, settings: dict, tables: dict) -> None:
     summary = {**res.summary(), "tables": {k: t.to_dict("records") for k, t in tables.items() if t is not None}}
     write_json(run_dir / "run.json", settings)
     write_json(run_dir / "summary.json", summary)
-    print(f"run directory: {run_dir}")

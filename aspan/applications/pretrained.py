@@ -13,6 +13,7 @@ with the tokenizer's EOS and a newline, so the model sees where an answer stops.
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -40,6 +41,9 @@ from .claims import claim_config
 RUNTIME = ("out", "device", "threads", "shard")  # how it runs, not what it computes
 FEW_SHOT_SEED = 90_001  # few-shot examples: never one of the evaluation seeds (seed + 1, seed + 2)
 FIT_SEED = 80_001  # the fit gate's held-out ID set (seed FIT_SEED + seed): apart from every evaluation seed
+
+
+logger = logging.getLogger(__name__)
 
 
 def few_shot_examples(task: str, k: int, seed: int = FEW_SHOT_SEED, **id_params: Any) -> list[Sample]:
@@ -234,12 +238,12 @@ class Swept:
     held_out: dict | None  # the chosen point on the held-out OOD set
 
 
-def prepare(cfg: PretrainedConfig, log, loaded) -> Prepared:
+def prepare(cfg: PretrainedConfig, loaded) -> Prepared:
     """Load the model (unless `loaded`), check heads, prompts, alphabet and context before any work."""
     id_t, ood_t = tasks.preset(cfg.task, "id", **cfg.id_params), tasks.preset(cfg.task, "ood", **cfg.ood_params)
     tcfg = cfg.train_config()
     if loaded is None:
-        log(f"loading {cfg.model} ...")
+        logger.debug("loading %s ...", cfg.model)  # (the progress bar shows the stage; -v says which model)
         loaded = models.load(cfg.model, device=None if cfg.device in (None, "auto") else cfg.device, dtype=cfg.dtype)
     model, base_tok, meta = loaded
     for k in cfg.top:  # before any work: a count of heads the model does not have is a mistake, not "all heads"
@@ -342,10 +346,11 @@ def sweep(p: Prepared, f: Finetuned, cfg: PretrainedConfig, run: RunDir) -> Swep
     return Swept(rows, sel, held)
 
 
-def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log=print, loaded=None,
-                   progress: bool = True) -> dict[str, Any]:
+def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log: Callable[[str], None] | None = None,
+                   loaded=None, progress: bool = True) -> dict[str, Any]:
     """Run every stage; writes `cfg.out` (run.json, summary.json, tables as CSV, figures, report.html); with
-    progress bars unless `progress` is False.
+    progress bars unless `progress` is False. The summary's text goes to `log` (`aspan pretrained` prints it; the
+    default logs it at INFO).
 
     `loaded` (a `LoadedModel` with an `HFCharAdapter`) skips loading `cfg.model`; the model is fine-tuned in place.
     `cfg.out` is held for this job (the lock of `cfg.shard`) and this configuration throughout.
@@ -353,15 +358,15 @@ def run_pretrained(cfg: PretrainedConfig, command: str = "aspan pretrained", log
     cfg.check()
     with claim_config(cfg.out, "pretrained", cfg, RUNTIME, shard=cfg.shard, command=command), \
             torch_threads(cfg.threads):  # the caller's number of threads restored afterwards
-        return _run(cfg, command, log, loaded, progress)
+        return _run(cfg, command, log or logger.info, loaded, progress)
 
 
 def _run(cfg: PretrainedConfig, command: str, log, loaded, progress: bool) -> dict[str, Any]:
     t0, timings, run = time.perf_counter(), {}, RunDir(cfg.out)
-    p = replace(prepare(cfg, log, loaded), progress=progress)
+    p = replace(prepare(cfg, loaded), progress=progress)
     if cfg.shard is not None:  # a job-array member: the same fine-tune (same seed and data), one part of the grid
         rows = sweep(p, finetune(p, cfg, run), cfg, run).rows
-        log(f"shard {cfg.shard[0]}/{cfg.shard[1]}: {len(rows)} grid rows in {run.path}; run without a shard to finish")
+        logger.info("shard %d/%d: %d grid rows in %s; run without a shard to finish", *cfg.shard, len(rows), run.path)
         return {"rows": len(rows)}
     bar = tqdm(total=4, desc="pretrained", dynamic_ncols=True, disable=not progress)
     table2 = []

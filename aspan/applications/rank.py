@@ -8,7 +8,7 @@ into a run directory.
 """
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +21,15 @@ from ..environment import run_environment
 from ..experiments import profiling
 from ..experiments.profiling import Edit, ProfileConfig
 from ..experiments.ranking import heatmap, n_selected, offset_heatmap, offset_table, ranking_from_offsets, select_heads
-from ..io import RunDir, write_json
+from ..io import RunDir, claim_run, write_json
 from ..models.checkpoint import saved_task
 from ..models.trained import check_task
 
 SHARE_COLS = ["rank", "layer", "head", "score_sum", "score_row", "best_delta", "best_delta_score", "convention"]
 CAUSAL = ("effect", "estimate")  # the `by` values that profile the heads with an edit
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,7 +93,13 @@ def check_rank(cfg: RankConfig):
 
 def rank_heads(cfg: RankConfig) -> dict:
     """Rank the heads into run directory `cfg.out` (ranking.csv/jsonl, heatmaps, with a causal ranking profile.csv
-    and rankings_compared.csv, run.json, summary.json), print the top of the ranking; the summary."""
+    and rankings_compared.csv, run.json, summary.json), holding it for this job throughout (`claim_run`); the summary
+    (`format_summary` writes its top of the ranking as text)."""
+    with claim_run(cfg.out):
+        return _rank_heads(cfg)
+
+
+def _rank_heads(cfg: RankConfig) -> dict:
     task, deltas, prof_task, prof_cfg = check_rank(cfg)
     model, tokenizer, _ = models.load(cfg.model, device=cfg.device, dtype=cfg.dtype)
     models.check_context(model, task, tokenizer.offset)
@@ -121,14 +130,21 @@ def rank_heads(cfg: RankConfig) -> dict:
     summary = {"selected_heads": [list(h) for h in selected] if selected else None, "by": cfg.by,
                "convention": cfg.convention, **extra, "tables": tables}
     write_json(out / "summary.json", summary)
-    if prof_task is not None:
-        _print_causal(tables["rankings compared"], extra)
-    else:
-        print(ranking[SHARE_COLS].head(10).to_string(index=False))
-    if selected:
-        print("selected heads:", " ".join(f"{l}.{h}" for l, h in selected))
-    print(f"wrote {out / 'ranking.csv'}", file=sys.stderr)
+    logger.info("wrote %s", out / "ranking.csv")
     return summary
+
+
+def format_summary(summary: dict) -> str:
+    """What `aspan rank` prints: the top of the ranking (with a causal ranking: the rankings compared and their
+    agreement) and the selected heads."""
+    tables = summary["tables"]
+    if "rankings compared" in tables:
+        lines = _causal_lines(tables["rankings compared"], summary)
+    else:
+        lines = [pd.DataFrame(tables["head ranking (top 10)"])[SHARE_COLS].to_string(index=False)]
+    if summary["selected_heads"]:
+        lines.append("selected heads: " + " ".join(f"{l}.{h}" for l, h in summary["selected_heads"]))
+    return "\n".join(lines)
 
 
 def _write_share(cfg: RankConfig, out: Path, ranking, long, offsets: bool) -> None:
@@ -172,12 +188,13 @@ def _causal(cfg: RankConfig, model, tokenizer, ranking, setup, out: Path):
     return prof, extra
 
 
-def _print_causal(rows: list[dict], extra: dict) -> None:
-    print(f"edit: {extra['edit']} | metric: {extra['metric']} | baseline {extra['baseline']:.4f}")
+def _causal_lines(rows: list[dict], extra: dict) -> list[str]:
     cols = ["layer", "head", "effect_rank", "effect", "estimate_rank", "estimate", "paper_rank", "share_rank", "share"]
-    print(pd.DataFrame(rows)[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    print(f"Spearman: estimate vs effect {extra['spearman_estimate_vs_effect']:.3f}; paper's attention share vs "
-          f"effect {extra['spearman_paper_vs_effect']:.3f}; share at the edit's offset vs effect "
-          f"{extra['spearman_share_vs_effect']:.3f}")
+    lines = [f"edit: {extra['edit']} | metric: {extra['metric']} | baseline {extra['baseline']:.4f}",
+             pd.DataFrame(rows)[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}"),
+             f"Spearman: estimate vs effect {extra['spearman_estimate_vs_effect']:.3f}; paper's attention share vs "
+             f"effect {extra['spearman_paper_vs_effect']:.3f}; share at the edit's offset vs effect "
+             f"{extra['spearman_share_vs_effect']:.3f}"]
     if "greedy_heads" in extra:
-        print("greedy selection:", " ".join(f"{l}.{h}" for l, h in extra["greedy_heads"]))
+        lines.append("greedy selection: " + " ".join(f"{l}.{h}" for l, h in extra["greedy_heads"]))
+    return lines

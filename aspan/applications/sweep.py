@@ -10,7 +10,7 @@ The interventions are those of Spiegel et al. 2025, Appendix F (see `aspan.exper
 """
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import asdict
 from pathlib import Path
 
@@ -33,6 +33,9 @@ from ..models.checkpoint import content_hash, saved_task
 from ..models.trained import check_task
 
 RESULT_FREE = ("device", "any_task")  # config keys that are not part of a run directory's configuration
+
+
+logger = logging.getLogger(__name__)
 
 
 def rows_file(out: Path, shard: tuple[int, int] | None) -> Path:
@@ -91,10 +94,8 @@ def run_sweep_dir(config: SweepConfig, out: PathLike, *, config_file: str | None
         if summary["complete"]:
             summary["selection"] = held_out_selection(config, out, rows, id_budget, progress)
             write_json(out / "summary.json", summary)
-            print_selection(summary["selection"])
     n_grid, n_mine = len(grid(config)), len(shard_points(grid(config), shard or (0, 1)))
-    print(f"{path}: shard has {n_mine} of {n_grid} grid points; {summary['rows']} rows in {out} so far",
-          file=sys.stderr)
+    logger.info("%s: shard has %d of %d grid points; %d rows in %s so far", path, n_mine, n_grid, summary["rows"], out)
     return summary
 
 
@@ -134,16 +135,15 @@ def held_out_selection(config: SweepConfig, out: Path, rows, id_budget: float | 
     return entry
 
 
-def print_selection(entry: dict) -> None:
-    """The selection rule and its choice, with the held-out result, on stdout."""
+def format_selection(entry: dict) -> str:
+    """The selection rule and its choice, with the held-out result (what `aspan sweep` prints on a complete grid)."""
     from ..experiments.edit import setting_label
 
-    print(f"selection rule: {entry['rule']}")
+    rule = f"selection rule: {entry['rule']}"
     if entry["selected"] is None:
-        print(f"no setting improves OOD within the ID budget ({entry['candidates']} settings within it)")
-        return
+        return f"{rule}\nno setting improves OOD within the ID budget ({entry['candidates']} settings within it)"
     s, h = entry["selected"], entry["held_out"]
-    print(f"selected: {setting_label(s)} ({s['mode']}): selection set "
-          f"exact gain {s['gain_exact']:+.3f}, ID cost {s['id_cost']:+.3f}; held-out OOD exact {h['exact']:.3f} "
-          f"(gain {h['gain_exact']:+.3f}), per-token {h['partial']:.3f} (gain {h['gain_partial']:+.3f}), "
-          f"ID cost {h['id_cost']:+.3f}")
+    return (f"{rule}\nselected: {setting_label(s)} ({s['mode']}): selection set "
+            f"exact gain {s['gain_exact']:+.3f}, ID cost {s['id_cost']:+.3f}; held-out OOD exact {h['exact']:.3f} "
+            f"(gain {h['gain_exact']:+.3f}), per-token {h['partial']:.3f} (gain {h['gain_partial']:+.3f}), "
+            f"ID cost {h['id_cost']:+.3f}")

@@ -130,7 +130,6 @@ def fit(run: TrainRun, out: str, loaded: tuple, data: list | None, tasks3: tuple
                        progress=run.progress, meta=meta, curve_data=curve_data or None)
         if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return result
-        print_result(result, out, not run.progress)
         eval_figures(result.history, Path(out))
         write_json(Path(out) / "run.json",
                    {"command": "train", "task": name, "split": run.split, "params": tasks3[0].params(),
@@ -297,25 +296,25 @@ def build_model(run: TrainRun, alphabet: str, tasks_needed: list, device):
     return model, tokenizer
 
 
-def print_result(result, out: str, quiet: bool) -> None:
-    """Print how a training run ended (trainable parameters when `quiet`, the last train row, where it was written)."""
-    size = [r for r in result.history if r["kind"] == "params"]
-    if quiet and size:  # (printed at the start otherwise)
-        p = size[0]
-        print(f"trainable parameters: {p['trainable']:,} of {p['total']:,} ({100 * p['fraction']:.2f}%)"
-              + (f" ({p['train_only']})" if p["train_only"] else ""))
+def format_result(result, out: str) -> str:
+    """What `aspan train` prints when it ends: the trainable parameters, the last step and its evaluations, the
+    learning curves' cost and why training ended, where the model is."""
+    lines = []
+    for p in [r for r in result.history if r["kind"] == "params"][:1]:
+        lines.append(f"trainable parameters: {p['trainable']:,} of {p['total']:,} ({100 * p['fraction']:.2f}%)"
+                     + (f" ({p['train_only']})" if p["train_only"] else ""))
     last = [r for r in result.history if r["kind"] == "train"][-1:]
     evals = [r for r in result.history if r["kind"] == "eval" and r["step"] == (last[0]["step"] if last else -1)]
     if last:
-        print(f"step {last[0]['step']}: loss {last[0]['loss']:.4f}, {last[0]['tokens_per_s']:,.0f} tokens/s")
-    for r in evals:
-        print(f"  {r['split']}: exact {r['exact']:.3f}, partial {r['partial']:.3f} (n={r['n']})")
+        lines.append(f"step {last[0]['step']}: loss {last[0]['loss']:.4f}, {last[0]['tokens_per_s']:,.0f} tokens/s")
+    lines += [f"  {r['split']}: exact {r['exact']:.3f}, partial {r['partial']:.3f} (n={r['n']})" for r in evals]
     stop = result.stop or {}
     if stop.get("curve_every"):
         cost = "" if stop["curve_cost"] is None else f", {100 * stop['curve_cost']:.1f}% of the training time"
-        print(f"learning curves every {stop['curve_every']} steps in curves.jsonl{cost}; ended at step {stop['step']} "
-              f"({stop['reason']})")
-    print(f"model written to {Path(out)} (load with aspan.models.load or `aspan eval {out}`)")
+        lines.append(f"learning curves every {stop['curve_every']} steps in curves.jsonl{cost}; ended at step "
+                     f"{stop['step']} ({stop['reason']})")
+    lines.append(f"model written to {Path(out)} (load with aspan.models.load or `aspan eval {out}`)")
+    return "\n".join(lines)
 
 
 def eval_figures(history: list[dict], out: Path) -> None:

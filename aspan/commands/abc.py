@@ -7,7 +7,7 @@ import argparse
 from aspan.options import MODES
 
 from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int
-from .grammar import add_quiet, from_settings
+from .grammar import add_config, add_quiet, from_settings, given
 
 HELP = ("ABC/ABS: extract pre-softmax attention biases from ID attention (or a fixed window) and evaluate/fine-tune "
         "OOD with them")
@@ -21,8 +21,10 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `ABCRun`'s fields; none has an argparse default (a flag not given is None), so the defaults live
     on `ABCRun` alone and `--help` shows them from there."""
-    p.add_argument("model", metavar="MODEL", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
-    p.add_argument("--task", required=True, help="task name (see `aspan data --list`)")
+    p.add_argument("model", metavar="MODEL", nargs="?",
+                   help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2' (required unless the "
+                        "--config file names it)")
+    p.add_argument("--task", help="task name, see `aspan data --list` (required unless the --config file names it)")
     p.add_argument("--id-param", action="append", dest="id_params", metavar="KEY=VALUE",
                    help="override an ID preset parameter (repeatable)")
     p.add_argument("--ood-param", action="append", dest="ood_params", metavar="KEY=VALUE",
@@ -48,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=device, help="cpu, cuda, cuda:N (when not given: CUDA when present)")
     p.add_argument("--out", type=output_dir, help="run directory")
     add_quiet(p)
+    add_config(p, "ABCRun")
     from_settings(p, "aspan.applications.abc:ABCRun")
 
 
@@ -56,12 +59,33 @@ FIELDS = ("model", "task", "id_samples", "ood_samples", "seed", "lam", "directio
           "out")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run `aspan abc` with the parsed arguments; the exit code."""
-    from aspan.applications.abc import ABCRun, abc_run
+def settings(args: argparse.Namespace):
+    """`ABCRun` from its defaults, then --config, then the flags given, then its check."""
+    from aspan.applications.abc import ABCRun
+    from aspan.config import load_config
 
-    given = {k: getattr(args, k) for k in FIELDS}
-    given.update(id_params=args.id_params and tuple(args.id_params),
-                 ood_params=args.ood_params and tuple(args.ood_params), progress=False if args.quiet else None)
-    abc_run(ABCRun(**{k: v for k, v in given.items() if v is not None}))  # the flags given, over the defaults
+    required(args, "abc")
+    flags = {**given(args, FIELDS), "id_params": args.id_params and tuple(args.id_params),
+             "ood_params": args.ood_params and tuple(args.ood_params), "progress": False if args.quiet else None}
+    return load_config(ABCRun, toml_path=args.config, flags=flags, name="abc")
+
+
+def required(args: argparse.Namespace, command: str) -> None:
+    """MODEL and --task, unless a --config file gives them (`load_config` then names a missing key)."""
+    from aspan.errors import UsageError
+
+    if args.config is None and (args.model is None or args.task is None):
+        raise UsageError(f"{'MODEL' if args.model is None else '--task'} is required (or a --config file that names "
+                         f"it): aspan {command} MODEL --task TASK")
+
+
+def run(args: argparse.Namespace) -> int:
+    from aspan.applications.abc import abc_run, format_summary
+    from aspan.config import to_toml
+
+    cfg = settings(args)
+    if args.print_config:
+        print(to_toml(cfg), end="")
+        return 0
+    print(format_summary(abc_run(cfg)))
     return 0

@@ -84,5 +84,6 @@ def run(args: argparse.Namespace) -> int:
     command = " ".join(["aspan demo", *words, *switches])
     if args.launcher == "slurm":
         return run_launched(args, "demo", cfg, command)
-    run_demo(cfg, command=command, progress=not args.quiet)  # holds the run directory for this job and configuration
+    # run_demo holds the run directory for this job and configuration; its summary printed here
+    run_demo(cfg, command=command, log=print, progress=not args.quiet)
     return 0

@@ -7,12 +7,12 @@ import argparse
 from aspan.options import MODEL_DTYPES, MODES
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
-from .grammar import add_quiet, from_settings
+from .grammar import add_config, add_deprecated, add_quiet, from_settings, given
 
 HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length, AttnScore correct vs error"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan eval reversal -n 16 --no-attn --quiet",
-    "aspan eval reversal --split ood --buckets 11-15,16-20 -n 50 --run-dir runs/eval",
+    "aspan eval reversal --split ood --buckets 11-15,16-20 -n 50 --out runs/eval",
     "aspan eval runs/tiny --mode generate --heads 1.3,1.5 -o records.jsonl",
 )
 
@@ -20,8 +20,9 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of `EvalRun`'s fields, by the same names; none has an argparse default (a flag not given is None),
     so the defaults live on `EvalRun` alone and `--help` shows them from there."""
-    p.add_argument("checkpoint", metavar="MODEL",
-                   help="aspan checkpoint or training run directory, HF checkpoint dir, .gguf file, or 'smollm2'")
+    p.add_argument("checkpoint", metavar="MODEL", nargs="?",
+                   help="aspan checkpoint or training run directory, HF checkpoint dir, .gguf file, or 'smollm2' "
+                        "(required unless the --config file names it)")
     p.add_argument("--task", help="task name (default: the checkpoint's training task)")
     p.add_argument("--any-task", action="store_true", default=None,
                    help="score a model on another task than the one it was trained on (refused otherwise)")
@@ -45,20 +46,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int,
                    help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
     p.add_argument("-o", "--output", type=output_file, help="write per-token records to this JSONL file")
-    p.add_argument("--run-dir", type=output_dir,
-                   help="also write run.json, summary.json and records.jsonl here (for `aspan report`)")
+    p.add_argument("--out", dest="run_dir", type=output_dir, metavar="DIR",
+                   help="run directory: also write run.json, summary.json and records.jsonl there (for `aspan report`)")
     add_quiet(p, old=None)
+    add_config(p, "EvalRun")
     from_settings(p, "aspan.applications.eval:EvalRun")
+    add_deprecated(p, "--run-dir", "--out", dest="run_dir", type=output_dir, metavar="DIR")
+
+
+FIELDS = ("checkpoint", "task", "any_task", "split", "samples", "mode", "seed", "batch_size", "heads", "delta",
+          "buckets", "bucket", "device", "dtype", "threads", "output", "run_dir")
+
+
+def settings(args: argparse.Namespace):
+    """`EvalRun` from its defaults, then --config, then the flags given, then its check."""
+    from aspan.applications.eval import EvalRun
+    from aspan.config import load_config
+    from aspan.errors import UsageError
+
+    if args.checkpoint is None and args.config is None:
+        raise UsageError("MODEL is required (or a --config file that names its checkpoint)")
+    flags = {**given(args, FIELDS), "params": args.params and tuple(args.params),
+             "attn": False if args.no_attn else None, "progress": False if args.quiet else None}
+    return load_config(EvalRun, toml_path=args.config, flags=flags, name="eval")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan eval` with the parsed arguments; the exit code."""
-    from aspan.applications.eval import EvalRun, run_eval
+    from aspan.applications.eval import run_eval
+    from aspan.config import to_toml
 
-    given = {k: getattr(args, k) for k in ("checkpoint", "task", "any_task", "split", "samples", "mode", "seed",
-                                           "batch_size", "heads", "delta", "buckets", "bucket", "device", "dtype",
-                                           "threads", "output", "run_dir")}
-    given.update(params=args.params and tuple(args.params), attn=False if args.no_attn else None,
-                 progress=False if args.quiet else None)
-    run_eval(EvalRun(**{k: v for k, v in given.items() if v is not None}))  # the flags given, over the defaults
+    cfg = settings(args)
+    if args.print_config:
+        print(to_toml(cfg), end="")
+        return 0
+    run_eval(cfg, echo=print)  # the headline and tables as they come
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-QUIET_HELP = "no progress bars"
+QUIET_HELP = "no progress bars, warnings only"
 
 
 class _Deprecated(argparse.Action):
@@ -22,8 +22,7 @@ class _Deprecated(argparse.Action):
         self.new = new
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"{parser.prog}: {option_string} is deprecated and goes in the next release; use {self.new}",
-              file=sys.stderr)
+        notice(parser.prog, option_string, self.new)
         setattr(namespace, self.dest, True if self.nargs == 0 else values)
 
 
@@ -31,6 +30,35 @@ def add_deprecated(parser: argparse.ArgumentParser, old: str, new: str, dest: st
     """`old` as a deprecated spelling of the option `new` (same `dest`; `kw`: its type and metavar)."""
     parser.add_argument(old, action=_Deprecated, dest=dest, new=new, nargs=None, default=argparse.SUPPRESS,
                         help=f"deprecated spelling of {new} (goes in the next release)", **kw)
+
+
+def notice(prog: str, old: str, new: str) -> None:
+    """The one-line deprecation notice on stderr: `prog: OLD is deprecated and goes in the next release; use NEW`."""
+    print(f"{prog}: {old} is deprecated and goes in the next release; use {new}", file=sys.stderr)
+
+
+def add_config_file(parser: argparse.ArgumentParser, help: str) -> None:
+    """`--config FILE` (a command whose settings live in a TOML file of their own shape), and the positional FILE as
+    its deprecated spelling (`config_file` resolves the two)."""
+    parser.add_argument("old_config", nargs="?", metavar="CONFIG",
+                        help="deprecated spelling of --config CONFIG (goes in the next release)")
+    parser.add_argument("--config", metavar="FILE", help=help)
+
+
+def config_file(args: argparse.Namespace) -> str:
+    """The TOML file of `add_config_file`: --config FILE, or the old positional spelling (after a one-line notice);
+    UsageError for neither or both."""
+    from ..errors import UsageError
+
+    prog = f"aspan {args.command}" if getattr(args, "command", None) else "aspan"
+    if args.old_config is not None:
+        if args.config is not None:
+            raise UsageError(f"give the TOML file once: --config {args.config} (not also {args.old_config})")
+        notice(prog, "the positional CONFIG", "--config CONFIG")
+        return args.old_config
+    if args.config is None:
+        raise UsageError("--config FILE is required: the TOML settings file")
+    return args.config
 
 
 def add_quiet(parser: argparse.ArgumentParser, old: str | None = "--no-progress") -> None:
@@ -122,6 +150,19 @@ def from_settings(parser: argparse.ArgumentParser, spec: str, rename: dict[str, 
 
 
 PRINT_CONFIG_HELP = "print the resolved settings as TOML (which --config reads back unchanged), then exit"
+
+
+def add_config(parser: argparse.ArgumentParser, settings: str, tables: str = "") -> None:
+    """`--config FILE` (a TOML file of the fields of the dataclass `settings`, nested ones as the `tables` say, under
+    the flags given) and `--print-config`."""
+    parser.add_argument("--config", metavar="FILE", help=f"settings from a TOML file (keys: the fields of {settings}"
+                        f"{'; ' + tables if tables else ''}); flags given override it")
+    parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
+
+
+def given(args: argparse.Namespace, keys, prefix: str = "") -> dict:
+    """The flags `keys` as `load_config` takes them (`prefix` + key -> value; None: not given)."""
+    return {prefix + k: getattr(args, k) for k in keys}
 
 
 def epilog(examples: tuple[str, ...]) -> str | None:

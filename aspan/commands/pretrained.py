@@ -1,5 +1,6 @@
-"""`aspan pretrained CONFIG`: a pretrained model (SmolLM2 or any supported HF dir / .gguf) end to end: zero/few-shot
-evaluation, fine-tuning with the paper's defaults, Table 2, Table 3, head ranking and a reinforcement sweep."""
+"""`aspan pretrained --config FILE`: a pretrained model (SmolLM2 or any supported HF dir / .gguf) end to end:
+zero/few-shot evaluation, fine-tuning with the paper's defaults, Table 2, Table 3, head ranking and a reinforcement
+sweep."""
 from __future__ import annotations
 
 import argparse
@@ -8,19 +9,19 @@ import shlex
 from aspan.options import MODEL_DTYPES
 
 from .argtypes import device, output_dir, positive_int, shard
-from .grammar import add_quiet
+from .grammar import add_config_file, add_quiet, config_file
 from .launcher_options import add_launcher_options, check_launcher, run_launched
 
 HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
-    "aspan pretrained configs/smollm2_smoke.toml --out runs/smollm2-smoke",
-    "aspan pretrained configs/smollm2_reversal.toml --dtype bfloat16 --threads 2",
+    "aspan pretrained --config configs/smollm2_smoke.toml --out runs/smollm2-smoke",
+    "aspan pretrained --config configs/smollm2_reversal.toml --dtype bfloat16 --threads 2",
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the options and arguments of `aspan pretrained` to its parser."""
-    p.add_argument("config", help="TOML config (see configs/smollm2_reversal.toml)")
+    add_config_file(p, "TOML config (see configs/smollm2_reversal.toml)")
     p.add_argument("--model", help="override the config's model: 'smollm2', an HF checkpoint dir or a .gguf file")
     p.add_argument("--out", type=output_dir, help="override the run directory")
     p.add_argument("--device", type=device, help="cpu, cuda, cuda:N (default: CUDA when present)")
@@ -41,14 +42,17 @@ def run(args: argparse.Namespace) -> int:
     from ..config import load_config
 
     check_launcher(args)
+    path = config_file(args)
+    args.config = path  # the launcher reads its [slurm] table from the same file
     flags = {"model": args.model, "out": args.out, "device": args.device, "dtype": args.dtype, "threads": args.threads,
              "shard": args.shard, "finetune.steps": args.steps}
-    cfg = load_config(PretrainedConfig, toml_path=args.config, flags=flags)  # checked before the model loads
+    cfg = load_config(PretrainedConfig, toml_path=path, flags=flags)  # checked before the model loads
     given = {k: getattr(args, k) for k in ("model", "out", "device", "dtype", "threads", "steps")}
     given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
     words = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]
-    command = " ".join(["aspan pretrained", shlex.quote(args.config), *words])
+    command = " ".join(["aspan pretrained --config", shlex.quote(path), *words])
     if args.launcher == "slurm":
         return run_launched(args, "pretrained", cfg, command)
-    run_pretrained(cfg, command=command, progress=not args.quiet)  # holds the run directory for this job and config
+    # run_pretrained holds the run directory for this job and config; its summary printed here
+    run_pretrained(cfg, command=command, log=print, progress=not args.quiet)
     return 0

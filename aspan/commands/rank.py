@@ -8,9 +8,8 @@ from aspan.methods import RULES
 from aspan.options import CONVENTIONS, MODEL_DTYPES, PROFILE_METRICS, RANK_BY
 
 from .argtypes import device, finite_float, nonneg_int, output_dir, positive_float, positive_int
-from .grammar import add_quiet, from_settings
+from .grammar import add_config, add_quiet, from_settings, given
 
-RUN_DIR = "out"  # held for the job by the dispatcher (one job per run directory)
 HELP = "rank attention heads by their attention on reference tokens (default) or by the causal effect of an edit"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan rank reversal --task reversal -n 4 --top 3 --out runs/rank --quiet",
@@ -21,12 +20,14 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the options and arguments of `aspan rank` to its parser."""
-    p.add_argument("model", metavar="MODEL", help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'")
-    p.add_argument("--task", required=True, help="task name (see `aspan data --list`)")
+    p.add_argument("model", metavar="MODEL", nargs="?",
+                   help="aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2' (required unless the "
+                        "--config file names it)")
+    p.add_argument("--task", help="task name, see `aspan data --list` (required unless the --config file names it)")
     p.add_argument("--any-task", action="store_true", default=None,
                    help="rank a model's heads on another task than the one it was trained on (refused otherwise)")
     p.add_argument("--split", choices=("id", "ood"), help="preset the samples come from")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",  # an empty list: none given
                    help="override a task parameter (repeatable)")
     p.add_argument("-n", "--samples", type=positive_int, help="number of samples")
     p.add_argument("--seed", type=nonneg_int, help="sample seed")
@@ -44,16 +45,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=device, help="cpu, cuda, cuda:N (when not given: CUDA when present)")
     p.add_argument("--dtype", choices=MODEL_DTYPES,
                    help="precision the model is loaded in (bfloat16 and float16 take half the memory)")
-    p.add_argument("--out", type=output_dir, default="runs/rank",  # the dispatcher holds it: given here too
-                   help="run directory")
+    p.add_argument("--out", type=output_dir, help="run directory")
     add_quiet(p)
+    add_config(p, "RankConfig", "the causal ranking's edit as an [edit] table")
     c = p.add_argument_group("causal ranking (--by effect / estimate)")
-    c.add_argument("--method", default="reinforce", choices=RULES, help="the edit")
-    c.add_argument("--delta", type=int, default=0, help="key offset of the edit's references (default 0)")
-    c.add_argument("--strength", type=finite_float, default=None,
+    c.add_argument("--method", choices=RULES, help="the edit")
+    c.add_argument("--delta", type=int, help="key offset of the edit's references")
+    c.add_argument("--strength", type=finite_float,
                    help="the edit's strength (default: " + ", ".join(
                        f"{name} {rule.strength:g}" for name, rule in RULES.items() if rule.takes_strength) + ")")
-    c.add_argument("--renormalize", action="store_true", help="reinforce: renormalise edited rows")
+    c.add_argument("--renormalize", action="store_true", default=None, help="reinforce: renormalise edited rows")
     c.add_argument("--metric", choices=PROFILE_METRICS,
                    help="what the exact effect measures (logprob: mean target log-probability)")
     c.add_argument("--candidates", type=positive_int, metavar="M",
@@ -66,6 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from_settings(p, "aspan.applications.rank:RankConfig",
                   only=("split", "samples", "seed", "deltas", "top", "fraction", "by", "convention", "batch_size",
                         "device", "dtype", "out", "metric", "candidates", "greedy", "profile_split"))
+    from_settings(p, "aspan.applications.rank:Edit", only=("method", "delta"))
 
 
 def parse_deltas(text: str) -> list[int]:
@@ -81,33 +83,58 @@ def parse_deltas(text: str) -> list[int]:
         raise ValueError(f"--deltas must look like -2..3 or 0,1,2, got {text!r}") from None
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run `aspan rank` with the parsed arguments; the exit code."""
+FIELDS = ("model", "task", "split", "samples", "seed", "top", "fraction", "by", "convention", "batch_size", "device",
+          "dtype", "out", "any_task", "metric", "candidates", "greedy", "profile_split")
+
+
+def settings(args: argparse.Namespace):
+    """`RankConfig` from its defaults, then --config, then the flags given (task parameters and the causal
+    ranking's edit over the file's, key by key), then its check."""
     from dataclasses import replace
 
-    from aspan.applications.rank import CAUSAL, RankConfig, rank_heads
+    from aspan.applications.rank import CAUSAL, RankConfig
+    from aspan.config import load_config
     from aspan.tasks.params import parse_params
 
-    flags = {k: getattr(args, k) for k in ("model", "task", "split", "samples", "seed", "top", "fraction", "by",
-                                           "convention", "batch_size", "device", "dtype", "out", "any_task", "metric",
-                                           "candidates", "greedy", "profile_split")}
-    flags.update(deltas=args.deltas and parse_deltas(args.deltas), progress=False if args.quiet else None)
-    # the flags given, over RankConfig's defaults (a flag not given is None)
-    cfg = RankConfig(**{k: v for k, v in flags.items() if v is not None}, params=parse_params(args.task, args.param))
+    from .abc import required
+
+    required(args, "rank")
+    flags = {**given(args, FIELDS), "deltas": args.deltas and parse_deltas(args.deltas),
+             "progress": False if args.quiet else None}
+    cfg = load_config(RankConfig, toml_path=args.config, flags=flags, name="rank")
+    if args.param:
+        cfg = replace(cfg, params={**cfg.params, **parse_params(cfg.task, args.param)})
     if cfg.by in CAUSAL:
-        cfg = replace(cfg, edit=_edit(args),
-                      profile_params=parse_params(args.task, [*args.param, *args.profile_param]))
-    rank_heads(cfg)
+        profile = parse_params(cfg.task, [*args.param, *args.profile_param])
+        cfg = replace(cfg, edit=_edit(args, cfg.edit), profile_params={**cfg.profile_params, **profile})
+    return cfg
+
+
+def run(args: argparse.Namespace) -> int:
+    from aspan.applications.rank import format_summary, rank_heads
+    from aspan.config import to_toml
+
+    cfg = settings(args)
+    if args.print_config:
+        print(to_toml(cfg), end="")
+        return 0
+    print(format_summary(rank_heads(cfg)))  # rank_heads holds the run directory for this job
     return 0
 
 
-def _edit(args: argparse.Namespace):
-    """The causal ranking's edit from --method, --strength, --delta and --renormalize (no --strength: the method's
-    default, reinforce C 1, steer alpha 0.01; patch takes none); an error names the flags."""
-    from aspan.experiments.profiling import Edit
+def _edit(args: argparse.Namespace, edit):
+    """The causal ranking's edit: `edit` (the default's or the file's) with --method, --strength, --delta and
+    --renormalize as given (a new --method without --strength: that method's default strength, reinforce C 1, steer
+    alpha 0.01; patch takes none); an error names the flags."""
+    from dataclasses import replace
 
+    kw = {k: v for k, v in dict(method=args.method, delta=args.delta, strength=args.strength,
+                                renormalize=args.renormalize).items() if v is not None}
+    if "method" in kw and "strength" not in kw:
+        kw["strength"] = None  # the method's own default
     try:
-        return Edit(args.method, delta=args.delta, strength=args.strength, renormalize=args.renormalize)
+        return replace(edit, **kw)
     except ValueError as e:
-        strength = "" if args.strength is None else f" --strength {args.strength:g}"
-        raise ValueError(f"--method {args.method}{strength} --delta {args.delta}: {e}") from None
+        words = " ".join(f"--{k} {v:g}" if isinstance(v, float) else f"--{k} {v}" for k, v in kw.items()
+                         if v is not None)
+        raise ValueError(f"{words or '--config'}: {e}") from None

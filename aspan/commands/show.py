@@ -1,4 +1,4 @@
-"""`aspan show TASK`: print samples with, for every target character, the positions it references
+"""`aspan show --task TASK`: print samples with, for every target character, the positions it references
 (`aspan.applications.data.show_samples`)."""
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import argparse
 import shutil
 
 from .argtypes import nonneg_int
-from .data import add_task_arguments
+from .data import add_task_arguments, task_of
 
 HELP = "print task samples with each target character's reference positions marked"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
-    "aspan show reversal -n 2",
-    "aspan show flipflop --param instructions=6 --seed 3",
+    "aspan show --task reversal -n 2",
+    "aspan show --task flipflop --param instructions=6 --seed 3",
 )
 
 
@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     """Run `aspan show` with the parsed arguments; the exit code."""
     from aspan.applications.data import show_samples, task_preset
 
-    task = task_preset(args.task, args.split, args.param or [])
-    show_samples(task, args.n, args.seed, args.width or shutil.get_terminal_size((100, 24)).columns, split=args.split)
+    task = task_preset(task_of(args), args.split, args.param or [])
+    width = args.width or shutil.get_terminal_size((100, 24)).columns
+    for block in show_samples(task, args.n, args.seed, width, split=args.split):
+        print(block)
     return 0

@@ -1,4 +1,4 @@
-"""`aspan sweep CONFIG`: a resumable grid of attention interventions, each against a matched baseline
+"""`aspan sweep --config FILE`: a resumable grid of attention interventions, each against a matched baseline
 (`aspan.applications.sweep.run_sweep_dir`; the interventions are those of Spiegel et al. 2025, Appendix F)."""
 from __future__ import annotations
 
@@ -6,20 +6,20 @@ import argparse
 from pathlib import Path
 
 from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
-from .grammar import add_quiet
+from .grammar import add_config_file, add_quiet, config_file
 from .launcher_options import add_launcher_options, check_launcher, print_job_ids, resource_flags
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
-    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --quiet",
-    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --shard 0/4",
-    "aspan sweep configs/reversal_reinforce.toml --out runs/sweep --limit 0",
+    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --quiet",
+    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --shard 0/4",
+    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --limit 0",
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the options and arguments of `aspan sweep` to its parser."""
-    p.add_argument("config", help="TOML sweep config (see configs/*.toml)")
+    add_config_file(p, "TOML sweep config (see configs/*.toml)")
     p.add_argument("--out", type=output_dir, default=None, help="run directory (default runs/sweep-<config name>)")
     p.add_argument("--shard", type=shard, default=None, metavar="I/N",
                    help="run only shard I of N (0 <= I < N), e.g. $SLURM_ARRAY_TASK_ID/8")
@@ -35,23 +35,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan sweep` with the parsed arguments; the exit code."""
-    from aspan.applications.sweep import run_sweep_dir
+    from aspan.applications.sweep import SweepConfig, format_selection, run_sweep_dir
     from aspan.config import load_config
-    from aspan.experiments.sweep import SweepConfig
 
     check_launcher(args)
+    path = config_file(args)
+    args.config = path  # the launcher reads its [slurm] table from the same file
     # the file's keys, then --device; fully validated before any model work
-    config = load_config(SweepConfig, toml_path=args.config, flags={"device": args.device}, name="sweep config")
+    config = load_config(SweepConfig, toml_path=path, flags={"device": args.device}, name="sweep config")
     if args.launcher == "slurm":
         return launch(args, config)
-    run_sweep_dir(config, args.out or f"runs/sweep-{Path(args.config).stem}", config_file=str(args.config),
-                  shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.quiet)
+    summary = run_sweep_dir(config, args.out or f"runs/sweep-{Path(path).stem}", config_file=str(path),
+                            shard=args.shard, limit=args.limit, id_budget=args.id_budget, progress=not args.quiet)
+    if "selection" in summary:  # the grid is complete: the selection rule's choice
+        print(format_selection(summary["selection"]))
     return 0
 
 
 def launch(args: argparse.Namespace, config) -> int:
     """Run the sweep's grid as a Slurm job array (`--launcher slurm`); the exit code."""
     from aspan.applications.launch import launch_sweep, load_resources
+    from aspan.applications.sweep import format_selection
 
     resources = load_resources(args.config, resource_flags(args))
     result = launch_sweep(config, args.out or f"runs/sweep-{Path(args.config).stem}", resources,
@@ -59,4 +63,6 @@ def launch(args: argparse.Namespace, config) -> int:
                           progress=not args.quiet)
     if args.no_wait:
         print_job_ids(result)
+    elif "selection" in result:  # the grid is complete: the selection rule's choice, as a local run prints it
+        print(format_selection(result["selection"]))
     return 0

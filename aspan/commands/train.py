@@ -3,11 +3,10 @@ the command parses its flags and calls `aspan.applications.train.train_run`."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from ..options import CURVE_METRICS, STOP_RULES
 from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int, unit_float
-from .grammar import add_quiet, from_settings
+from .grammar import add_config, add_quiet, from_settings, given
 
 HELP = "train a model from scratch or fine-tune a checkpoint (--init) on a task; resumable (--resume)"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -22,15 +21,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the options and arguments of `aspan train` to its parser."""
     p.add_argument("--task", help="task name (default: the task of the --data samples)")
     p.add_argument("--split", choices=("id", "ood"), help="preset to train on")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="override a task parameter (repeatable)")
     p.add_argument("--data", help="train on this `aspan data` JSONL file instead of generating samples")
-    p.add_argument("--out", required=True, type=output_dir,
-                   help="run directory: log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, final model")
+    p.add_argument("--out", type=output_dir,
+                   help="run directory (required): log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, final model")
     p.add_argument("--init", metavar="CKPT", help="start from this checkpoint (fine-tuning) instead of a fresh model")
-    p.add_argument("--finetune", action="store_true",
+    p.add_argument("--finetune", action="store_true", default=None,
                    help="the paper's fine-tuning defaults: lr 5e-6, betas (0.95, 0.999), wd 0.2, batch 4, 1 epoch")
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out (same data order)")
+    p.add_argument("--resume", action="store_true", default=None,
+                   help="continue from the last checkpoint in --out (same data order)")
     p.add_argument("--train-only", metavar="GROUPS",
                    help="train only these parameter groups, comma-separated: qk, qk-column:C[,C...], qk-pair:I[,I...] "
                         "(RoPE pair I: columns I and I+rotary_dim/2 of W_Q and W_K), attn, mlp, embed, all")
@@ -82,6 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-ctx", type=positive_int,
                    help="context length (when not given: enough for the task's OOD preset, at least 256)")
     add_quiet(p, old=None)
+    add_config(p, "TrainRun", "the optimisation settings, TrainConfig, as a [train] table")
     # no argparse defaults: a flag not given leaves the settings' own (TrainConfig's, or its fine-tuning preset's)
     from_settings(p, "aspan.training:TrainConfig", presets={"--finetune": "finetune"}, only=TRAIN_KEYS)
     from_settings(p, "aspan.applications.train:TrainRun", only=RUN_KEYS)
@@ -94,24 +95,39 @@ RUN_KEYS = ("task", "split", "data", "init", "replay", "buckets", "curve_buckets
             "d_model", "positional", "n_ctx")
 
 
-def train_config(args: argparse.Namespace):
-    """The optimisation settings: the paper's fine-tuning defaults (--finetune) or the from-scratch ones, with the
-    flags given (checked by `TrainRun.check`)."""
+def settings(args: argparse.Namespace):
+    """`TrainRun` from its defaults (the fine-tuning preset with --finetune, or a --config file that says
+    `finetune = true`), then --config, then the flags given, then its check."""
+    from aspan.applications.train import TrainRun
+    from aspan.config import file_value, load_config
     from aspan.curves import stop_set
     from aspan.training import TrainConfig
 
-    kw: dict[str, Any] = {k: getattr(args, k) for k in TRAIN_KEYS if getattr(args, k) is not None}
-    kw.update(stop_bucket=stop_set(args.stop_bucket))
-    return (TrainConfig.finetune if args.finetune else TrainConfig.scratch)(**kw)
+    flags = {**given(args, TRAIN_KEYS, "train."), **given(args, RUN_KEYS)}
+    flags.update({"params": args.param and tuple(args.param), "finetune": args.finetune, "resume": args.resume,
+                  "progress": False if args.quiet else None})
+    if args.stop_bucket is not None:
+        flags.update({"train.stop_bucket": stop_set(args.stop_bucket), "stop_bucket_given": True})
+    finetune = args.finetune or (args.config is not None and file_value(args.config, "finetune", "train") is True)
+    base = TrainRun(train=TrainConfig.finetune() if finetune else TrainConfig.scratch(), finetune=bool(finetune))
+    return load_config(TrainRun, toml_path=args.config, flags=flags, base=base, name="train"), base
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan train` with the parsed arguments; the exit code."""
-    from aspan.applications.train import TrainRun, train_run
+    import os
 
-    given = {k: getattr(args, k) for k in RUN_KEYS}
-    run = TrainRun(train=train_config(args), params=tuple(args.param), finetune=args.finetune, resume=args.resume,
-                   stop_bucket_given=args.stop_bucket is not None, progress=not args.quiet,
-                   **{k: v for k, v in given.items() if v is not None})  # the flags given, over the defaults
-    train_run(run, args.out)
+    from aspan.applications.train import format_result, train_run
+    from aspan.config import to_toml
+    from aspan.errors import UsageError
+
+    run, base = settings(args)
+    if args.print_config:
+        print(to_toml(run, base), end="")
+        return 0
+    if not args.out:
+        raise UsageError("--out DIR is required: the run directory")
+    result = train_run(run, args.out)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: the first process speaks for all
+        print(format_result(result, args.out))
     return 0

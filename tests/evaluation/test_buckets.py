@@ -67,7 +67,7 @@ def test_eval_command_buckets(tmp_path, tok, capsys):
     models.save(models.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=128, seed=0, device="cpu"), path, tok,
                 task="reversal")
     run = tmp_path / "run"
-    argv = ["eval", str(path), "--buckets", "1-5,11-12", "-n", "6", "--no-attn", "--run-dir", str(run),
+    argv = ["eval", str(path), "--buckets", "1-5,11-12", "-n", "6", "--no-attn", "--out", str(run),
             "--threads", "1"]
     assert cli.main(argv) == 0
     assert "length 11-12" in capsys.readouterr().out

@@ -19,7 +19,7 @@ def ckpt(tmp_path_factory, tok):
 def test_eval_writes_records_and_run_dir(ckpt, tmp_path, capsys):
     rec, run = tmp_path / "r.jsonl", tmp_path / "run"
     argv = ["eval", str(ckpt), "--split", "id", "-n", "12", "--heads", "1.0,1.2", "--mode", "generate",
-            "-o", str(rec), "--run-dir", str(run), "--threads", "1"]
+            "-o", str(rec), "--out", str(run), "--threads", "1"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "reversal id (generate, n=12): exact" in out and "length" in out and "attn_rollout_sample" in out

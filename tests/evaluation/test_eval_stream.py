@@ -95,7 +95,7 @@ def test_eval_command_writes_the_records_of_one_evaluate_call(loaded, tmp_path):
     task = tasks.preset("reversal", "ood", **OOD)
     r = aspan("eval", "reversal", "--param", "length=11-14", "-n", "10", "--seed", "3", "--batch-size", "4",
               "--heads", "1.0", "--buckets", "11-12,13-14", "-o", str(tmp_path / "streamed.jsonl"),
-              "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
+              "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     sets = bucket_sets(task, [(11, 12), (13, 14)], 10, 3)
     whole = evaluate(model, tok, [s for v in sets.values() for s in v], batch_size=4, heads=[(1, 0)])

@@ -129,16 +129,15 @@ def test_sweep_and_demo_gate_beyond_at_the_same_row():
     assert sweep_rows == demo_rows and min(sweep_rows) == tok.offset + longest
 
 
-def test_a_selected_patch_setting_is_printed(capsys):
+def test_a_selected_patch_setting_is_printed():
     """`aspan sweep` prints the chosen setting through `setting_label`: a patch setting has no strength to print."""
-    from aspan.applications.sweep import print_selection
+    from aspan.applications.sweep import format_selection
 
     selected = {"mode": "teacher", "method": "patch", "heads": "list:1.0", "strength": None, "threshold": "none",
                 "renormalize": False, "delta": 1, "gate": "beyond", "eos": "extrapolate", "gain_exact": 0.25,
                 "id_cost": 0.0}
     held = {"exact": 0.5, "gain_exact": 0.25, "partial": 0.75, "gain_partial": 0.1, "id_cost": 0.0}
-    print_selection({"rule": "r", "selected": selected, "held_out": held, "candidates": 1})
-    out = capsys.readouterr().out
+    out = format_selection({"rule": "r", "selected": selected, "held_out": held, "candidates": 1})
     assert "selected: patch at ref+1 (EOS row extrapolated) on list:1.0 (gate beyond) (teacher)" in out
     assert setting_label({**selected, "method": "reinforce", "strength": 2.0, "gate": "none", "eos": "none",
                           "threshold": 0.1}) == "reinforce C=2 tau=0.1 at ref+1 on list:1.0"

@@ -107,9 +107,9 @@ device = "cpu"
 list = [[1, 0], [1, 2]]
 ''')
     out = tmp_path / "run"
-    assert main(["sweep", str(cfg), "--out", str(out), "--quiet", "--shard", "0/2"]) == 0
+    assert main(["sweep", "--config", str(cfg), "--out", str(out), "--quiet", "--shard", "0/2"]) == 0
     assert json.loads((out / "summary.json").read_text())["complete"] is False
-    assert main(["sweep", str(cfg), "--out", str(out), "--quiet", "--shard", "1/2"]) == 0
+    assert main(["sweep", "--config", str(cfg), "--out", str(out), "--quiet", "--shard", "1/2"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is True and summary["rows"] == 4
     table = pd.read_csv(out / "sweep.csv")
@@ -131,6 +131,6 @@ def test_sweep_cli_rejects_bad_configs_before_work(ckpt, tmp_path, capsys, text,
     cfg = tmp_path / "bad.toml"
     cfg.write_text(text.replace("{ckpt}", str(ckpt)))
     out = tmp_path / "run"
-    assert main(["sweep", str(cfg), "--out", str(out), "--quiet"]) == 2
+    assert main(["sweep", "--config", str(cfg), "--out", str(out), "--quiet"]) == 2
     assert msg in capsys.readouterr().err
     assert not (out / "sweep.jsonl").exists()

@@ -133,7 +133,7 @@ def test_the_command_line_dtype_reaches_the_model_and_run_json(kinds, kind, tmp_
     for dtype in ("bfloat16", "float32"):
         run = tmp_path / dtype
         r = cli.aspan("eval", str(kinds[kind]), "--task", "reversal", "--any-task", "--split", "id", "-n", "2",
-                      "--no-attn", "--device", "cpu", "--dtype", dtype, "--run-dir", str(run), cwd=tmp_path)
+                      "--no-attn", "--device", "cpu", "--dtype", dtype, "--out", str(run), cwd=tmp_path)
         assert r.returncode == 0, r.stderr[-2000:]
         assert json.loads((run / "run.json").read_text())["dtype"] == dtype
     r = cli.aspan("eval", str(kinds[kind]), "--dtype", "float64", cwd=tmp_path)
@@ -175,10 +175,11 @@ def test_a_sweep_runs_in_its_configs_dtype(kinds, tmp_path):
     body = (f'model = "{ckpt}"\ntask = "reversal"\nany_task = true\nn_samples = 2\nbatch_size = 2\n'
             'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
     (tmp_path / "s.toml").write_text('dtype = "bfloat16"\n' + body)
-    r = cli.aspan("sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--quiet", cwd=tmp_path)
+    r = cli.aspan("sweep", "--config", str(tmp_path / "s.toml"), "--out", str(tmp_path / "run"), "--quiet",
+                  cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((tmp_path / "run" / "run.json").read_text())["dtype"] == "bfloat16"
     (tmp_path / "bad.toml").write_text('dtype = "float64"\n' + body)
-    r = cli.aspan("sweep", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "bad"), cwd=tmp_path)
+    r = cli.aspan("sweep", "--config", str(tmp_path / "bad.toml"), "--out", str(tmp_path / "bad"), cwd=tmp_path)
     assert r.returncode == 2
     cli.one_line(r.stderr, "dtype", "float64", "'bfloat16'")

@@ -247,8 +247,8 @@ def test_every_loading_command_refuses_the_dropped_layers(llama_dir, tmp_path):
                      'task_params = {length = [2, 3]}\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
     smoke = Path(__file__).resolve().parents[2] / "configs" / "smollm2_smoke.toml"
     commands = [["rank", str(ckpt), "--task", "reversal", "-n", "2", "--out", str(tmp_path / "rank")],
-                ["sweep", str(sweep), "--out", str(tmp_path / "sweep")],
-                ["pretrained", str(smoke), "--model", str(ckpt), "--out", str(tmp_path / "pre")]]
+                ["sweep", "--config", str(sweep), "--out", str(tmp_path / "sweep")],
+                ["pretrained", "--config", str(smoke), "--model", str(ckpt), "--out", str(tmp_path / "pre")]]
     for args in commands:
         r = aspan(*args, cwd=tmp_path)
         assert r.returncode == 2, (args[0], r.stderr[-2000:])

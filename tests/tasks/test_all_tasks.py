@@ -65,7 +65,7 @@ from aspan.cli import main
 for name in tasks.NAMES:
     for split in tasks.SPLITS:
         out = f"{sys.argv[1]}/{name}-{split}.jsonl"
-        assert main(["data", name, "--split", split, "-n", "40", "--seed", "9", "-o", out]) == 0
+        assert main(["data", "--task", name, "--split", split, "-n", "40", "--seed", "9", "-o", out]) == 0
 """
 
 

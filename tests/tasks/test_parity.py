@@ -146,7 +146,7 @@ def test_bad_params(params):
 def test_bad_params_one_line_through_the_cli(capsys):
     from aspan.cli import main
 
-    assert main(["data", "parity", "-n", "1", "--param", "format=tape"]) == 2
+    assert main(["data", "--task", "parity", "-n", "1", "--param", "format=tape"]) == 2
     err = capsys.readouterr().err.strip()
     assert "format" in err and len(err.splitlines()) == 1
 
@@ -155,10 +155,10 @@ def test_bad_params_one_line_through_the_cli(capsys):
 def test_cli_data_and_show(fmt, capsys):
     from aspan.cli import main
 
-    assert main(["data", "parity", "-n", "3", "--seed", "4", "--param", f"format={fmt}"]) == 0
+    assert main(["data", "--task", "parity", "-n", "3", "--seed", "4", "--param", f"format={fmt}"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(x) for x in lines] == [s.to_dict() for s in Parity(format=fmt).generate(3, seed=4)]
-    assert main(["show", "parity", "--param", f"format={fmt}", "--seed", "4"]) == 0
+    assert main(["show", "--task", "parity", "--param", f"format={fmt}", "--seed", "4"]) == 0
     out = capsys.readouterr().out
     assert f'"format": "{fmt}"' in out and Parity(format=fmt).generate(1, seed=4)[0].text in out
 

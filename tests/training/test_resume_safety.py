@@ -235,11 +235,12 @@ def test_empty_out_is_refused(tmp_path, capsys):
     assert os.listdir(tmp_path) == []
     cfg = tmp_path / "s.toml"
     cfg.write_text('model = "reversal"\ntask = "reversal"\nstrengths = [1.0]\n[heads]\ntop = [1]\n')
-    for argv in (["rank", "reversal", "--task", "reversal", "--out", ""], ["sweep", str(cfg), "--out", ""],
+    for argv in (["rank", "reversal", "--task", "reversal", "--out", ""], ["sweep", "--config", str(cfg), "--out", ""],
                  ["abc", "reversal", "--task", "reversal", "--out", ""], ["demo", "--out", ""],
-                 ["pretrained", str(cfg), "--out", ""], ["study", "qk", "--quick", "--out", ""],
+                 ["pretrained", "--config", str(cfg), "--out", ""], ["study", "qk", "--quick", "--out", ""],
                  ["study", "abc", "--quick", "--out", ""], ["study", "parity", "--quick", "--out", ""],
-                 ["eval", "reversal", "-o", ""], ["data", "reversal", "-o", ""], ["report", str(tmp_path), "-o", ""]):
+                 ["eval", "reversal", "-o", ""], ["data", "--task", "reversal", "-o", ""],
+                 ["report", str(tmp_path), "-o", ""]):
         code = cli.main(argv)
         err = capsys.readouterr().err
         assert code == 2, argv

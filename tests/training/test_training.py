@@ -124,12 +124,13 @@ def test_schedule_warms_up_then_decays():
 
 
 @pytest.mark.hooked  # HookedTransformer's names; the bridge's masks: tests/training/test_param_groups_backends.py
-def test_qk_column_trains_only_that_column(capsys):
+def test_qk_column_trains_only_that_column(caplog):
     model = tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     c = 3
-    train(model, TOK, TASK, cfg(steps=2, weight_decay=0.5, lr=1e-2, train_only=f"qk-column:{c}"), progress=True)
-    out = capsys.readouterr().out
+    with caplog.at_level("INFO", logger="aspan"):  # reported through the aspan.training logger
+        train(model, TOK, TASK, cfg(steps=2, weight_decay=0.5, lr=1e-2, train_only=f"qk-column:{c}"), progress=True)
+    out = caplog.text
     n = 2 * model.cfg.n_layers * model.cfg.n_heads * model.cfg.d_model
     assert f"trainable parameters: {n:,} of" in out
     masks = qk_column_masks(model, c)

@@ -22,6 +22,7 @@ Rows are keyed by their settings in `runs.jsonl`: a rerun into the same director
 """
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -41,6 +42,9 @@ Condition = Literal["rotary", "learned", "alibi", "none", "abs", "abc"]
 CONDITIONS: tuple[Condition, ...] = get_args(Condition)
 StudyTask = Literal["successor", "addition", "parity"]
 STUDY_TASKS: tuple[StudyTask, ...] = get_args(StudyTask)
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -291,7 +295,7 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True) -> "p
     rows = {r["key"]: r for r in read_rows(out / "runs.jsonl", ("key",), "abc study")}
     ctx = _Ctx(cfg, out, sets, writer, rows, shared, {}, missing=unavailable(cfg))
     for condition, why in ctx.missing.items():
-        print(f"abc study: condition {condition} not run: {why}", file=sys.stderr)
+        logger.warning("abc study: condition %s not run: %s", condition, why)
     order = [c for c in CONDITIONS if c in cfg.conditions and c not in ctx.missing]  # rotary before abc
     total = len(cfg.tasks) * len(order) * (len(cfg.lrs) + len(cfg.seeds) - 1)
     t0 = time.perf_counter()

@@ -30,6 +30,7 @@ Point by point (the README of the committed run says which points are adapted an
 """
 from __future__ import annotations
 
+import logging
 import math
 import random
 import shutil
@@ -64,6 +65,9 @@ PAPER_TABLE = {
 }
 PAPER_LENGTHS = (6, 10, 20, 60)
 SUMMARY_TABLE = ABC_PAPER_TABLE  # summary.json's table, by which the findings know this study
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -497,7 +501,7 @@ def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
         why = (f"{name} seed {seed}: no ABC row, its vanilla base did not fit (ID exact {base_row['id_exact']:.3f} "
                f"after {base_row['steps']} steps, below {cfg.fit_exact})")
         ctx.skipped.append(why)
-        print(f"abc study (paper): {why}", file=sys.stderr)
+        logger.warning("abc study (paper): %s", why)
         return None
     t0 = time.perf_counter()
     base = models.load(model_dir(ctx.out, name, "vanilla", seed), device=cfg.device).model
