@@ -80,6 +80,7 @@ def required(args: argparse.Namespace, command: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan abc` with the parsed arguments; the exit code."""
     from aspan.applications.abc import abc_run, format_summary
     from aspan.config import to_toml
 

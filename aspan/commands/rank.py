@@ -111,6 +111,7 @@ def settings(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run `aspan rank` with the parsed arguments; the exit code."""
     from aspan.applications.rank import format_summary, rank_heads
     from aspan.config import to_toml
 
