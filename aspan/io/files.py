@@ -16,8 +16,6 @@ from typing import IO, Callable, Iterable, Iterator
 from .. import stopping
 
 PathLike = str | os.PathLike
-
-
 HOST = socket.gethostname()
 
 

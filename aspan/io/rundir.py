@@ -51,8 +51,6 @@ class RunDir:
 
 # ----------------------------------------------------------------------------------------------- one job, one config
 LOCK = ".aspan.lock"  # names the job that holds the run directory (host, pid, command, start time)
-
-
 SETTINGS = ".aspan-settings.json"  # the configuration the run directory's results belong to
 
 

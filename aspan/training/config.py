@@ -2,6 +2,7 @@
 about one `train` call), what a run returns, and which settings a resumed run may change."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
@@ -89,9 +90,10 @@ class TrainConfig:
 
 class TrainResult(NamedTuple):
     """What `train` returns: the model, its history rows, its output directory and why it stopped."""
-    model: Any
-    history: list[dict]
-    out_dir: Path | None
+
+    model: Any  # the trained model (the one passed in, trained in place)
+    history: list[dict]  # every row the run logged: params, train, eval, curve and stop rows
+    out_dir: Path | None  # the run directory (None: none, or `train_resumable`'s scratch directory, removed)
     stop: dict | None = None  # why and at which step the run ended (None: paused by stop_after before its end)
 
 
@@ -99,7 +101,8 @@ class TrainResult(NamedTuple):
 class RunOptions:
     """Everything about one call of `train` besides the model, the data and the optimiser settings."""
 
-    out_dir: Path | None = None  # run directory (log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, model); None: none
+    # run directory (log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, the model; a Path once set); None: none
+    out_dir: str | os.PathLike | None = None
     eval_data: dict[str, Sequence[Sample]] | None = None  # named evaluation sets (e.g. train, id, ood, length 11-20)
     resume: bool = False  # continue from the last checkpoint in out_dir
     fwd_hooks: Any = ()  # hook list or factory f(batch) -> list, active in every training and evaluation forward
@@ -131,7 +134,6 @@ def run_options(options: RunOptions | None = None, keywords: dict[str, Any] | No
 # records each resume in run.json).
 RESUME_FREE = ("device", "eval_every", "eval_samples", "eval_batch_size", "ckpt_every", "log_every", "steps", "epochs",
                "curve_every", "stop", "stop_bucket", "target", "stop_metric")
-
-
+# The model settings (TransformerLens config names) a resumed run must share with its checkpoint
 ARCHITECTURE = ("n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn",
                 "normalization_type", "positional_embedding_type", "rotary_dim", "n_key_value_heads")

@@ -26,8 +26,6 @@ def read_jsonl(path: str | os.PathLike) -> list[Sample]:
 
 
 Data = Task | Sequence[Sample] | str | os.PathLike  # a task (generated on the fly), samples, or a JSONL file
-
-
 REPLAY_STREAM = 1 << 31  # batch_seed index offset of the replay stream (steps stay far below 2**31)
 
 

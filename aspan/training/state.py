@@ -21,14 +21,8 @@ from ..models.checkpoint import architecture, saved_info
 from .config import ARCHITECTURE, RESUME_FREE, TrainConfig
 
 STATE_JSON, STATE_TENSORS = "train_state.json", "train_state.safetensors"  # a checkpoint's training state
-
-
 LEGACY_STATE = "train_state.pt"  # earlier versions' pickle: read with torch.load(weights_only=True) only
-
-
 STATE_FORMAT = "aspan-train-state"
-
-
 STEP_NAME = re.compile(r"step-[0-9]+")  # what checkpoints/latest may hold
 
 
