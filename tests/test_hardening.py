@@ -437,7 +437,7 @@ def test_every_command_that_writes_a_run_directory_holds_it_through_claim_run(tm
     from aspan.io import LOCK, claim_run, run_lock
 
     for path in sorted((ROOT / "aspan").rglob("*.py")):
-        if path.name != "io.py" or path.parent.name != "aspan":
+        if path.parent != ROOT / "aspan" / "io":
             calls = [n.func for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(n, ast.Call)]
             names = {getattr(f, "id", None) or getattr(f, "attr", None) for f in calls}
             assert "claim" not in names, f"{path.relative_to(ROOT)} locks a run directory without claim_run"

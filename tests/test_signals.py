@@ -50,7 +50,7 @@ def test_a_signal_inside_a_del_is_not_lost(tmp_path, sig, code, word):
 def test_training_stops_after_the_step_it_is_in_saves_it_and_resumes_to_the_same_weights(tmp_path):
     out, straight = tmp_path / "run", tmp_path / "straight"
     r = aspan("train", *SMALL, "--steps", "6", "--out", str(out), cwd=tmp_path,
-              code=bomb("aspan.training._train_step", at=3))
+              code=bomb("aspan.training.loop._train_step", at=3))
     assert r.returncode == 143, r.stderr[-2000:]
     one_line(r.stderr, "terminated")
     assert (out / "checkpoints" / "latest").read_text().strip() == "step-00000003"

@@ -90,13 +90,25 @@ def _train_run(run: TrainRun, out: str) -> Any:
         raise ValueError("fine-tuning on generated data needs --steps (one epoch is only defined for --data)")
     trained = [len(s.text) for s in data] if data else [t.max_text_len() for t in tasks3[: 2 if run.replay else 1]]
     check_workload(model.cfg, run.train, tokenizer.offset + max(trained) + 1, needed, str(device))
-    return fit(run, out, (model, tokenizer), data, tasks3, (buckets, curves), hashes)
+    return fit(run, out, Prepared(model, tokenizer, data, tasks3, buckets, curves, hashes))
 
 
-def fit(run: TrainRun, out: str, loaded: tuple, data: list | None, tasks3: tuple, sets: tuple[list, list],
-        hashes: dict[str, str]) -> Any:
-    """The training itself, in the claimed run directory (`sets`: the evaluation buckets and the curve items); then
-    the printout, the figures and run.json."""
+@dataclass
+class Prepared:
+    """What `train_run` checked and built before training: the model, the data, the evaluation sets' definitions
+    and the inputs' hashes."""
+
+    model: Any  # the model to train: a fresh tiny model, or the --init checkpoint
+    tokenizer: Any  # its tokenizer
+    data: list | None  # the --data samples (None: samples generated from the training task)
+    tasks3: tuple  # (train task, id task, ood task), `task_pair`
+    buckets: list  # evaluation length ranges (`aspan.buckets.parse_buckets`)
+    curves: list  # learning-curve set items (`curve_items`; [] for none)
+    hashes: dict[str, str]  # sha256 of --data and of --init (`input_hashes`)
+
+
+def fit(run: TrainRun, out: str, prepared: Prepared) -> Any:
+    """The training itself, in the claimed run directory; then the printout, the figures and run.json."""
     import torch
 
     from .. import models
@@ -104,9 +116,11 @@ def fit(run: TrainRun, out: str, loaded: tuple, data: list | None, tasks3: tuple
     from ..environment import run_environment
     from ..io import claim_run, write_json
     from ..models.backend import backend_of
-    from ..training import ARCHITECTURE, RESUME_FREE, Replay, train
+    from ..training import ARCHITECTURE, RESUME_FREE, Replay, RunOptions, train
 
-    (model, tokenizer), config, name, (buckets, curves) = loaded, run.train, tasks3[0].name, sets
+    model, tokenizer, data, tasks3, hashes = (prepared.model, prepared.tokenizer, prepared.data, prepared.tasks3,
+                                              prepared.hashes)
+    config, name, buckets, curves = run.train, tasks3[0].name, prepared.buckets, prepared.curves
     eval_data = eval_sets(tasks3, buckets, config.eval_samples, config.seed) if config.eval_samples else None
     curve_data = curve_sets(dict(zip(("train", "id", "ood"), tasks3)), curves, config.eval_samples, config.seed)
     meta = {"task": name, "params": tasks3[0].params(), "id_params": tasks3[1].params(),
@@ -126,8 +140,9 @@ def fit(run: TrainRun, out: str, loaded: tuple, data: list | None, tasks3: tuple
     main = int(os.environ.get("RANK", "0")) == 0
     with claim_run(out, settings) if main else contextlib.nullcontext():
         resumes = _resumes(Path(out), config) if run.resume else []
-        result = train(model, tokenizer, stream, config, out_dir=out, eval_data=eval_data, resume=run.resume,
-                       progress=run.progress, meta=meta, curve_data=curve_data or None)
+        options = RunOptions(out_dir=out, eval_data=eval_data, resume=run.resume, progress=run.progress, meta=meta,
+                             curve_data=curve_data or None)
+        result = train(model, tokenizer, stream, config, options)
         if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
             return result
         eval_figures(result.history, Path(out))

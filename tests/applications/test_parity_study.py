@@ -193,6 +193,7 @@ def test_curves_rerun_retrains_nothing(curves_run, monkeypatch):
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(training, "train", boom)
+    monkeypatch.setattr(training.loop, "train", boom)  # what train_resumable calls
     assert main(["study", "parity", "--quick", "--protocol", "curves", "--out", str(curves_run), "--no-report"]) == 0
     assert ((curves_run / "rows.jsonl").read_text(), (curves_run / "learning_curves.jsonl").read_text()) == before
 

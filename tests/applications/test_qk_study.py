@@ -164,6 +164,7 @@ def test_curves_study_resumed_retrains_nothing(curves_study, tmp_path, monkeypat
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(training, "train", no_training)
+    monkeypatch.setattr(training.loop, "train", no_training)  # what train_resumable calls
     res = run_study(QKStudyConfig.quick(protocol="curves"), out, progress=False)
     assert ((out / "runs.jsonl").read_text(), (out / "learning_curves.jsonl").read_text()) == before
     assert len(res.rows) == len(before[0].splitlines())
@@ -254,6 +255,7 @@ def test_base_is_trained_first_once_and_fine_tuned(tmp_path, monkeypatch):
         raise AssertionError("the base or a finished run was trained again")
 
     monkeypatch.setattr(training, "train", no_training)
+    monkeypatch.setattr(training.loop, "train", no_training)  # what train_resumable calls
     again = run_study(cfg, out, progress=False)
     assert len(again.rows) == len(res.rows)
     assert (out / "base" / "model.safetensors").read_bytes() == weights

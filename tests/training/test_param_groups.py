@@ -77,14 +77,15 @@ def changed_entries(spec: str, name: str, shape, rotary_dim: int = DH) -> torch.
 @pytest.mark.hooked
 @pytest.mark.parametrize("spec", ["qk", "qk-column:3,5", "qk-pair:1", "attn", "mlp", "embed", "all", "qk-pair:0,mlp",
                                   "qk,qk-column:2"])
-def test_each_group_changes_exactly_its_parameters(spec, capsys):
+def test_each_group_changes_exactly_its_parameters(spec, caplog):
     model = tiny()
     before = {k: v.clone() for k, v in model.named_parameters()}
     n, total = trainable_count(model, spec)
     assert n == expected_count(spec, TOK.vocab_size) and total == sum(p.numel() for p in model.parameters())
     config = TrainConfig.scratch(steps=3, batch_size=8, lr=1e-2, warmup=0, weight_decay=0.5, train_only=spec)
-    res = train(model, TOK, TASK, config, progress=True)
-    assert f"trainable parameters: {n:,} of {total:,} ({100 * n / total:.2f}%) ({spec})" in capsys.readouterr().out
+    with caplog.at_level("INFO", logger="aspan"):  # reported through the aspan.training loggers
+        res = train(model, TOK, TASK, config, progress=True)
+    assert f"trainable parameters: {n:,} of {total:,} ({100 * n / total:.2f}%) ({spec})" in caplog.text
     assert res.history[0] == {"kind": "params", "step": 0, "trainable": n, "total": total, "fraction": n / total,
                               "train_only": spec}
     moved = 0

@@ -53,10 +53,10 @@ def test_a_paused_run_resumes_to_the_same_weights_and_curves(tmp_path, deadline)
 
 
 def test_a_running_training_is_checkpointed_every_checkpoint_s(tmp_path, monkeypatch):
-    from aspan import training
+    from aspan.training import loop
 
-    saved, save = [], training._checkpoint
-    monkeypatch.setattr(training, "_checkpoint", lambda run, step: (saved.append(step), save(run, step)))
+    saved, save = [], loop._checkpoint
+    monkeypatch.setattr(loop, "_checkpoint", lambda run, step: (saved.append(step), save(run, step)))
     # the clock is read at the start (0), by the check before the first step (1) and once after every step (2, 3,
     # ...): with checkpoint_s 3 the run is checkpointed after steps 2 and 5 (clock 3 and 6), and at its end
     with time_budget(TimeBudget(10**6, 3, ticks())):

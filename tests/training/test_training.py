@@ -272,3 +272,35 @@ def test_a_run_trained_by_two_processes_is_not_resumed_by_one(tmp_path):
     with pytest.raises(ValueError, match=r"trained by 2 process\(es\).*now 1.*--nproc_per_node=2") as info:
         train(tiny(), TOK, TASK, cfg(steps=4), out_dir=run, resume=True, progress=False)
     assert "\n" not in str(info.value)
+
+
+def test_run_options_and_their_keywords_give_the_same_run(tmp_path):
+    """`train` takes its run settings as one `RunOptions` or as its fields' keywords (which override the object's):
+    the two give the same weights, and a keyword that is no field is a TypeError naming it."""
+    from aspan.training import RunOptions, train_resumable
+
+    by_keywords = train(tiny(), TOK, TASK, cfg(), out_dir=tmp_path / "a", progress=False, meta={"note": 1})
+    options = RunOptions(out_dir=tmp_path / "b", progress=True, meta={"note": 1})
+    by_options = train(tiny(), TOK, TASK, cfg(), options, progress=False)
+    assert same_weights(by_keywords.model, by_options.model)
+    assert by_options.out_dir == tmp_path / "b" and options.progress and options.meta == {"note": 1}  # not changed
+    assert models.load(tmp_path / "b", device="cpu").meta["note"] == 1
+    with pytest.raises(TypeError, match="'outdir'"):
+        train(tiny(), TOK, TASK, cfg(), outdir=tmp_path / "c")
+    with pytest.raises(TypeError, match="out_dir"):
+        train_resumable(tmp_path / "d", tiny(), TOK, TASK, cfg(), out_dir=tmp_path / "e")
+
+
+def test_evaluations_are_logged_not_printed(tmp_path, caplog, capsys):
+    """Each periodic evaluation is one line through the `aspan` logger (INFO), nothing on stdout; with
+    progress=False there is none."""
+    evals = {"id": TASK.generate(4, seed=3)}
+    with caplog.at_level("INFO", logger="aspan"):
+        train(tiny(), TOK, TASK, cfg(steps=4, eval_every=2), eval_data=evals, progress=True)
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("aspan.training")]
+    assert [line.split(":")[0] for line in lines if " exact " in line] == ["step 2", "step 4"]
+    assert capsys.readouterr().out == ""
+    caplog.clear()
+    with caplog.at_level("INFO", logger="aspan"):
+        train(tiny(), TOK, TASK, cfg(steps=4, eval_every=2), eval_data=evals, progress=False)
+    assert not [r for r in caplog.records if " exact " in r.getMessage()]

@@ -1,0 +1,39 @@
+"""One training loop for from-scratch training and fine-tuning: loss on target + EOS rows only.
+
+    cfg = TrainConfig.scratch(steps=1500)          # or TrainConfig.finetune() (paper defaults)
+    result = train(model, tokenizer, tasks.preset("reversal", "id"), cfg, out_dir="runs/rev",
+                   eval_data={"id": id_samples, "ood": ood_samples})
+
+Data is a Task (batches generated on the fly: batch `s` comes from seed `(seed, s)` alone, so a resumed run sees
+the same data), a list of Samples, or an `aspan data` JSONL file (shuffled per epoch from `(seed, epoch)`).
+AdamW, linear warm-up then cosine decay, gradient clipping, bf16 autocast on CUDA, DDP under `torchrun`.
+`out_dir` gets `log.jsonl` (train rows; the last says why and at which step the run ended), `eval.jsonl` (periodic
+ID/OOD evaluation), `curves.jsonl` (learning curves on held-out sets, which a stop rule may end the run on:
+`aspan.curves`), `checkpoints/` (weights + optimizer/scheduler/step/RNG state, each checkpoint written whole into a
+temporary directory and renamed, pointed to by `checkpoints/latest`) and, at the end, the final model itself
+(`aspan.models.load(out_dir)` works). Nothing read back runs code: tensors are safetensors, everything else JSON
+(`read_state`).
+
+The modules: `config` (the settings: `TrainConfig`, `RunOptions`), `data` (deterministic batches, `Replay`), `loss`
+(the objective), `optim` (AdamW and its schedule), `state` (checkpoints and training state), `budget` (time budgets),
+`run` (one run's set-up: device, optimiser, start or resume) and `loop` (`train`, `train_resumable`). Everything a
+caller needs is importable from `aspan.training` itself.
+"""
+from __future__ import annotations
+
+from .budget import BudgetSpent, TimeBudget, current_budget, time_budget
+from .config import ARCHITECTURE, RESUME_FREE, RunOptions, TrainConfig, TrainResult, run_options
+from .data import REPLAY_STREAM, Data, DataStream, Replay, batch_seed, read_jsonl, replay_count
+from .loop import train, train_resumable
+from .loss import heldout_loss, target_loss, train_batch
+from .optim import decays, lr_lambda
+from .run import resolve_device
+from .state import LEGACY_STATE, STATE_FORMAT, STATE_JSON, STATE_TENSORS, check_resume, latest_checkpoint, read_state
+
+__all__ = [
+    "ARCHITECTURE", "LEGACY_STATE", "REPLAY_STREAM", "RESUME_FREE", "STATE_FORMAT", "STATE_JSON", "STATE_TENSORS",
+    "BudgetSpent", "Data", "DataStream", "Replay", "RunOptions", "TimeBudget", "TrainConfig", "TrainResult",
+    "batch_seed", "check_resume", "current_budget", "decays", "heldout_loss", "latest_checkpoint", "lr_lambda",
+    "read_jsonl", "read_state", "replay_count", "resolve_device", "run_options", "target_loss", "time_budget", "train",
+    "train_batch", "train_resumable",
+]

@@ -1,0 +1,139 @@
+"""The settings of a training run: `TrainConfig` (optimiser, schedule, bookkeeping), `RunOptions` (everything else
+about one `train` call), what a run returns, and which settings a resumed run may change."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Sequence
+
+from ..curves import Stop
+from ..options import CurveMetric, StopRule
+from ..param_groups import TrainOnly, parse_train_only
+from ..tasks.base import Sample
+
+
+@dataclass
+class TrainConfig:
+    """Optimiser, schedule and bookkeeping settings; `scratch()` and `finetune()` give the two default sets."""
+
+    steps: int | None = 1500  # None: `epochs` passes over a finite dataset
+    epochs: int = 1
+    batch_size: int = 64  # global batch (split across DDP ranks)
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.9, 0.98)
+    weight_decay: float = 0.1  # on tensors of >= 2 dimensions (matrices and per-head q/k/v biases; `decays`)
+    warmup: int = 100  # linear warm-up steps, then cosine decay to min_lr_ratio·lr
+    min_lr_ratio: float = 0.1
+    grad_clip: float | None = 1.0
+    eval_every: int = 0  # 0: evaluate only at the end (when eval_data is given)
+    eval_samples: int = 200  # per split, used by the CLI to build eval_data
+    eval_batch_size: int = 64
+    seed: int = 0
+    device: str = "auto"
+    train_only: str | None = None  # None (everything) or parameter groups, e.g. "qk-pair:0,3" (aspan.param_groups)
+    log_every: int = 10
+    ckpt_every: int = 0  # 0: checkpoint only at the end (and whenever stop_after stops the run)
+    amp: bool = True  # bf16 autocast on CUDA
+    # learning curves on `curve_data` (aspan.curves): every N steps, None: the N that keeps them <= 10 % of training
+    # time (`curves.auto_every`), 0: none; and the stop rule they drive (`curves.Stop`)
+    curve_every: int | None = None
+    stop: StopRule = "none"
+    stop_bucket: str = "id"
+    target: float | None = None
+    stop_metric: CurveMetric = "exact"
+
+    def __post_init__(self):
+        if isinstance(self.train_only, TrainOnly):
+            self.train_only = str(self.train_only)
+
+    @classmethod
+    def scratch(cls, **kw: Any) -> "TrainConfig":
+        """From-scratch defaults (the tiny reversal model learns its ID preset in ~1500 steps at lr 1e-3, batch 64)."""
+        return cls(**kw)
+
+    @classmethod
+    def finetune(cls, **kw: Any) -> "TrainConfig":
+        """Fine-tuning defaults of Spiegel et al. 2025 ("Attend or Perish", Appendix D): AdamW lr 5e-6, betas
+        (0.95, 0.999), weight decay 0.2, batch 4, 1 epoch."""
+        base = dict(steps=None, epochs=1, batch_size=4, lr=5e-6, betas=(0.95, 0.999), weight_decay=0.2,
+                    warmup=0, min_lr_ratio=1.0, grad_clip=1.0)
+        return cls(**{**base, **kw})
+
+    def stop_rule(self) -> Stop:
+        """The stop rule these settings describe (checked)."""
+        return Stop(self.stop, self.stop_bucket, self.target, self.stop_metric).check()
+
+    def check(self) -> None:
+        """ValueError on impossible settings, before any work."""
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        for name in ("epochs", "batch_size", "log_every", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.curve_every is not None and self.curve_every < 0:
+            raise ValueError(f"curve_every must be >= 0 (or None), got {self.curve_every}")
+        for name in ("warmup", "eval_every", "ckpt_every", "eval_samples", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.seed >= 1 << 30:
+            raise ValueError(f"seed must be < 2**30, got {self.seed}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError("weight_decay must be >= 0 and min_lr_ratio in [0, 1]")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
+        parse_train_only(self.train_only)
+        self.stop_rule()
+
+
+class TrainResult(NamedTuple):
+    """What `train` returns: the model, its history rows, its output directory and why it stopped."""
+
+    model: Any  # the trained model (the one passed in, trained in place)
+    history: list[dict]  # every row the run logged: params, train, eval, curve and stop rows
+    out_dir: Path | None  # the run directory (None: none, or `train_resumable`'s scratch directory, removed)
+    stop: dict | None = None  # why and at which step the run ended (None: paused by stop_after before its end)
+
+
+@dataclass
+class RunOptions:
+    """Everything about one call of `train` besides the model, the data and the optimiser settings."""
+
+    # run directory (log.jsonl, eval.jsonl, curves.jsonl, checkpoints/, the model; a Path once set); None: none
+    out_dir: str | os.PathLike | None = None
+    eval_data: dict[str, Sequence[Sample]] | None = None  # named evaluation sets (e.g. train, id, ood, length 11-20)
+    resume: bool = False  # continue from the last checkpoint in out_dir
+    fwd_hooks: Any = ()  # hook list or factory f(batch) -> list, active in every training and evaluation forward
+    progress: bool = True  # progress bar, and each evaluation's scores logged (the `aspan` logger, INFO)
+    stop_after: int | None = None  # end (checkpointed) after this step; a later resume continues exactly
+    meta: dict | None = field(default_factory=dict)  # extra metadata for the saved checkpoints (None: none)
+    curve_data: dict[str, Sequence[Sample]] | None = None  # held-out curve sets (aspan.curves), e.g. id, length 11-20
+    on_curve: Callable[[list[dict]], None] | None = None  # called with each evaluation's curve rows (main process)
+
+    def __post_init__(self):
+        if self.out_dir is not None:
+            self.out_dir = Path(self.out_dir)
+        self.meta = dict(self.meta or {})  # a copy: the run adds its own keys
+
+
+def run_options(options: RunOptions | None = None, keywords: dict[str, Any] | None = None) -> RunOptions:
+    """A copy of `options` (default: `RunOptions()`) with the fields named in `keywords` replaced; TypeError naming
+    a keyword that is no field of `RunOptions`."""
+    known = {f.name for f in fields(RunOptions)}
+    unknown = sorted(set(keywords or {}) - known)
+    if unknown:
+        raise TypeError(f"train() got an unexpected keyword argument {unknown[0]!r} (the options are RunOptions' "
+                        f"fields: {', '.join(sorted(known))})")
+    return replace(options or RunOptions(), **(keywords or {}))
+
+
+# Settings a resumed run may change: those that change neither the weights nor the data order, and the length of
+# the run (`steps`, `epochs`, the curves and their stop rule: a finished or stopped run can be extended; the CLI
+# records each resume in run.json).
+RESUME_FREE = ("device", "eval_every", "eval_samples", "eval_batch_size", "ckpt_every", "log_every", "steps", "epochs",
+               "curve_every", "stop", "stop_bucket", "target", "stop_metric")
+# The model settings (TransformerLens config names) a resumed run must share with its checkpoint
+ARCHITECTURE = ("n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx", "d_vocab", "act_fn",
+                "normalization_type", "positional_embedding_type", "rotary_dim", "n_key_value_heads")

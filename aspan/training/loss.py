@@ -1,0 +1,47 @@
+"""The training objective: batches whose target and EOS rows are labelled, and the summed cross-entropy on them."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from hooks import check_hook_points
+
+from ..batching import IGNORE, Batch, make_batch, scores_eos
+from ..evaluation import hooks_for
+from ..tasks.base import Sample
+from ..tokenization import Tokenizer
+
+
+def train_batch(samples: Sequence[Sample], tokenizer: Tokenizer, n_ctx: int | None = None) -> Batch:
+    """`make_batch` with successor's EOS label dropped: its series has no natural end, so EOS is not a target."""
+    batch = make_batch(samples, tokenizer, n_ctx=n_ctx)
+    if tokenizer.eos_id is not None:
+        for i, s in enumerate(samples):
+            if not scores_eos(s):
+                batch.labels[i, batch.lengths[i] - 2] = IGNORE
+        batch.target_rows = batch.labels != IGNORE
+    return batch
+
+
+def target_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Summed cross-entropy over target + EOS rows (labels != IGNORE); every other row is left out."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE, reduction="sum")
+
+
+@torch.no_grad()
+def heldout_loss(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hooks=(), batch_size: int = 64) -> float:
+    """The training loss (mean cross-entropy per target + EOS token, `target_loss`) on `samples`, in eval mode."""
+    was_training, total, count = model.training, 0.0, 0
+    model.eval()
+    try:
+        for i in range(0, len(samples), batch_size):
+            batch = train_batch(samples[i : i + batch_size], tokenizer, model.cfg.n_ctx).to(model.cfg.device)
+            with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
+                logits = model(batch.tokens)  # as in training: padding sits after every scored row
+            total += float(target_loss(logits, batch.labels))
+            count += int((batch.labels != IGNORE).sum())
+    finally:
+        model.train(was_training)
+    return total / max(count, 1)
