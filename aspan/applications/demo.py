@@ -47,9 +47,13 @@ from ..training import TrainConfig, train
 from ..viz import story
 from . import causal
 from .claims import claim_config
-from .demo_outputs import (  # noqa: F401 (re-exported: the demo's outputs were defined here)
+from .demo_outputs import (  # noqa: F401 (re-exported: the demo's outputs and stage results were defined here)
     CONDITIONS,
     RULES,
+    Baseline,
+    Chosen,
+    Ranked,
+    Setup,
     Stages,
     _describe,
     _label,
@@ -177,58 +181,6 @@ def best_delta(offsets: pd.DataFrame, k: int) -> int:
     `abs(delta)` on ties)."""
     top = offsets.sort_values("score_row", ascending=False).groupby("delta").head(k).groupby("delta").score_row.mean()
     return int(sorted(top.index, key=lambda d: (-round(float(top[d]), 12), abs(d), d))[0])
-
-
-@dataclass
-class Setup:
-    """Stage 1: the model, its evaluation sets and the engine that evaluates interventions on them."""
-
-    model: Any
-    tokenizer: Any
-    source: str  # where the model came from, in words
-    meta: dict
-    id_task: Any
-    ood_task: Any
-    engine: Engine
-    model_id: str  # names the model in every grid point's key (a rerun reuses rows only for the same model)
-
-
-@dataclass
-class Ranked:
-    """Stage 2: the offset scan on the ID set, the ranking, the best offset and its top heads."""
-
-    offsets: pd.DataFrame
-    table: pd.DataFrame
-    rank: Ranking
-    d_star: int
-    k_max: int
-    top0: list  # top heads at the references (AttnScore heads)
-    top_d: list  # top heads at the best offset
-
-
-@dataclass
-class Baseline:
-    """Stage 3: the unedited model, teacher-forced on the ID and held-out OOD sets, and generated."""
-
-    id: evaluation.EvalResult
-    ood: evaluation.EvalResult
-    gen_id: evaluation.EvalResult
-    gen_ood: evaluation.EvalResult
-    id_held: evaluation.EvalResult  # the held-out ID set (seed + 4)
-
-
-@dataclass
-class Chosen:
-    """Stage 5: an intervention the rule chose, on the held-out OOD set (engine row) with records and generation."""
-
-    label: str  # what it is, for the tables
-    row: dict  # the engine's row on the held-out set (matched baseline, ID result, ID cost)
-    heads: list
-    edit: Callable
-    ood: evaluation.EvalResult
-    id: evaluation.EvalResult
-    gen: evaluation.EvalResult
-    id_held: evaluation.EvalResult  # the held-out ID set (seed + 4): not used by any choice
 
 
 def setup(cfg: DemoConfig, progress: bool = True) -> Setup:

@@ -1,22 +1,72 @@
-"""The outputs of `aspan demo` (`aspan.applications.demo`): summary.json, the tables, records, figures and views of
-its run directory, and the short tables it prints, all from the stage results of one run (`Stages`)."""
+"""The stage results of `aspan demo` (`aspan.applications.demo`) and its outputs: summary.json, the tables,
+records, figures and views of its run directory, and the short tables it prints, all from the stage results of one
+run (`Stages`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import pandas as pd
 
 from .. import evaluation
 from ..experiments.edit import Edit
-from ..experiments.engine import rule_text
+from ..experiments.engine import Engine, Ranking, rule_text
 from ..experiments.search import encode_atoms
 from ..io import RunDir
 from ..viz import pareto_figure, story
 from . import causal
 
-if TYPE_CHECKING:
-    from .demo import Baseline, Chosen, DemoConfig, Ranked, Setup
+
+@dataclass
+class Setup:
+    """Stage 1: the model, its evaluation sets and the engine that evaluates interventions on them."""
+
+    model: Any
+    tokenizer: Any
+    source: str  # where the model came from, in words
+    meta: dict
+    id_task: Any
+    ood_task: Any
+    engine: Engine
+    model_id: str  # names the model in every grid point's key (a rerun reuses rows only for the same model)
+
+
+@dataclass
+class Ranked:
+    """Stage 2: the offset scan on the ID set, the ranking, the best offset and its top heads."""
+
+    offsets: pd.DataFrame
+    table: pd.DataFrame
+    rank: Ranking
+    d_star: int
+    k_max: int
+    top0: list  # top heads at the references (AttnScore heads)
+    top_d: list  # top heads at the best offset
+
+
+@dataclass
+class Baseline:
+    """Stage 3: the unedited model, teacher-forced on the ID and held-out OOD sets, and generated."""
+
+    id: evaluation.EvalResult
+    ood: evaluation.EvalResult
+    gen_id: evaluation.EvalResult
+    gen_ood: evaluation.EvalResult
+    id_held: evaluation.EvalResult  # the held-out ID set (seed + 4)
+
+
+@dataclass
+class Chosen:
+    """Stage 5: an intervention the rule chose, on the held-out OOD set (engine row) with records and generation."""
+
+    label: str  # what it is, for the tables
+    row: dict  # the engine's row on the held-out set (matched baseline, ID result, ID cost)
+    heads: list
+    edit: Callable
+    ood: evaluation.EvalResult
+    id: evaluation.EvalResult
+    gen: evaluation.EvalResult
+    id_held: evaluation.EvalResult  # the held-out ID set (seed + 4): not used by any choice
 
 
 @dataclass
@@ -63,8 +113,9 @@ RULES = {"paper_recipe": "paper's recipe (additive C on the top heads by attenti
          "upper_bound": "pattern patching only (uniform attention on the shifted references)"}
 
 
-def make_summary(cfg: DemoConfig, stages: Stages) -> dict:
-    """summary.json: the four conditions (held-out OOD and held-out ID), the rule, Table 3, the tables."""
+def make_summary(cfg: Any, stages: Stages) -> dict:
+    """summary.json: the four conditions (held-out OOD and held-out ID), the rule, Table 3, the tables (`cfg`: the
+    run's `DemoConfig`)."""
     r, base, chosen, rows = stages.ranked, stages.baseline, stages.chosen, stages.rows
     searched, compared = stages.searched, stages.compared
     cve = correct_vs_error(base.ood.records, r.d_star)
@@ -141,8 +192,8 @@ def correct_vs_error(records: pd.DataFrame, d_star: int) -> dict[str, dict]:
 
 
 # ----------------------------------------------------------------------------------------------- files
-def write_outputs(run: RunDir, cfg: DemoConfig, stages: Stages) -> None:
-    """Tables (CSV), records (JSONL) and the figures and views of the story."""
+def write_outputs(run: RunDir, cfg: Any, stages: Stages) -> None:
+    """Tables (CSV), records (JSONL) and the figures and views of the story (`cfg`: the run's `DemoConfig`)."""
     s, r, base, chosen, rows = stages.setup, stages.ranked, stages.baseline, stages.chosen, stages.rows
     searched, compared, picked = stages.searched, stages.compared, stages.picked
     shown = chosen.get("selected") or chosen.get("upper_bound")

@@ -40,6 +40,7 @@ from .qk_config import (  # noqa: F401 (re-exported: the study's settings, impor
     BaseSpec,
     Condition,
     QKStudyConfig,
+    Setup,
     base_spec,
     conditions,
 )
@@ -55,23 +56,6 @@ from .qk_tables import (  # noqa: F401 (re-exported: the study's tables, importe
     selection_table,
     within_full,
 )
-
-
-@dataclass
-class Setup:
-    """The loaded model (and its initial weights), the data and the held-out sets one study run shares."""
-
-    cfg: QKStudyConfig
-    model: Any
-    tokenizer: Any
-    base: dict  # initial state dict, restored before every run
-    finetune_task: Any
-    id_task: Any
-    select: list  # selection samples (lengths cfg.finetune)
-    report: dict[str, list]  # report samples per bucket name
-    conds: list[Condition] = field(default_factory=list)
-    curves: dict[str, list] = field(default_factory=dict)  # curve sets per bucket name (curves protocol)
-    out: Path | None = None  # the run directory: each run trains in its scratch/KEY there (resumable), if given
 
 
 def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> Setup:

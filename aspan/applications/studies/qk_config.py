@@ -1,8 +1,10 @@
 """The settings of `aspan study qk` (`aspan.applications.studies.qk`): `QKStudyConfig`, the base model a study may
-train first (`BaseSpec`), and the conditions (which attention parameters train) it compares."""
+train first (`BaseSpec`), the conditions (which attention parameters train) it compares, and what one study run
+shares (`Setup`: the model and the sets `qk.setup` builds from these settings)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ...buckets import Bucket, parse_buckets
@@ -195,3 +197,20 @@ def conditions(cfg: QKStudyConfig, model) -> list[Condition]:
         freq = None if i is None else pair_frequency(model, i)
         out.append(Condition(f"qk-column:{c}", f"qk-column:{c}", cfg.lr_small, i, freq, ext))
     return out
+
+
+@dataclass
+class Setup:
+    """The loaded model (and its initial weights), the data and the held-out sets one study run shares."""
+
+    cfg: QKStudyConfig
+    model: Any
+    tokenizer: Any
+    base: dict  # initial state dict, restored before every run
+    finetune_task: Any
+    id_task: Any
+    select: list  # selection samples (lengths cfg.finetune)
+    report: dict[str, list]  # report samples per bucket name
+    conds: list[Condition] = field(default_factory=list)
+    curves: dict[str, list] = field(default_factory=dict)  # curve sets per bucket name (curves protocol)
+    out: Path | None = None  # the run directory: each run trains in its scratch/KEY there (resumable), if given

@@ -3,15 +3,12 @@ choice, one row per (condition, replay) over the seeds with 95 % intervals, the 
 columns, the findings summary.json reports, and the table as text."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...buckets import bucket_name
 from ...curves import steps_to_target
 from ...intervals import pooled_wilson, seed_interval, t_interval
-from .qk_config import Condition, QKStudyConfig
-
-if TYPE_CHECKING:
-    from .qk import Setup
+from .qk_config import Condition, QKStudyConfig, Setup
 
 
 # ----------------------------------------------------------------------------------------------- the study
