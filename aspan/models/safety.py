@@ -5,24 +5,54 @@ naming the file and the key).
   with their types, ranges and allowed values; `tokenizer`, `meta`). Hub names (`tokenizer_name`) and
   `trust_remote_code` are refused: a checkpoint is read from its own directory, and no code it names is run.
 - `parameter_bytes` / `check_memory`: what a model's parameters (and TransformerLens's per-layer attention masks)
-  take, refused before allocation when it exceeds the memory this machine has available.
+  take, refused before allocation when it exceeds the memory this machine has available; `hf_memory` and
+  `check_gguf_memory` for Hugging Face configs and GGUF files.
+- `check_hf_checkpoint`: a Hugging Face directory's config, files, memory and weights (the checks of the config,
+  files and weights themselves are `aspan.models.hfcheck`'s, re-exported here).
+- The GGUF header reader (`gguf_shapes`, `gguf_layout`) that the GGUF checks read sizes from.
 """
 from __future__ import annotations
 
-import json
 import math
-import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, NamedTuple, get_args
+from typing import Any, Callable, NamedTuple, get_args
 
 from ..checks import ALL_GPUS, MEMORY_SHARE, available_bytes  # noqa: F401 (the share models may take)
 from ..checks import refuse_over_memory as refuse
 from ..errors import UsageError
+from .hfcheck import (  # noqa: F401 (re-exported: imported from here)
+    HF_FILES,
+    HF_JSON_FILES,
+    HF_POSITIVE,
+    HF_SIZES,
+    PICKLES,
+    _first,
+    _natural,
+    check_hf_config,
+    check_hf_files,
+    check_hf_weights,
+    expected_tensors,
+    stored_tensors,
+)
+from .jsonvalues import (  # noqa: F401 (ActFn, Dtype and _short re-exported: imported from here)
+    _NUMBER,
+    _OPT_POSITIVE,
+    _POS_NUMBER,
+    _POSITIVE,
+    ActFn,
+    Dtype,
+    _bool,
+    _choice,
+    _int,
+    _is_int,
+    _layer_types,
+    _number,
+    _refused,
+    _short,
+    _text,
+)
 
-# TransformerLens's activation names (`transformer_lens.utilities.activation_functions.SUPPORTED_ACTIVATIONS`).
-ActFn = Literal["solu", "solu_ln", "gelu_new", "gelu_fast", "silu", "relu", "gelu", "gelu_pytorch_tanh", "xielu",
-                "relu2"]
-Dtype = Literal["float32", "float16", "bfloat16", "float64"]
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 # What one layer costs beyond its parameters (Python module objects, hook points): 39 KB for a transformers
 # LlamaForCausalLM layer and 93 KB for a HookedTransformer block, measured at d_model 2 over 2,000 layers. A config
@@ -32,61 +62,6 @@ LAYER_OVERHEAD = 128 * 1024
 GGUF_ENTRY_BYTES = 1024
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_number(x: Any) -> bool:
-    """A finite JSON number a float can hold (an integer of 400 digits cannot)."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return False
-    return abs(x) < 2**1000 if isinstance(x, int) else math.isfinite(x)
-
-
-def _int(lo: int, optional: bool = False, also: tuple = ()) -> Callable[[Any], str | None]:
-    def check(x):
-        if (optional and x is None) or x in also and _is_int(x):
-            return None
-        return None if _is_int(x) and x >= lo else f"must be an integer >= {lo}{' or null' if optional else ''}"
-    return check
-
-
-def _number(positive: bool = False, optional: bool = False) -> Callable[[Any], str | None]:
-    def check(x):
-        if optional and x is None:
-            return None
-        if not _is_number(x) or (positive and x <= 0):
-            return f"must be a finite {'positive ' if positive else ''}number{' or null' if optional else ''}"
-        return None
-    return check
-
-
-def _bool(optional: bool = False) -> Callable[[Any], str | None]:
-    return lambda x: None if isinstance(x, bool) or (optional and x is None) else "must be true or false"
-
-
-def _choice(*values: Any) -> Callable[[Any], str | None]:
-    return lambda x: None if any(x is v or (x == v and type(x) is type(v)) for v in values) else \
-        f"must be one of {', '.join(map(repr, values))}"
-
-
-def _text(optional: bool = False) -> Callable[[Any], str | None]:
-    return lambda x: None if (optional and x is None) or (isinstance(x, str) and len(x) <= 200) else \
-        "must be a string (at most 200 characters)"
-
-
-def _refused(value: Any, why: str) -> Callable[[Any], str | None]:
-    return lambda x: None if x is value or (x == value and type(x) is type(value)) else \
-        f"must be {json.dumps(value)}: {why}"
-
-
-def _layer_types(x: Any) -> str | None:
-    if x is None or (isinstance(x, list) and all(t in ("global", "local") for t in x)):
-        return None
-    return "must be null or a list of 'global' / 'local'"
-
-
-_POSITIVE, _OPT_POSITIVE, _NUMBER, _POS_NUMBER = _int(1), _int(1, optional=True), _number(), _number(positive=True)
 # Every TransformerLens 3.9 config field an aspan checkpoint may hold, with what it may be.
 MODEL_FIELDS: dict[str, Callable[[Any], str | None]] = {
     **dict.fromkeys(("n_layers", "d_model", "n_ctx", "d_head", "n_heads", "d_vocab", "NTK_original_ctx_len",
@@ -178,27 +153,37 @@ def _check_model_consistency(file: Path, model: dict[str, Any]) -> None:
         raise UsageError(f"{where}num_experts and experts_per_token must be set together")
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    """`repr(value)` (a string as it is) cut to `limit` characters."""
-    text = value if isinstance(value, str) and limit > 60 else repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
 
 # ------------------------------------------------------------------------------------------------ memory
-def parameter_bytes(d_vocab: int, d_model: int, n_layers: int, n_heads: int, d_head: int, d_mlp: int, n_ctx: int,
-                    *, n_kv_heads: int | None = None, learned_positions: bool = False, gated: bool = False,
-                    dtype_bytes: int = 4, masks: bool = False) -> int:
+@dataclass(frozen=True)
+class ModelSizes:
+    """The sizes of a decoder-only transformer that its memory depends on (`parameter_bytes`)."""
+
+    d_vocab: int  # vocabulary: embedding and unembedding rows (the wider of the two where they differ)
+    d_model: int  # residual stream width
+    n_layers: int  # transformer blocks
+    n_heads: int  # query heads per layer
+    d_head: int  # width of one head
+    d_mlp: int  # MLP hidden width (summed over experts for a mixture of experts; 0: attention only)
+    n_ctx: int  # context length (the learned-position table and the masks)
+    n_kv_heads: int | None = None  # key-value heads per layer (None: one per query head)
+    learned_positions: bool = False  # a learned-position table of n_ctx rows
+    gated: bool = False  # a gated MLP (three matrices instead of two)
+
+
+def parameter_bytes(sizes: ModelSizes, *, dtype_bytes: int = 4, masks: bool = False) -> int:
     """Bytes of a decoder-only transformer's parameters: embeddings and unembedding, the learned-position table,
     attention (Q and O per head, K and V per key-value head, with biases), the MLP (gated: three matrices) and the
     LayerNorms, times `dtype_bytes`; with `masks`, TransformerLens's causal mask buffer (n_ctx x n_ctx bytes per
     layer) and its rotary tables."""
-    kv = n_kv_heads or n_heads
-    attention = d_model * d_head * (2 * n_heads + 2 * kv) + d_head * (n_heads + 2 * kv) + d_model
-    mlp = d_model * d_mlp * (3 if gated else 2) + d_mlp + d_model
-    per_layer = attention + mlp + 4 * d_model
-    params = 2 * d_vocab * d_model + d_vocab + n_layers * per_layer + 2 * d_model
-    params += n_ctx * d_model if learned_positions else 0
-    buffers = n_layers * (n_ctx * n_ctx + 2 * n_ctx * d_head * 4) if masks else 0
+    z = sizes
+    kv = z.n_kv_heads or z.n_heads
+    attention = z.d_model * z.d_head * (2 * z.n_heads + 2 * kv) + z.d_head * (z.n_heads + 2 * kv) + z.d_model
+    mlp = z.d_model * z.d_mlp * (3 if z.gated else 2) + z.d_mlp + z.d_model
+    per_layer = attention + mlp + 4 * z.d_model
+    params = 2 * z.d_vocab * z.d_model + z.d_vocab + z.n_layers * per_layer + 2 * z.d_model
+    params += z.n_ctx * z.d_model if z.learned_positions else 0
+    buffers = z.n_layers * (z.n_ctx * z.n_ctx + 2 * z.n_ctx * z.d_head * 4) if masks else 0
     return params * dtype_bytes + buffers
 
 
@@ -219,97 +204,18 @@ def check_tl_memory(what: str, model: dict[str, Any], device: str | None = None,
     HookedTransformer's mask buffers (`masks`)."""
     vocab = max(model["d_vocab"], model.get("d_vocab_out") or 0)  # the unembedding may be wider (d_vocab_out)
     mlp = (model.get("d_mlp") or 0) * (model.get("num_experts") or 1)  # a mixture of experts: one MLP per expert
-    needed = parameter_bytes(
-        vocab, model["d_model"], model["n_layers"], model["n_heads"], model["d_head"],
-        mlp, model["n_ctx"], n_kv_heads=model.get("n_key_value_heads"),
+    sizes = ModelSizes(
+        vocab, model["d_model"], model["n_layers"], model["n_heads"], model["d_head"], mlp, model["n_ctx"],
+        n_kv_heads=model.get("n_key_value_heads"),
         learned_positions=model.get("positional_embedding_type", "standard") in ("standard", "shortformer"),
-        gated=bool(model.get("gated_mlp")), dtype_bytes=DTYPE_BYTES.get(model.get("dtype", "float32"), 4), masks=masks)
+        gated=bool(model.get("gated_mlp")))
+    needed = parameter_bytes(sizes, dtype_bytes=DTYPE_BYTES.get(model.get("dtype", "float32"), 4), masks=masks)
     needed += model["n_layers"] * LAYER_OVERHEAD
     shown = {k: model.get(k) for k in ("n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx")}
     if (model.get("d_vocab_out") or -1) > model["d_vocab"]:
         shown["d_vocab_out"] = model["d_vocab_out"]
     check_memory(needed, what, shown, device)
 
-
-# ---------------------------------------------------------------------------------- Hugging Face directories
-# Size keys of the Hugging Face configs the toolkit loads (GPT-NeoX, GPT-2, Bloom, Llama, Qwen2, Gemma3), each an
-# integer >= 1 where present (`n_inner`, `head_dim` and `num_key_value_heads` may be null).
-HF_SIZES = ("vocab_size", "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "num_attention_heads", "n_head",
-            "intermediate_size", "n_inner", "max_position_embeddings", "n_positions", "num_key_value_heads",
-            "head_dim", "sliding_window")
-HF_POSITIVE = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "rope_theta", "rope_local_base_freq",
-               "query_pre_attn_scalar")
-_LAYER = re.compile(r"\.\d+\.")  # a layer index inside a tensor name
-PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack", "model.ckpt",
-           "model.pt")
-
-
-def _first(config: dict[str, Any], *keys: str) -> tuple[str, Any]:
-    """The first of `keys` present (non-null) in `config`, and its value; (keys[0], None) when none is."""
-    return next(((k, config[k]) for k in keys if config.get(k) is not None), (keys[0], None))
-
-
-def check_hf_config(file: Path, config: dict[str, Any]) -> None:
-    """UsageError naming `file` and the key unless the Hugging Face `config`'s sizes, norms and rotary settings are
-    ones a model can be built from; remote code (`auto_map`, `trust_remote_code`) is refused."""
-    for key in ("auto_map", "trust_remote_code"):
-        if config.get(key):
-            raise UsageError(f"{file}: {key} is refused: the toolkit never runs code a checkpoint names")
-    if not isinstance(config.get("model_type", ""), str):
-        raise UsageError(f"{file}: model_type must be a string, got {_short(config['model_type'])}")
-    bad = next((k for k, v in config.items() if isinstance(v, float) and not math.isfinite(v)), None)
-    if bad is not None:  # a NaN or infinite setting (a soft-cap, a scale) makes every logit NaN
-        raise UsageError(f"{file}: {bad} must be a finite number, got {config[bad]}")
-    archs = config.get("architectures")
-    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
-        raise UsageError(f"{file}: architectures must be a list of class names or null, got {_short(archs)}")
-    if "quantization_config" in config:
-        quant = config["quantization_config"]
-        method = quant.get("quant_method") if isinstance(quant, dict) else quant
-        raise UsageError(f"{file}: quantization_config ({_short(method)}) is refused: quantised checkpoints are not "
-                         f"supported (weights are read as stored, in floating point)")
-    for key in ("dtype", "torch_dtype"):
-        why = _choice(*get_args(Dtype), None)(config.get(key))
-        if why:
-            raise UsageError(f"{file}: {key} {why}, got {_short(config[key])}")
-    for key in HF_SIZES:
-        if config.get(key) is not None or (key in config and key not in ("n_inner", "head_dim", "sliding_window",
-                                                                            "num_key_value_heads")):
-            why = _int(1)(config[key])
-            if why:
-                raise UsageError(f"{file}: {key} {why}, got {_short(config[key])}")
-    for key in HF_POSITIVE:
-        if key in config and _POS_NUMBER(config[key]):
-            raise UsageError(f"{file}: {key} {_POS_NUMBER(config[key])}, got {_short(config[key])}")
-    (width_key, width), (heads_key, heads) = _first(config, "hidden_size", "n_embd"), \
-        _first(config, "num_attention_heads", "n_head")
-    for key, value in ((width_key, width), (heads_key, heads), _first(config, "num_hidden_layers", "n_layer"),
-                       ("vocab_size", config.get("vocab_size"))):
-        if value is None:
-            raise UsageError(f"{file}: {key} is missing")
-    if config.get("head_dim") is None and width % heads:
-        raise UsageError(f"{file}: {heads_key} {heads} does not divide {width_key} {width}")
-    kv = config.get("num_key_value_heads")
-    if kv is not None and heads % kv:
-        raise UsageError(f"{file}: num_key_value_heads {kv} does not divide {heads_key} {heads}")
-    _check_rope(file, config)
-
-
-def _check_rope(file: Path, config: dict[str, Any]) -> None:
-    """`partial_rotary_factor` in [0, 1] and a positive rope theta, at the top level or in `rope_parameters`."""
-    rope = config.get("rope_parameters")
-    if rope is not None and not isinstance(rope, dict):
-        raise UsageError(f"{file}: rope_parameters must be a JSON object, got {_short(rope)}")
-    nested = [(f"rope_parameters.{k}", v) for k, v in (rope or {}).items()]
-    nested += [(f"rope_parameters.{t}.{k}", v) for t, sub in (rope or {}).items() if isinstance(sub, dict)
-               for k, v in sub.items()]
-    for key, value in [*nested, *(("partial_rotary_factor", config[k]) for k in ["partial_rotary_factor"]
-                                  if k in config)]:
-        name = key.rsplit(".", 1)[-1]
-        if name == "partial_rotary_factor" and not (_is_number(value) and 0 <= value <= 1):
-            raise UsageError(f"{file}: {key} must be a number in [0, 1], got {_short(value)}")
-        if name in ("rope_theta", "factor") and _POS_NUMBER(value):
-            raise UsageError(f"{file}: {key} {_POS_NUMBER(value)}, got {_short(value)}")
 
 
 def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: Any, dtype_bytes: int = 4) -> None:
@@ -322,137 +228,12 @@ def hf_memory(file: Path, config: dict[str, Any], device: str | None, backend: A
     d_mlp = _first(config, "intermediate_size", "n_inner")[1] or 4 * width
     d_head = config.get("head_dim") or width // heads
     model_type = config.get("model_type")
-    needed = parameter_bytes(config["vocab_size"], width, layers, heads, d_head, d_mlp, n_ctx,
-                             n_kv_heads=config.get("num_key_value_heads"), learned_positions=model_type == "gpt2",
-                             gated=model_type not in ("gpt2", "gpt_neox", "bloom"), dtype_bytes=dtype_bytes,
-                             masks=backend.keeps_masks)
+    sizes = ModelSizes(config["vocab_size"], width, layers, heads, d_head, d_mlp, n_ctx,
+                       n_kv_heads=config.get("num_key_value_heads"), learned_positions=model_type == "gpt2",
+                       gated=model_type not in ("gpt2", "gpt_neox", "bloom"))
+    needed = parameter_bytes(sizes, dtype_bytes=dtype_bytes, masks=backend.keeps_masks)
     shown = {k: config[k] for k in HF_SIZES if config.get(k) is not None}
     check_memory((needed + layers * LAYER_OVERHEAD) * (2 if backend.converts_weights else 1), str(file), shown, device)
-
-
-def stored_tensors(directory: Path) -> dict[str, tuple[Path, list[int]]]:
-    """name -> (file, shape) of every tensor in a directory's safetensors weights (`model.safetensors`, or the shards
-    `model.safetensors.index.json` names, each inside the directory), from the headers alone; UsageError naming the
-    file when weights are missing, pickled (never read: unpickling runs code), truncated or corrupt."""
-    single, index = directory / "model.safetensors", directory / "model.safetensors.index.json"
-    if single.is_file():
-        files = [single]
-    elif index.is_file():
-        files = _shards(index)
-    else:
-        pickled = next((directory / n for n in PICKLES if (directory / n).exists()), None)
-        if pickled is not None:
-            raise UsageError(f"{pickled}: only safetensors weights are read (a pickle can run code when loaded); "
-                             f"convert it to model.safetensors")
-        raise UsageError(f"{single}: missing (no weights in {directory})")
-    from safetensors import SafetensorError, safe_open
-
-    out: dict[str, tuple[Path, list[int]]] = {}
-    for file in files:
-        try:
-            with safe_open(str(file), "pt") as f:
-                for name in f.keys():
-                    out[name] = (file, list(f.get_slice(name).get_shape()))
-        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-            raise UsageError(f"{file}: corrupt or truncated safetensors file ({e})") from None
-    return out
-
-
-def _shards(index: Path) -> list[Path]:
-    """The shard files a safetensors index names (plain file names inside its directory)."""
-    from ..io import read_json
-
-    doc = read_json(index, "safetensors index")
-    for key in ("metadata", "weight_map"):
-        if not isinstance(doc, dict) or not isinstance(doc.get(key), dict):
-            raise UsageError(f"{index}: not a safetensors index ({key} must be a JSON object)")
-    values = list(doc["weight_map"].values())
-    bad = next((v for v in values if not isinstance(v, str)), None)
-    if bad is not None:
-        raise UsageError(f"{index}: weight_map names {_short(bad)}, not a file in {index.parent}")
-    names = sorted(set(values))
-    for name in names:
-        if not isinstance(name, str) or Path(name).name != name or not (index.parent / name).is_file():
-            raise UsageError(f"{index}: weight_map names {_short(name)}, not a file in {index.parent}")
-    return [index.parent / n for n in names]
-
-
-def expected_tensors(directory: Path) -> tuple[dict[str, list[int]], list[set[str]], set[str], Callable[[str], str]]:
-    """(name -> shape of every parameter, groups of names sharing one tensor, optional buffer names, the renaming
-    `transformers` applies to stored names) of the Hugging Face model the directory's config.json describes, built on
-    the meta device (nothing allocated, no weights read). Call after `check_hf_config` and `hf_memory`: the sizes are
-    then sane."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    file = directory / "config.json"
-    try:  # transformers validates every field (huggingface_hub's StrictDataclassFieldValidationError, among others)
-        hf_config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
-        with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(hf_config)
-    except Exception as e:  # noqa: BLE001 - anything a config file makes transformers raise is that file's fault
-        text = " ".join(str(e).split())
-        raise UsageError(f"{file}: cannot build the model it describes ({type(e).__name__}: {_short(text, 300)})") \
-            from None
-    shapes, owners = {}, {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        shapes[name] = list(p.shape)
-        owners.setdefault(id(p), set()).add(name)
-    buffers = {name for name, _ in model.named_buffers()}
-    return shapes, list(owners.values()), buffers, _stored_name(model)
-
-
-def _stored_name(model) -> Callable[[str], str]:
-    """The name `transformers` gives a stored tensor when loading into `model` (its renamings for older checkpoints,
-    e.g. GPT-NeoX's `embed_out` as `lm_head`, and the base-model prefix added or dropped); names as stored where this
-    `transformers` has no such machinery."""
-    try:
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightRenaming, rename_source_key
-    except ImportError:  # pragma: no cover - transformers before 5
-        return lambda name: name
-    transforms = get_model_conversion_mapping(model)
-    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
-    converters = [t for t in transforms if not isinstance(t, WeightRenaming)]
-    state = model.state_dict()
-    return lambda name: rename_source_key(name, renamings, converters, model.base_model_prefix, state)[0]
-
-
-def _natural(name: str) -> list:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-def _blame(config: dict[str, Any], expected: list[int], stored: list[int] | None) -> str:
-    """The config keys behind a tensor's expected shape that the stored tensor contradicts (all sizes if unclear)."""
-    differing = set(expected) - set(stored or [])
-    keys = [k for k in HF_SIZES if config.get(k) is not None and config[k] in differing]
-    if stored is None:  # a whole tensor missing or unused: its layer index points at the layer count
-        keys = [_first(config, "num_hidden_layers", "n_layer")[0]]
-    keys = keys or [k for k in HF_SIZES if config.get(k) is not None]
-    return ", ".join(f"{k}={config[k]}" for k in keys)
-
-
-def check_hf_weights(directory: Path, config: dict[str, Any]) -> None:
-    """UsageError naming the first mismatch unless every stored tensor is one the config's model has, with its shape,
-    and every parameter the model has is stored (once for tensors it shares); from the safetensors headers, before
-    any model is instantiated."""
-    file = directory / "config.json"
-    shapes, groups, buffers, rename = expected_tensors(directory)
-    stored = {rename(name): (name, *where) for name, where in stored_tensors(directory).items()}
-    for name in sorted(stored, key=_natural):
-        _, where, shape = stored[name]
-        if name in shapes and shape != shapes[name]:
-            raise UsageError(f"{where}: {name} has shape {shape} but {file} ({_blame(config, shapes[name], shape)}) "
-                             f"gives {shapes[name]}")
-        if name not in shapes and name not in buffers:
-            blame = _blame(config, [], None) if _LAYER.search(name) else _blame(config, [], [])
-            raise UsageError(f"{where}: {stored[name][0]} is not a tensor of the model {file} describes ({blame}); "
-                             f"every stored tensor must be used")
-    for group in sorted(groups, key=lambda g: _natural(min(g))):
-        if not group & stored.keys():
-            name = min(group, key=_natural)
-            blame = _blame(config, [], None) if _LAYER.search(name) else _blame(config, [], [])
-            raise UsageError(f"{file} ({blame}): its model needs {name}, which the weights in {directory} lack")
 
 
 def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | None, backend: Any,
@@ -464,39 +245,6 @@ def check_hf_checkpoint(directory: Path, config: dict[str, Any], device: str | N
     check_hf_files(directory)
     hf_memory(file, config, device, backend, dtype_bytes)
     check_hf_weights(directory, config)
-
-
-# The JSON files of a Hugging Face directory that transformers reads besides config.json, each a JSON object.
-HF_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                 "generation_config.json")
-# Every file of a Hugging Face directory transformers may open: each must be a regular file where present (a FIFO
-# would block the load for ever).
-HF_FILES = ("config.json", *HF_JSON_FILES, "model.safetensors", "model.safetensors.index.json", "tokenizer.model",
-            "vocab.json", "vocab.txt", "merges.txt", "chat_template.jinja")
-
-
-def check_hf_files(directory: Path) -> None:
-    """UsageError naming the file unless every file transformers may open (`HF_FILES`) is a regular file where
-    present, each JSON file it reads (`HF_JSON_FILES`) is a JSON object (bounded integers and nesting:
-    `aspan.io.read_json`) and the `tokenizers` library reads its `tokenizer.json` (files of another shape, e.g.
-    `{"model": 5}` or a list, made transformers raise a KeyError, TypeError or AttributeError naming no file)."""
-    from ..errors import reading
-    from ..io import read_json
-
-    for name in HF_FILES:
-        file = directory / name
-        if file.exists() and not file.is_file():
-            raise UsageError(f"{file}: not a regular file; a checkpoint's files are read as files")
-    for name in HF_JSON_FILES:
-        file = directory / name
-        if file.is_file() and not isinstance(read_json(file, f"{name} (JSON)"), dict):
-            raise UsageError(f"{file}: not a valid {name} (a JSON object is expected)")
-    file = directory / "tokenizer.json"
-    if file.is_file():
-        from tokenizers import Tokenizer
-
-        with reading(file, "tokenizer file (JSON of the tokenizers library)"):
-            Tokenizer.from_file(str(file))
 
 
 # --------------------------------------------------------------------------------------------------- GGUF

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aspan import models
-from aspan.models.safety import MODEL_FIELDS, parameter_bytes
+from aspan.models.safety import MODEL_FIELDS, ModelSizes, parameter_bytes
 from aspan.tokenization import CharTokenizer
 from tests.cli import aspan_peak
 
@@ -89,7 +89,7 @@ def test_parameter_bytes_counts_what_a_hooked_transformer_allocates():
         m = models.tiny(CharTokenizer(), n_layers=2, n_heads=2, d_model=16, d_mlp=24, n_ctx=40,
                         positional=positional, device="cpu")
         learned = positional == "learned"
-        assert parameter_bytes(vocab, 16, 2, 2, 8, 24, 40, learned_positions=learned) == \
+        assert parameter_bytes(ModelSizes(vocab, 16, 2, 2, 8, 24, 40, learned_positions=learned)) == \
             4 * sum(p.numel() for p in m.parameters()), positional
 
 

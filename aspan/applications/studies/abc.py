@@ -24,19 +24,18 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Sequence, get_args
 
 from ... import tasks
-from ...environment import run_environment
 from ...findings.tables import ABC_TABLE
-from ...io import RowWriter, RunDir, read_rows, settings_key
+from ...io import RowWriter, read_rows, settings_key
 from ...tasks.base import Sample, Task
 from ...tasks.draws import LengthMix
 from ...tokenization import CharTokenizer
+from .abc_outputs import AbcOutputs, write_abc_outputs
 
 Condition = Literal["rotary", "learned", "alibi", "none", "abs", "abc"]
 CONDITIONS: tuple[Condition, ...] = get_args(Condition)
@@ -331,32 +330,25 @@ def summary_table(ctx: _Ctx) -> "pd.DataFrame":
 
 
 def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
-    """table.csv, summary.json (wide table at every length), runs.jsonl (already written), figures, run.json."""
+    """table.csv, summary.json (wide table at every length), runs.jsonl (already written), figures, run.json
+    (`write_abc_outputs`)."""
     from ...viz.studies import abc_study_figure as study_figure  # loads plotly and torch: only when writing
 
     table = summary_table(ctx)
-    run = RunDir(ctx.out)
-    run.write_csv("table.csv", table)
     wide = []
     for (name, condition), g in table.groupby(["task", "condition"], sort=False):
         row = {"task": name, "condition": condition, "lr": g.lr.iloc[0], "steps": g.steps.iloc[0],
                "seeds": g.seeds.iloc[0]}
         row.update({f"{n} digits": f"{m:.3f} ± {sd:.3f}" for n, m, sd in zip(g.digits, g.exact_mean, g.exact_sd)})
         wide.append(row)
-    run.write_json("summary.json", {"tables": {ABC_TABLE: wide},
-                                    "not_run": ctx.missing})
-    for name in ctx.cfg.tasks:
-        run.figure(study_figure(table, name), f"abc_{name}")
-    run.write_json("run.json", {
-        "command": "study abc", "argv": sys.argv, "config": asdict(ctx.cfg), "wall_s_this_invocation": wall_s,
-        "train_eval_s_all_rows": sum(r.get("wall_s", 0.0) for r in ctx.rows.values()),
-        "chosen_lr": {f"{t}/{c}": lr for (t, c), lr in ctx.chosen.items()}, "not_run": ctx.missing,
-        "selection_rule": "per task and condition, the learning rate with the highest mean exact accuracy on the "
-                          f"selection sets ({', '.join(map(str, ctx.cfg.select_buckets))} digits) at seed "
-                          f"{ctx.cfg.seeds[0]}; reported on held-out test sets",
-        **run_environment(device=ctx.cfg.device),
-    })
-    return table
+    rule = ("per task and condition, the learning rate with the highest mean exact accuracy on the selection sets "
+            f"({', '.join(map(str, ctx.cfg.select_buckets))} digits) at seed {ctx.cfg.seeds[0]}; reported on held-out "
+            "test sets")
+    return write_abc_outputs(ctx.out, AbcOutputs(
+        "study abc", ctx.cfg, table, ABC_TABLE, wide, ctx.missing,
+        {f"abc_{name}": study_figure(table, name) for name in ctx.cfg.tasks},
+        {"chosen_lr": {f"{t}/{c}": lr for (t, c), lr in ctx.chosen.items()}, "selection_rule": rule}),
+        ctx.rows.values(), wall_s)
 
 
 class AbcStudy:

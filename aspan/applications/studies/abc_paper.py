@@ -32,28 +32,45 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-from ... import tasks
-from ...environment import run_environment
 from ...findings.tables import ABC_PAPER_TABLE
 from ...intervals import wilson  # noqa: F401 (re-exported: part of this module's public names)
 from ...io import RowWriter, RunDir, append_line, read_rows, settings_key
-from ...tasks.base import SEPARATORS, Sample, Task
-from ...tasks.draws import OPERANDS, NumberDraw, build
-from ...tokenization import CharTokenizer
+from ...tasks.base import Sample
+from .abc_outputs import AbcOutputs, write_abc_outputs
+from .abc_paper_bias import (  # noqa: F401 (re-exported: the biases were defined here)
+    Calibration,
+    abc_calibration,
+    abs_bias,
+    calibrate_padded,
+    hooks_for_bias,
+    layout_batch,
+    mean_layer_attention,
+    training_rows,
+)
+from .abc_paper_data import (  # noqa: F401 (re-exported: the data were defined here)
+    CALIB_SEED,
+    CHECK_SEED,
+    DATA_SEED,
+    DEFAULT_PLAN,
+    PAPER_CONDITIONS,
+    PAPER_TASKS,
+    TEST_SEED,
+    PaperConfig,
+    PaperData,
+    exact_length_numbers,
+    held_out_samples,
+    number_split,
+    padded_task,
+    paper_data,
+    task_width,
+)
 
-PAPER_TASKS = ("successor", "addition", "parity")
-PAPER_CONDITIONS = ("vanilla", "abc", "abs")
-DEFAULT_PLAN = ("successor:vanilla", "successor:abc", "addition:vanilla", "addition:abc", "parity:abs")
-DATA_SEED, CHECK_SEED, TEST_SEED, CALIB_SEED = 2023, 40_000, 50_000, 60_000
 FRESH_INIT = 1000  # the ABC model's initialisation seed is the base's + this: a fresh model, not the base's twin
 # Duan & Shi 2023, exact accuracy % at 6 / 10 / 20 / 60 digits: Table 1 (ABC, vanilla with sinusoidal positions) and
 # Table 3 (ABS: NoPE + w = 1; parity "vanilla" is the Transformer + scratchpad row)
@@ -68,283 +85,6 @@ SUMMARY_TABLE = ABC_PAPER_TABLE  # summary.json's table, by which the findings k
 
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PaperConfig:
-    """Settings of the paper-protocol study (defaults: the CPU size; `quick()` for tests; configs/ for others)."""
-
-    plan: tuple[str, ...] = DEFAULT_PLAN  # "task:condition" runs (abc needs the task's vanilla run)
-    seeds: tuple[int, ...] = (0, 1, 2)
-    lr: float = 1e-3
-    max_steps: int = 3000  # cap of every training until fit (vanilla and ABS)
-    check_every: int = 100  # ID check interval (steps)
-    fit_exact: float = 0.99  # ID exact on the check set that counts as "interpolates"
-    retrain_fraction: float = 0.1  # ABC retrains until it fits, at most floor(fraction x the base's steps)
-    batch_size: int = 64
-    warmup: int = 100
-    n_layers: int = 2
-    calib_layer: int = -1  # the layer Algorithm 1 reads (-1: the last, the paper's; see `calibration_layer`)
-    n_heads: int = 4
-    d_model: int = 64
-    positional: str = "learned"  # vanilla and ABC models (absolute positions, as the paper's sinusoidal ones)
-    abc_positional: str = "learned"  # ABC's retrained models ("none": the bias alone says where to read)
-    abs_positional: str = "none"  # ABS models (the paper's NoPE + w = 1)
-    abs_width: int = 1  # ABS window half-width w
-    number_bits: int = 20  # numbers of [0, 2^number_bits]
-    id_digits: int = 6  # length of the held-out ID check set
-    buckets: tuple[int, ...] = (6, 10, 20, 60)  # test lengths (decimal digits; parity: those numbers in binary)
-    n_test: int = 1000  # at most this many samples per test length
-    n_check: int = 500  # ID check samples
-    n_calib: int = 512  # ABC calibration samples (training numbers; only the correctly answered ones count)
-    correct_only: bool = True  # ABC averages over correctly answered samples only (False: all, for --quick)
-    eval_batch_size: int = 100
-    device: str = "cpu"
-    # False: delete a saved model once nothing in the study needs it (its position rows recorded and, for a vanilla
-    # base, its ABC row written), so a run directory carried between machines stays small (configs/gpu)
-    keep_models: bool = True
-
-    @classmethod
-    def quick(cls, **kw: Any) -> "PaperConfig":
-        """A tiny run for tests (seconds): numbers of [0, 64], widths 4, every base counts as fitted."""
-        base = dict(seeds=(0,), lr=3e-3, max_steps=8, check_every=4, fit_exact=0.0, batch_size=8, warmup=2,
-                    n_layers=2, n_heads=2, d_model=16, number_bits=6, id_digits=2, buckets=(2, 3, 4), n_test=6,
-                    n_check=8, n_calib=8, correct_only=False, eval_batch_size=32)
-        return cls(**{**base, **kw})
-
-    def runs(self) -> list[tuple[str, str]]:
-        """The plan as (task, variant) pairs, from its `TASK:VARIANT` entries."""
-        return [tuple(p.split(":", 1)) for p in self.plan]  # type: ignore[misc]
-
-    def check(self) -> None:
-        """ValueError on impossible settings, before any work."""
-        runs = self.runs()
-        bad = [p for p, (t, c) in zip(self.plan, runs) if ":" not in p or t not in PAPER_TASKS
-               or c not in PAPER_CONDITIONS]
-        if bad or not runs:
-            raise ValueError(f"plan must be a non-empty list of TASK:CONDITION with TASK in {', '.join(PAPER_TASKS)} "
-                             f"and CONDITION in {', '.join(PAPER_CONDITIONS)}, got {list(self.plan)}")
-        for t, c in runs:
-            if c == "abc" and (t, "vanilla") not in runs:
-                raise ValueError(f"{t}:abc calibrates on the vanilla model: add {t}:vanilla to the plan")
-        for name in ("max_steps", "check_every", "batch_size", "n_layers", "n_heads", "d_model", "abs_width",
-                     "number_bits", "id_digits", "n_test", "n_check", "n_calib", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.seeds or not self.lr > 0 or self.warmup < 0:
-            raise ValueError("seeds must be non-empty, lr > 0 and warmup >= 0")
-        if not -self.n_layers <= self.calib_layer < self.n_layers:
-            raise ValueError(f"calib_layer must name one of the {self.n_layers} layers (-1: the last), "
-                             f"got {self.calib_layer}")
-        if not 0 <= self.fit_exact <= 1 or not 0 < self.retrain_fraction <= 10:
-            raise ValueError("fit_exact must be in [0, 1] and retrain_fraction in (0, 10]")
-        longest = len(str(2**self.number_bits))
-        if not self.buckets or min(self.buckets) < 1 or max(self.buckets) < longest:
-            raise ValueError(f"buckets must be lengths >= 1 whose longest fits the training numbers ({longest} "
-                             f"digits for 2^{self.number_bits}), got {list(self.buckets)}")
-        if self.id_digits > longest:
-            raise ValueError(f"id_digits must be at most {longest} (the digits of 2^{self.number_bits})")
-        for name in ("positional", "abc_positional", "abs_positional"):
-            if getattr(self, name) not in ("rotary", "learned", "alibi", "none"):
-                raise ValueError(f"{name} must be rotary, learned, alibi or none, got {getattr(self, name)!r}")
-
-
-# ----------------------------------------------------------------------------------------------- data
-@lru_cache(maxsize=2)
-def number_split(bits: int, seed: int = DATA_SEED) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """(training, check, test) numbers: a permutation of [0, 2^bits] split 7:1, the held-out eighth halved."""
-    perm = list(range(2**bits + 1))
-    random.Random(seed).shuffle(perm)
-    cut = len(perm) * 7 // 8
-    return tuple(perm[:cut]), tuple(perm[cut::2]), tuple(perm[cut + 1 :: 2])
-
-
-def exact_length_numbers(length: int, k: int, pool: Sequence[int], limit: int, rng: random.Random) -> list[int]:
-    """min(k, available) distinct numbers of exactly `length` digits: those of `pool` (held-out numbers of the
-    permutation) and those above `limit` (outside the permutation), drawn uniformly from both together."""
-    lo, hi = 10 ** (length - 1), 10**length
-    inside = sorted(x for x in pool if lo <= x < hi)
-    above = max(lo, limit + 1)
-    total = len(inside) + max(0, hi - above)
-    picked: set[int] = set()
-    out = []
-    while len(out) < min(k, total):
-        i = rng.randrange(total)
-        if i not in picked:
-            picked.add(i)
-            out.append(inside[i] if i < len(inside) else above + i - len(inside))
-    return out
-
-
-def padded_task(name: str, width: int) -> Task:
-    """The study's task in the padded layout of `width` digits (parity: bits)."""
-    if name == "successor":
-        return tasks.get("successor", start=(0, 10**width - 1), numbers=2, layout="padded", width=width)
-    if name == "addition":
-        return tasks.get("addition", operands=2, digits=(1, width), layout="padded", width=width)
-    if name == "parity":
-        return tasks.get("parity", length=(1, width), format="scratchpad", layout="padded", width=width)
-    raise ValueError(f"the paper protocol has no task {name!r}; choose from {', '.join(PAPER_TASKS)}")
-
-
-def task_width(name: str, buckets: Sequence[int]) -> int:
-    """The padded width that fits the longest test length: its digits, or for parity the bits of its numbers."""
-    return len(format(10 ** max(buckets) - 1, "b")) if name == "parity" else max(buckets)
-
-
-def held_out_samples(task: Task, length: int, k: int, pool: Sequence[int], limit: int, seed: int) -> list[Sample]:
-    """Samples whose operands each have exactly `length` digits, drawn from held-out numbers (`exact_length_numbers`;
-    the first operands distinct)."""
-    rng = random.Random(seed)
-    columns = [exact_length_numbers(length, k, pool, limit, rng) for _ in range(OPERANDS[task.name])]
-    return [build(task, xs) for xs in zip(*columns)]
-
-
-@dataclass
-class PaperData:
-    """Tokenizer, context and data of one task: the training draw, the check, calibration and test sets."""
-
-    tokenizer: Any
-    n_ctx: int
-    train: NumberDraw
-    check: list[Sample]
-    calib: list[Sample]
-    test: dict[int, list[Sample]]
-    numbers: dict[str, tuple[int, ...]] = field(repr=False, default_factory=dict)
-
-
-def paper_data(name: str, cfg: PaperConfig) -> PaperData:
-    """Every set of one task, drawn from the number split (the same for every seed)."""
-    from ... import models
-
-    task = padded_task(name, task_width(name, cfg.buckets))
-    train_numbers, check_numbers, test_numbers = number_split(cfg.number_bits)
-    tok = CharTokenizer.for_alphabets(task.alphabet)
-    limit = 2**cfg.number_bits
-    draw = NumberDraw(task, train_numbers)
-    return PaperData(
-        tok, models.check_context(10**9, task, tok.offset), draw,
-        held_out_samples(task, cfg.id_digits, cfg.n_check, check_numbers, 10**cfg.id_digits, CHECK_SEED),
-        draw.generate(cfg.n_calib, seed=CALIB_SEED),
-        {n: held_out_samples(task, n, cfg.n_test, test_numbers, limit, TEST_SEED + n) for n in cfg.buckets},
-        {"train": train_numbers, "check": check_numbers, "test": test_numbers},
-    )
-
-
-# ----------------------------------------------------------------------------------------------- biases
-def layout_batch(samples: Sequence[Sample], tokenizer):
-    """A batch of samples of one padded layout (`padded_blocks` checks that they share it)."""
-    from ...batching import make_batch
-
-    return make_batch(list(samples), tokenizer)
-
-
-@dataclass
-class Calibration:
-    """ABC of one base model: the averaged attention of the layer it reads, the blocks, the `[head, pos, pos]` bias."""
-
-    attn: Any  # [head, pos, pos], averaged over the calibration samples used
-    bias: Any  # [head, pos, pos], what every layer's scores get
-    rows: Any
-    prompt_cols: Any
-    target_cols: Any
-    n_samples: int
-
-
-def mean_layer_attention(model, tokenizer, samples: Sequence[Sample], layer: int = -1, batch_size: int = 64):
-    """One layer's attention `[head, pos, pos]` (-1: the last layer's) averaged over `samples` (one padded layout:
-    no padding)."""
-    import torch
-
-    import hooks
-
-    layer = layer % model.cfg.n_layers
-    total = None
-    for i in range(0, len(samples), batch_size):
-        batch = layout_batch(samples[i : i + batch_size], tokenizer).to(model.cfg.device)
-        pats = hooks.capture(model, batch.tokens, [layer], attention_mask=batch.attention_mask)
-        summed = torch.stack([pats[(layer, h)] for h in range(model.cfg.n_heads)], 1).sum(0).float().cpu()
-        total = summed if total is None else total + summed
-    return total / len(samples)
-
-
-def training_rows(name: str, number_bits: int) -> int:
-    """How many target rows the training numbers reach: the digits (parity: bits) of the largest training answer
-    (successor 2^bits + 1, addition 2 x 2^bits, parity's running parity of bits + 1 bits). The rows below are the
-    zero padding of a longer width, which no training answer reaches."""
-    largest = {"successor": 2**number_bits + 1, "addition": 2 * 2**number_bits, "parity": 2**number_bits}[name]
-    return len(format(largest, "b")) if name == "parity" else len(str(largest))
-
-
-def calibrate_padded(attn, batch, calib_rows: int | None = None) -> Calibration:
-    """Algorithm 1 on the two blocks of an averaged attention map: the cross block with kappa 4.5 and the self block
-    with 0.87. The lines are measured on the first `calib_rows` target rows (the rows the training numbers reach:
-    the paper's m x n block, as its authors' code masks the target rows past the number's digits; all rows when
-    None) and extended to every target row (the paper's M x N); -inf becomes NEG; prompt rows, the BOS column and
-    every cell outside the blocks stay 0."""
-    import torch
-
-    from ...experiments.abc import NEG
-    from ...experiments.calibration import CROSS_KAPPA, SELF_KAPPA, calibrate, padded_blocks
-
-    rows, prompt_cols, target_cols = padded_blocks(batch)
-    m = len(rows) if calib_rows is None else min(calib_rows, len(rows))
-    bias = torch.zeros_like(attn)
-    for cols, kappa in ((prompt_cols, CROSS_KAPPA), (target_cols, SELF_KAPPA)):
-        block = attn[:, rows][:, :, cols]
-        bias[:, rows[:, None], cols[None, :]] = calibrate(block[:, :m], tuple(block.shape[1:]), kappa=kappa)
-    return Calibration(attn, bias.clamp(min=NEG), rows, prompt_cols, target_cols, len(batch.samples))
-
-
-def abc_calibration(base, tokenizer, samples: Sequence[Sample], correct_only: bool = True,
-                    calib_rows: int | None = None, layer: int = -1) -> Calibration:
-    """ABC from a trained base model: the attention of its `layer` (-1: the last, the paper's) averaged over the
-    `samples` it answers correctly (all of them with `correct_only=False`), calibrated on its first `calib_rows`
-    target rows (`calibrate_padded`). ValueError when it answers none."""
-    from ...experiments.abc import correct_samples
-
-    used = correct_samples(base, tokenizer, list(samples)) if correct_only else list(samples)
-    if not used:
-        raise ValueError("the base model answers none of the calibration samples: ABC needs a model that interpolates")
-    attn = mean_layer_attention(base, tokenizer, used, layer)
-    return calibrate_padded(attn, layout_batch(used, tokenizer), calib_rows)
-
-
-def abs_bias(sample: Sample, tokenizer, width: int = 1):
-    """ABS (w = `width`) for one padded layout, `[pos, pos]`: target row t reads, in each operand, the digit on the
-    line through its first two rows' aligned digits (the leftmost reference of rows 0 and 1 in that operand: digit t
-    of a number written most significant digit first, bit t for the running parity) and `width` digits either side,
-    and itself and the `width` target rows before it; every other cell of its blocks gets NEG, prompt rows and the
-    BOS column nothing. Cells past an operand's ends are dropped, as in the paper's bias matrices."""
-    import torch
-
-    from ...experiments.abc import NEG
-    from ...experiments.calibration import padded_blocks
-
-    batch = layout_batch([sample], tokenizer)
-    rows, prompt_cols, target_cols = padded_blocks(batch)
-    n, off, sep = batch.tokens.shape[1], batch.offset, int(rows[0])
-    bias = torch.zeros(n, n)
-    bias[rows[:, None], torch.cat([prompt_cols, target_cols])[None, :]] = NEG
-    segment = [-1] * n  # operand index of each operand digit's column (-1: not an operand digit)
-    for p in prompt_cols.tolist():
-        seps = sum(c in SEPARATORS for c in sample.text[: p - off])
-        segment[p] = -1 if sample.text[p - off] in SEPARATORS else seps
-
-    def aligned(t: int) -> dict[int, int]:  # operand -> leftmost prompt reference of target row t
-        refs = [off + k for k in sample.references[t] if off + k < sep]
-        return {seg: min(k for k in refs if segment[k] == seg) for seg in {segment[k] for k in refs}}
-
-    first, second = aligned(0), aligned(1)
-    for r in rows.tolist():
-        t = r - sep
-        for seg, start in first.items():
-            centre = start + (second[seg] - start) * t
-            for c in range(centre - width, centre + width + 1):
-                if off <= c < sep and segment[c] == seg:
-                    bias[r, c] = 0.0
-        bias[r, max(sep, r - width) : r + 1] = 0.0
-    return bias
 
 
 # ----------------------------------------------------------------------------------------------- training
@@ -370,25 +110,35 @@ def train_config(cfg: PaperConfig, seed: int, steps: int):
                                stop_bucket=CHECK, target=cfg.fit_exact)
 
 
-def train_until_fit(model, data: PaperData, cfg: PaperConfig, seed: int, scratch: Path, bias_hooks=(),
-                    log: tuple[Path, dict] | None = None, cap: int | None = None) -> dict:
+@dataclass(frozen=True)
+class FitRun:
+    """One training of `train_until_fit`: its seed, where it runs, its biases, its check log and its cap."""
+
+    seed: int  # the schedule's seed (data order)
+    scratch: Path  # its run directory until it ends (`aspan.training.train_resumable`)
+    bias_hooks: Sequence = ()  # attention-bias hooks on every forward pass (ABC, ABS); () for a vanilla model
+    log: tuple[Path, dict] | None = None  # (JSONL file, fields) to append every check to as it happens
+    cap: int | None = None  # the step cap (None: the config's `max_steps`)
+
+
+def train_until_fit(model, data: PaperData, cfg: PaperConfig, run: FitRun) -> dict:
     """Train on the training numbers until ID exact on the check set reaches `fit_exact`, checked every
-    `check_every` steps (and at the cap): one schedule over `cap` steps (`max_steps` when None) whose learning curve
-    on the check set drives the target stop rule (`train_config`); its run directory `scratch` holds it until it
-    ends (`aspan.training.train_resumable`). `log`: (JSONL file, fields) to append every check to as it happens (a
-    long run shows how far it got). Returns steps, fitted, the last ID exact and every check (the curve before
-    training, step 0, is not a check)."""
+    `check_every` steps (and at the cap): one schedule over `run.cap` steps (`max_steps` when None) whose learning
+    curve on the check set drives the target stop rule (`train_config`); its run directory `run.scratch` holds it
+    until it ends (`aspan.training.train_resumable`). `run.log`: (JSONL file, fields) to append every check to as it
+    happens (a long run shows how far it got). Returns steps, fitted, the last ID exact and every check (the curve
+    before training, step 0, is not a check)."""
     from ...training import train_resumable
 
     def logged(rows: list[dict]) -> None:
         for r in rows:
-            if log is not None and r["step"] > 0:
-                append_line(log[0], {**log[1], "step": r["step"], "id_exact": r["exact"], "time": time.time()})
+            if run.log is not None and r["step"] > 0:
+                append_line(run.log[0], {**run.log[1], "step": r["step"], "id_exact": r["exact"], "time": time.time()})
 
-    cap = cfg.max_steps if cap is None else cap
+    cap = cfg.max_steps if run.cap is None else run.cap
     # in `scratch` (removed at the end): a run paused by a time budget (aspan.training.time_budget) continues exactly
-    result = train_resumable(scratch, model, data.tokenizer, data.train, train_config(cfg, seed, cap),
-                             fwd_hooks=bias_hooks, progress=False, curve_data={CHECK: data.check}, on_curve=logged)
+    result = train_resumable(run.scratch, model, data.tokenizer, data.train, train_config(cfg, run.seed, cap),
+                             fwd_hooks=run.bias_hooks, progress=False, curve_data={CHECK: data.check}, on_curve=logged)
     checks = [[r["step"], r["exact"]] for r in result.history if r.get("kind") == "curve" and r["step"] > 0]
     return {"steps": result.stop["step"], "fitted": checks[-1][1] >= cfg.fit_exact, "id_exact": checks[-1][1],
             "checks": checks}
@@ -457,13 +207,6 @@ def calibration_file(out: Path, name: str, seed: int) -> Path:
     return out / "calibration" / f"{name}-seed{seed}.pt"
 
 
-def hooks_for_bias(bias, model) -> list:
-    """The same bias on every head of every layer (`hooks.attn_bias`)."""
-    import hooks
-
-    return hooks.attn_bias(bias, model=model)
-
-
 def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
     """A vanilla or ABS row: a model trained until it fits (or the cap), then tested; the vanilla model is saved for
     ABC."""
@@ -475,8 +218,9 @@ def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
     model = _model(ctx, name, cfg.positional if condition == "vanilla" else cfg.abs_positional, seed)
     bias = () if condition == "vanilla" else hooks_for_bias(abs_bias(data.check[0], data.tokenizer, cfg.abs_width),
                                                            model)
-    fit = train_until_fit(model, data, cfg, seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias,
-                          (ctx.out / "checks.jsonl", {"task": name, "condition": condition, "seed": seed}))
+    fit = train_until_fit(model, data, cfg, FitRun(
+        seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias,
+        (ctx.out / "checks.jsonl", {"task": name, "condition": condition, "seed": seed})))
     if condition == "vanilla":
         models.save(model, model_dir(ctx.out, name, "vanilla", seed), data.tokenizer, task=name, seed=seed,
                     steps=fit["steps"])
@@ -517,8 +261,9 @@ def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
     model = _model(ctx, name, cfg.abc_positional, seed + FRESH_INIT)
     bias = hooks_for_bias(cal.bias, model)
     cap = max(1, math.floor(base_row["steps"] * cfg.retrain_fraction))
-    fit = train_until_fit(model, data, cfg, seed, ctx.out / "scratch" / f"{name}-abc-seed{seed}", bias,
-                          (ctx.out / "checks.jsonl", {"task": name, "condition": "abc", "seed": seed}), cap=cap)
+    fit = train_until_fit(model, data, cfg, FitRun(
+        seed, ctx.out / "scratch" / f"{name}-abc-seed{seed}", bias,
+        (ctx.out / "checks.jsonl", {"task": name, "condition": "abc", "seed": seed}), cap))
     models.save(model, model_dir(ctx.out, name, "abc", seed), data.tokenizer, task=name, seed=seed,
                 steps=fit["steps"])  # run it under calibration_file's bias
     cross = cal.bias[:, cal.rows[:, None], cal.prompt_cols[None, :]]
@@ -672,15 +417,14 @@ def paper_table(ctx: _Ctx) -> "pd.DataFrame":
 
 
 def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
-    """table.csv, summary.json (wide table beside the paper's), figures, run.json; runs.jsonl is already written."""
+    """table.csv, summary.json (wide table beside the paper's), figures, run.json (`write_abc_outputs`); runs.jsonl
+    is already written."""
     import torch
 
     from ...viz.studies import abc_accuracy_figure as accuracy_figure
     from ...viz.studies import abc_bias_figure as bias_figure
 
     table = paper_table(ctx)
-    run = RunDir(ctx.out)
-    run.write_csv("table.csv", table)
     wide = []
     for (name, condition), g in (table.groupby(["task", "condition"], sort=False) if len(table) else ()):
         row = {"task": name, "condition": condition, "seeds": int(g.seeds.iloc[0]), "fitted": int(g.fitted.iloc[0]),
@@ -689,24 +433,21 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
             paper = "" if p is None or math.isnan(p) else f" (paper {p:.3f})"
             row[f"{n} digits"] = f"{m:.3f} [{lo:.3f}, {hi:.3f}]{paper}"
         wide.append(row)
-    run.write_json("summary.json", {"tables": {SUMMARY_TABLE: wide},
-                                    "not_run": ctx.skipped})
+    figures = {}
     for name in dict.fromkeys(t for t, _ in ctx.cfg.runs()):
         if len(table) and (table.task == name).any():
-            run.figure(accuracy_figure(table, name), f"abc_paper_{name}")
+            figures[f"abc_paper_{name}"] = accuracy_figure(table, name)
         first = calibration_file(ctx.out, name, ctx.cfg.seeds[0])
         if first.exists():
             cal = torch.load(first, weights_only=True)  # tensors and an int: no pickled objects
-            run.figure(bias_figure(cal, f"{name}, seed {ctx.cfg.seeds[0]}: layer {calibration_layer(ctx.cfg)} "
-                                        "attention and ABC bias (cross block)"), f"abc_bias_{name}")
-    run.write_json("run.json", {
-        "command": "study abc --protocol paper", "argv": sys.argv, "config": asdict(ctx.cfg),
-        "wall_s_this_invocation": wall_s, "train_eval_s_all_rows": sum(r.get("wall_s", 0.0) for r in ctx.rows.values()),
-        "not_run": ctx.skipped, "widths": {t: task_width(t, ctx.cfg.buckets) for t in ctx.data},
-        "test_samples": {t: {n: len(s) for n, s in d.test.items()} for t, d in ctx.data.items()},
-        **run_environment(device=ctx.cfg.device),
-    })
-    return table
+            figures[f"abc_bias_{name}"] = bias_figure(cal, f"{name}, seed {ctx.cfg.seeds[0]}: layer "
+                                                           f"{calibration_layer(ctx.cfg)} attention and ABC bias "
+                                                           "(cross block)")
+    return write_abc_outputs(ctx.out, AbcOutputs(
+        "study abc --protocol paper", ctx.cfg, table, SUMMARY_TABLE, wide, ctx.skipped, figures,
+        {"widths": {t: task_width(t, ctx.cfg.buckets) for t in ctx.data},
+         "test_samples": {t: {n: len(s) for n, s in d.test.items()} for t, d in ctx.data.items()}}),
+        ctx.rows.values(), wall_s)
 
 
 class AbcPaperStudy:
