@@ -594,3 +594,21 @@ def test_library_messages_reach_stderr_and_results_stdout(flags, err, tmp_path):
     r = aspan("data", "--task", "reversal", "-n", "2", *flags, cwd=tmp_path, code=LOGS)
     assert r.returncode == 0 and r.stderr.splitlines() == err
     assert len(r.stdout.splitlines()) == 2 and all(line.startswith("{") for line in r.stdout.splitlines())
+
+
+def test_sweep_id_budget_defaults_to_the_one_constant_and_shows_it(monkeypatch):
+    import aspan.commands.sweep as sweep_cmd
+    from aspan.applications.sweep import SweepRun
+    from aspan.options import ID_BUDGET
+
+    parser = commands()["sweep"]
+    action = next(a for a in parser._actions if a.dest == "id_budget")
+    assert action.default is None and help_of(parser, action).endswith(f"(default: {ID_BUDGET * 100:g})")
+    assert SweepRun().id_budget == ID_BUDGET  # a flag not given keeps the dataclass default, the constant
+    assert sweep_cmd.sweep_run(parser.parse_args(["--config", "c.toml"]), "c.toml") == SweepRun(config_file="c.toml")
+    given = parser.parse_args(["--config", "c.toml", "--id-budget", "2.5", "--shard", "1/4", "--limit", "0", "--quiet"])
+    assert sweep_cmd.sweep_run(given, "c.toml") == SweepRun("c.toml", (1, 4), 0, 0.025, progress=False)
+    monkeypatch.setattr(sweep_cmd, "ID_BUDGET", 0.04)  # the help reads the constant, not a number typed beside it
+    parser = commands()["sweep"]
+    action = next(a for a in parser._actions if a.dest == "id_budget")
+    assert help_of(parser, action).endswith("(default: 4)")

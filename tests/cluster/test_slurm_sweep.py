@@ -14,7 +14,7 @@ import pytest
 
 from aspan.applications import launch
 from aspan.applications.launch import queued_jobs
-from aspan.applications.sweep import run_sweep_dir
+from aspan.applications.sweep import SweepRun, run_sweep_dir
 from aspan.cli import main
 from aspan.experiments.sweep import SweepConfig, grid
 
@@ -92,7 +92,7 @@ def test_a_slurm_sweep_survives_a_cancelled_task_and_equals_a_local_run(slurm, t
 
     local = tmp_path / "local"
     config = SweepConfig.from_toml(toml)
-    run_sweep_dir(config, local, config_file=str(toml), progress=False)
+    run_sweep_dir(config, local, SweepRun(config_file=str(toml), progress=False))
     assert len(rows(out)) == len(grid(config)) == 4
     assert rows(out) == rows(local)  # same keys, values and order: no row lost or repeated
     summary = {p: json.loads((p / "summary.json").read_text()) for p in (out, local)}
