@@ -8,7 +8,7 @@ from pathlib import Path
 from aspan.options import ID_BUDGET
 
 from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
-from .grammar import add_config_file, add_quiet, config_file
+from .grammar import PRINT_CONFIG_HELP, add_config_file, add_quiet, config_file
 from .launcher_options import add_launcher_options, check_launcher, print_job_ids, resource_flags
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
@@ -31,6 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id-budget", type=points_fraction, default=None, metavar="PP",
                    help="selection rule: largest OOD exact gain whose ID exact drop is at most PP percentage points "
                         f"(default: {ID_BUDGET * 100:g})")
+    p.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
     add_quiet(p)
     add_launcher_options(p)
 
@@ -45,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
     args.config = path  # the launcher reads its [slurm] table from the same file
     # the file's keys, then --device; fully validated before any model work
     config = load_config(SweepConfig, toml_path=path, flags={"device": args.device}, name="sweep config")
+    if args.print_config:
+        print(config.toml_text(), end="")
+        return 0
     if args.launcher == "slurm":
         return launch(args, config)
     summary = run_sweep_dir(config, args.out or f"runs/sweep-{Path(path).stem}", sweep_run(args, path))
