@@ -29,9 +29,9 @@ from __future__ import annotations
 import itertools
 import os
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypedDict, Unpack
 
 import numpy as np
 import pandas as pd
@@ -47,14 +47,13 @@ from hooks import check_heads, check_hook_points
 from . import stopping
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .checks import check_offsets, check_samples
+from .generation import HookList, cached_step, greedy  # noqa: F401 (cached_step: kept importable here)
 from .io import write_jsonl
-from .models.backend import backend_of
 from .models.trained import check_task, task_of, trained_task
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
 from .tokenization import Tokenizer, check_tokenizer, require_tokenizer  # check_tokenizer: `aspan eval`'s check
 
-HookList = Sequence[tuple[str, Callable]]
 FwdHooks = HookList | Callable[[Batch], HookList]
 EOS_CHAR = "<eos>"
 CHUNK = 1024  # samples `evaluate_stream` holds at once (with their per-token records), rounded up to whole batches
@@ -81,6 +80,43 @@ def hooks_for(fwd_hooks: FwdHooks, batch: Batch) -> list[tuple[str, Callable]]:
     return list(fwd_hooks(batch) if callable(fwd_hooks) else fwd_hooks)
 
 
+@dataclass(frozen=True)
+class EvalOptions:
+    """How `evaluate` and `evaluate_stream` score samples; each field is also a keyword of theirs
+    (`evaluate(model, tokenizer, samples, mode="generate")` equals `evaluate(..., options=EvalOptions(mode=...))`)."""
+
+    fwd_hooks: FwdHooks = ()  # (hook name, fn) pairs, or a factory f(batch) -> pairs, active in every forward
+    mode: Mode = "teacher"  # "teacher" (teacher-forced) or "generate" (greedy, KV-cached)
+    batch_size: int = 32  # samples per forward
+    heads: Sequence[tuple[int, int]] | None = None  # (layer, head) pairs: adds their mean AttnScore (attn_heads_*)
+    delta: int = 0  # reference offset: AttnScore on the reference columns shifted by delta
+    attn: bool = True  # measure AttnScore (False: accuracy only, cheaper)
+    progress: bool = False  # a progress bar counting samples
+    any_task: bool = False  # score samples of another task than the one the model was trained on
+
+
+class EvalSettings(TypedDict, total=False):
+    """`EvalOptions`' fields as typed keywords of `evaluate` and `evaluate_stream` (the defaults are `EvalOptions`';
+    a test keeps the two lists equal)."""
+
+    fwd_hooks: FwdHooks
+    mode: Mode
+    batch_size: int
+    heads: Sequence[tuple[int, int]] | None
+    delta: int
+    attn: bool
+    progress: bool
+    any_task: bool
+
+
+def eval_options(options: EvalOptions | None, settings: Mapping[str, object], where: str = "evaluate") -> EvalOptions:
+    """`options` (default `EvalOptions()`) with the keywords `settings` over it; TypeError naming an unknown keyword,
+    as Python names one (`where`: the function's name)."""
+    known = {f.name for f in fields(EvalOptions)}
+    for key in settings:
+        if key not in known:
+            raise TypeError(f"{where}() got an unexpected keyword argument {key!r} (known: {', '.join(sorted(known))})")
+    return replace(options or EvalOptions(), **settings)
 
 
 @dataclass
@@ -101,55 +137,6 @@ class EvalResult:
             **{c: float(s[c].mean()) for c in SCORE_COLUMNS},
         }
 
-
-# ----------------------------------------------------------------------------------------------- generation
-@torch.no_grad()
-def greedy(
-    model,
-    prompt: Int[Tensor, "batch p"],
-    max_new: int,
-    eos_id: int | None = None,
-    use_cache: bool = True,
-    fwd_hooks: HookList = (),
-    forced: Int[Tensor, "batch new"] | None = None,
-) -> Int[Tensor, "batch new"]:
-    """Greedy continuation of equal-length prompts, up to `max_new` tokens; stops early once every row emitted EOS.
-
-    With `use_cache` the prompt is run once and each new token reuses the keys and values (TransformerLens KV
-    cache); without it every step re-runs the whole sequence (the reference the cache must equal). `forced`
-    (token id, or -1 for "the model's choice") supplies the `given` characters of interleaved formats.
-    """
-    b, p = prompt.shape
-    if p + max_new - 1 > model.cfg.n_ctx:
-        raise ValueError(f"prompt ({p}) + {max_new} new tokens exceed the model's context n_ctx={model.cfg.n_ctx}")
-    device = model.cfg.device
-    seq = prompt.to(device)
-    out: list[Tensor] = []
-    done = torch.zeros(b, dtype=torch.bool, device=device)
-    step_fn = cached_step(model, b, device) if use_cache else None
-    with model.hooks(fwd_hooks=list(fwd_hooks)):
-        logits = step_fn(seq, p) if use_cache else model(seq)
-        for step in range(max_new):
-            nxt = logits[:, -1].argmax(-1)
-            if forced is not None and step < forced.shape[1]:
-                nxt = torch.where(forced[:, step].to(device) >= 0, forced[:, step].to(device), nxt)
-            out.append(nxt)
-            if eos_id is not None:
-                done |= nxt == eos_id
-            if step == max_new - 1 or bool(done.all()):
-                break
-            if use_cache:
-                logits = step_fn(nxt[:, None], p + step + 1)
-            else:
-                seq = torch.cat([seq, nxt[:, None]], 1)
-                logits = model(seq)
-    return torch.stack(out, 1)
-
-
-def cached_step(model, batch: int, device) -> Callable[[Tensor, int], Tensor]:
-    """`step(new_tokens, total_len) -> logits`: a forward over the new tokens only, reusing the KV cache (the first
-    call runs the prompt): the backend's own cache (`aspan.models.backend`)."""
-    return backend_of(model).cached_step(model, batch, device)
 
 
 # ----------------------------------------------------------------------------------------------- attention
@@ -186,16 +173,16 @@ def _token_str(tokenizer: Tokenizer, cache: dict, i: int) -> str:
     return cache[i]
 
 
-def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], mode: Mode, batch_size: int, any_task: bool,
-           delta: int = 0) -> None:
+def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], options: EvalOptions) -> None:
     """Fail before any work: no samples, anything but checked `Sample`s (`check_samples`), samples of another task
     than the model's (unless `any_task`), bad mode, batch size, a sample longer than the model's context, or a
     reference offset `delta` outside every sequence (as the command line refuses it)."""
+    mode, batch_size, delta = options.mode, options.batch_size, options.delta
     require_tokenizer(tokenizer, "evaluate: tokenizer")
     if not samples:
         raise ValueError("evaluate: no samples (accuracies of an empty set are undefined): give at least one")
     check_samples(samples, "evaluate")
-    if not any_task:
+    if not options.any_task:
         check_task(trained_task(model), task_of(samples), "evaluate", "pass any_task=True to score them anyway")
 
     try:
@@ -238,13 +225,12 @@ def _forced(batch: Batch, p: int, n_new: int) -> Int[Tensor, "batch new"] | None
 
 
 @torch.no_grad()
-def _run_batch(model, tokenizer, batch: Batch, fwd_hooks: FwdHooks, mode: Mode, heads, delta: int, attn: bool):
+def _run_batch(model, tokenizer, batch: Batch, options: EvalOptions):
     """Predicted id per row ([batch, pos], -1 where nothing was predicted), the per-row AttnScores by column name
-    (NaN where nothing was predicted) and the rows with (shifted) references.
-
-    Eight arguments: the per-call settings of `evaluate` (mode, heads, delta, attn) passed down unchanged."""
-    user = check_hook_points(model, hooks_for(fwd_hooks, batch))
-    if mode == "teacher":
+    (NaN where nothing was predicted) and the rows with (shifted) references, under `evaluate`'s `options`."""
+    user = check_hook_points(model, hooks_for(options.fwd_hooks, batch))
+    delta = options.delta
+    if options.mode == "teacher":
         tokens, am = batch.tokens, batch.attention_mask
         with model.hooks(fwd_hooks=user):
             pred = model(tokens, attention_mask=am).argmax(-1).cpu()
@@ -264,12 +250,12 @@ def _run_batch(model, tokenizer, batch: Batch, fwd_hooks: FwdHooks, mode: Mode, 
         tokens = torch.cat([batch.tokens[:, :p].cpu(), gen], 1).to(batch.tokens.device)
         am = torch.ones_like(tokens)
     scores: dict[str, Tensor] = {}
-    if attn:
+    if options.attn:
         mask = shift_mask(batch.ref_mask[:, :width, :width], delta)
         # the sample's own columns (Batch.sample_columns), also for generated tokens: real and past the prefix
         columns = am.bool() & (torch.arange(width, device=am.device) >= batch.offset)
         with model.hooks(fwd_hooks=user):
-            scores = attn_rows(model, tokens, mask, am, heads, columns)
+            scores = attn_rows(model, tokens, mask, am, options.heads, columns)
         pad = (0, batch.tokens.shape[1] - width)
         scores = {k: torch.nn.functional.pad(v, pad, value=float("nan")).masked_fill(pred < 0, float("nan"))
                   for k, v in scores.items()}
@@ -280,17 +266,14 @@ def evaluate(
     model,
     tokenizer: Tokenizer,
     samples: Sequence[Sample],
-    fwd_hooks: FwdHooks = (),
-    mode: Mode = "teacher",
-    batch_size: int = 32,
-    heads: Sequence[tuple[int, int]] | None = None,
-    delta: int = 0,
-    attn: bool = True,
-    progress: bool = False,
-    any_task: bool = False,
+    *,
+    options: EvalOptions | None = None,
+    **settings: Unpack[EvalSettings],
 ) -> EvalResult:
     """Score `samples` teacher-forced or by greedy generation; per-token records and per-sample accuracy.
 
+    The settings are `EvalOptions`' fields, given as `options=EvalOptions(...)`, as keywords
+    (`evaluate(model, tokenizer, samples, mode="generate", heads=[(1, 3)])`), or both (the keywords win).
     Never trains or changes the model: no gradients, the `training` flag is restored, weights untouched.
     Records carry the rollout AttnScore in both conventions (`attn_rollout_sample`, `attn_rollout_raw`); `heads`
     adds `attn_heads_sample` and `attn_heads_raw` (mean over those heads' per-row AttnScore); `delta` shifts
@@ -298,12 +281,12 @@ def evaluate(
     unless `any_task`. Every sample is checked before the first forward; the work is done `evaluate_stream`'s
     chunks at a time, so the result equals the concatenation of its chunks exactly.
     """
+    options = eval_options(options, settings)
     samples = list(samples)
-    _check(model, tokenizer, samples, mode, batch_size, any_task, delta)
-    parts = _stream(model, tokenizer, samples, CHUNK, checked=True, fwd_hooks=fwd_hooks, mode=mode,
-                    batch_size=batch_size, heads=heads, delta=delta, attn=attn, progress=progress, any_task=any_task)
+    _check(model, tokenizer, samples, options)
+    parts = _stream(model, tokenizer, samples, CHUNK, options, checked=True)
     records = pd.concat([r.records for r in parts], ignore_index=True)
-    return EvalResult(records, sample_table(records), mode)
+    return EvalResult(records, sample_table(records), options.mode)
 
 
 @torch.no_grad()
@@ -332,40 +315,41 @@ def exact_flags(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hook
     return torch.cat(out)
 
 
-def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int = CHUNK,
-                    **options) -> Iterator[EvalResult]:
-    """`evaluate` (same `options`) over `samples` a chunk at a time, one `EvalResult` per chunk: an iterator of samples
-    (e.g. `itertools.islice(task.stream(seed), n)`) is drawn as it goes, so memory does not grow with their number.
+def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int = CHUNK, *,
+                    options: EvalOptions | None = None, **settings: Unpack[EvalSettings]) -> Iterator[EvalResult]:
+    """`evaluate` (same `options` and keywords) over `samples` a chunk at a time, one `EvalResult` per chunk: an
+    iterator of samples (e.g. `itertools.islice(task.stream(seed), n)`) is drawn as it goes, so memory does not grow
+    with their number.
     Sample ids run on across chunks (the i-th sample is `sample_id` i). A chunk holds `chunk` samples rounded up to
     whole batches, so teacher-forced batches are those of one `evaluate` call; generation groups prompts of one
     length within a chunk. Each chunk is checked (`evaluate`'s checks) before its first forward."""
-    return _stream(model, tokenizer, samples, chunk, checked=False, **options)
+    options = eval_options(options, settings, "evaluate_stream")
+    return _stream(model, tokenizer, samples, chunk, options, checked=False)
 
 
-def _stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int, checked: bool,
-            **options) -> Iterator[EvalResult]:
+def _stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int, options: EvalOptions,
+            checked: bool) -> Iterator[EvalResult]:
     """`evaluate_stream`; `checked`: the caller already checked every sample (`evaluate`), so chunks are not
     checked again."""
-    size = -(-max(chunk, 1) // options.get("batch_size", 32)) * options.get("batch_size", 32)
+    size = -(-max(chunk, 1) // options.batch_size) * options.batch_size
     stream, first = iter(samples), 0
     total = len(samples) if isinstance(samples, Sequence) else None
-    with tqdm(total=total, desc=f"eval ({options.get('mode', 'teacher')})", unit="sample",
-              disable=not options.pop("progress", False), leave=False) as bar:
+    with tqdm(total=total, desc=f"eval ({options.mode})", unit="sample", disable=not options.progress,
+              leave=False) as bar:
         while part := list(itertools.islice(stream, size)):
-            yield _evaluate_chunk(model, tokenizer, part, first, bar=bar, checked=checked, **options)
+            if not checked:
+                _check(model, tokenizer, part, options)
+            yield _evaluate_chunk(model, tokenizer, part, first, options, bar=bar)
             first += len(part)
 
 
-def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: int, fwd_hooks: FwdHooks = (),
-                    mode: Mode = "teacher", batch_size: int = 32, heads: Sequence[tuple[int, int]] | None = None,
-                    delta: int = 0, attn: bool = True, any_task: bool = False, bar=None,
-                    checked: bool = False) -> EvalResult:
-    """`evaluate` of one chunk whose first sample has id `first` (`bar`: a progress bar counting samples; `checked`:
-    its samples were checked already)."""
-    if not checked:
-        _check(model, tokenizer, samples, mode, batch_size, any_task, delta)
-    if heads:
-        heads = check_heads(heads, model.cfg.n_layers, model.cfg.n_heads)
+def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: int, options: EvalOptions,
+                    bar=None) -> EvalResult:
+    """`evaluate` of one chunk of checked samples whose first sample has id `first` (`bar`: a progress bar counting
+    samples)."""
+    mode, batch_size = options.mode, options.batch_size
+    if options.heads:
+        options = replace(options, heads=check_heads(options.heads, model.cfg.n_layers, model.cfg.n_heads))
     was_training = model.training
     model.eval()
     rows: list[tuple] = []
@@ -374,7 +358,7 @@ def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: i
         groups = _batches(samples, tokenizer, mode, batch_size)
         for ids in groups:
             batch = make_batch([samples[i] for i in ids], tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
-            scored = _run_batch(model, tokenizer, batch, fwd_hooks, mode, heads, delta, attn)
+            scored = _run_batch(model, tokenizer, batch, options)
             rows += _batch_rows(batch, [(first + i, samples[i]) for i in ids], scored, tokenizer, names)
             if bar is not None:
                 bar.update(len(ids))

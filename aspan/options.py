@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+# The selection rule's default budget on the drop of in-distribution exact accuracy (a fraction: 0.01 is 1 percentage
+# point), for the sweep, the demo and the pretrained run alike.
+ID_BUDGET = 0.01
+
 # How an evaluation produces predictions: teacher forcing (the paper's) or greedy KV-cached generation.
 Mode = Literal["teacher", "generate"]
 MODES: tuple[Mode, ...] = get_args(Mode)

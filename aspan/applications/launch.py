@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +33,7 @@ from ..errors import UsageError
 from ..experiments.engine import ROW_FIELDS
 from ..experiments.sweep import SweepConfig, grid, run_sweep, shard_points
 from ..io import PathLike, claim_run, read_json, settings_key, union_rows, write_json, write_lines
-from .sweep import check_sweep, rows_file, run_sweep_dir, sweep_settings
+from .sweep import SweepRun, check_sweep, rows_file, run_sweep_dir, sweep_settings
 
 STATE_DIR = ".slurm"  # submitit's folder inside the run directory: job scripts, pickled calls, logs, launch.json
 # (removed once every shard is merged; a failed launch leaves it for its logs and for the next launch)
@@ -360,14 +360,15 @@ def sweep_array(config: SweepConfig, out: Path, source: str) -> Array:
     return Array(out, "sweep", sweep_task, (config, str(out), source), min(len(points), MAX_TASKS), finished)
 
 
-def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, *, config_file: str | None = None,
-                 id_budget: float | None = None, wait: bool = True, progress: bool = True) -> dict | list[str]:
+def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, run: SweepRun | None = None, *,
+                 wait: bool = True) -> dict | list[str]:
     """Run (or resume) `config`'s grid in run directory `out` as a Slurm job array, one task per shard; wait for it,
-    resubmitting failed tasks, merge, and write the run directory as `run_sweep_dir` does. Returns its summary, or
-    with `wait=False` the job ids just submitted (the tasks still queued are adopted by the next launch)."""
-    from ..experiments.engine import ID_BUDGET
-
-    source = config_file or "sweep config"
+    resubmitting failed tasks, merge, and write the run directory as `run_sweep_dir` does with `run` (its
+    `config_file`, `id_budget` and `progress`; the launcher runs every shard). Returns its summary, or with
+    `wait=False` the job ids just submitted (the tasks still queued are adopted by the next launch)."""
+    run = run or SweepRun()
+    progress = run.progress
+    source = run.config_file or "sweep config"
     check_sweep(config, source)
     out = check_output_dir(out)
     union_rows(sorted(out.glob("sweep*.jsonl")), ROW_FIELDS, "sweep")  # a corrupt rows file is refused first
@@ -377,8 +378,7 @@ def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, 
             return new
         merge_rows(out, [settings_key(p) for p in grid(config)])
         _finish(out)
-    return run_sweep_dir(config, out, config_file=config_file, id_budget=ID_BUDGET if id_budget is None else id_budget,
-                         progress=progress)
+    return run_sweep_dir(config, out, replace(run, shard=None, limit=None, command=None))
 
 
 APPS = {"demo": "aspan.applications.demo:run_demo", "pretrained": "aspan.applications.pretrained:run_pretrained"}
@@ -397,8 +397,6 @@ def _app(name: str) -> tuple[Any, Callable[..., dict]]:
 def app_task(shard: tuple[int, int], name: str, cfg: Any, command: str) -> dict:
     """One array task of `aspan demo` or `aspan pretrained`: the run with `shard` (it sets its model up, evaluates
     that shard of the grid into its own rows file and stops), holding that shard's lock."""
-    from dataclasses import replace
-
     run = _app(name)[1]
     return run(replace(cfg, shard=shard), command=f"{command} --shard {shard[0]}/{shard[1]}", progress=False)
 

@@ -29,6 +29,7 @@ from ..checks import check_device, check_output_dir
 from ..environment import run_environment, torch_threads
 from ..experiments import ranking
 from ..experiments.engine import ID_BUDGET, Data, Engine, Ranking, Selection, on_set, point, run_in_dir, select
+from ..experiments.sweep import toml_document
 from ..hf_tokenization import HFCharAdapter
 from ..io import RunDir, settings_key
 from ..options import CONVENTIONS, MODEL_DTYPES, check_option
@@ -142,6 +143,15 @@ class PretrainedConfig:
             if key in flat and not isinstance(flat[key], list):
                 flat[key] = [flat[key]]
         return flat
+
+    def toml_text(self) -> str:
+        """These settings as a config file of `configs/smollm2_reversal.toml`'s shape (top-level keys and the
+        [prompt], [data], [finetune] and [analysis] tables: the inverse of `toml_fields`), which `from_toml` reads back
+        to equal settings (`aspan pretrained --print-config`). `shard` is a flag, not a key, and is left out."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        section = {name: {k: v for k, v in values.items() if k in keys} for name, keys in SECTIONS.items()}
+        section["finetune"] = dict(self.finetune)
+        return toml_document(section.pop(""), section)
 
     def check(self) -> None:
         """ValueError on impossible settings, before the model is loaded."""

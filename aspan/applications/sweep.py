@@ -4,14 +4,17 @@ rule's choice reported on held-out samples.
 
 The interventions are those of Spiegel et al. 2025, Appendix F (see `aspan.experiments.sweep` for the grid).
 
-    from aspan.applications.sweep import run_sweep_dir
+    from aspan.applications.sweep import SweepRun, run_sweep_dir
     from aspan.experiments.sweep import SweepConfig
     summary = run_sweep_dir(SweepConfig.from_toml("configs/reversal_reinforce.toml"), "runs/sweep")
+    summary = run_sweep_dir(config, "runs/sweep", SweepRun(shard=(0, 4), progress=False))  # one shard of four
+
+`SweepConfig` says what the grid computes (the run directory's configuration); `SweepRun` how one job runs it.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..checks import check_output_dir
@@ -36,6 +39,19 @@ RESULT_FREE = ("device", "any_task")  # config keys that are not part of a run d
 
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    """How one job runs a sweep's grid (`run_sweep_dir`, `launch.launch_sweep`): none of it is part of the run
+    directory's configuration, so jobs with different `SweepRun`s share one run directory."""
+
+    config_file: str | None = None  # the TOML file the configuration came from (recorded in run.json, in messages)
+    shard: tuple[int, int] | None = None  # run only shard I of N of the grid (None: all of it)
+    limit: int | None = None  # stop after this many new rows (0: only rebuild the tables and figures)
+    id_budget: float = ID_BUDGET  # the selection rule: the largest drop of ID exact accuracy allowed (a fraction)
+    progress: bool = True  # progress bars
+    command: str | None = None  # the command line the claim records (None: `aspan sweep CONFIG_FILE`)
 
 
 def rows_file(out: Path, shard: tuple[int, int] | None) -> Path:
@@ -70,13 +86,14 @@ def sweep_settings(config: SweepConfig) -> dict:
             "backend": default_backend(), "model_sha256": content_hash(config.model)}
 
 
-def run_sweep_dir(config: SweepConfig, out: PathLike, *, config_file: str | None = None,
-                  shard: tuple[int, int] | None = None, limit: int | None = None, id_budget: float = ID_BUDGET,
-                  progress: bool = True, command: str | None = None) -> dict:
-    """Run (or resume) `config`'s grid, or shard I of N of it, into run directory `out`, holding it for this job and
-    this configuration; rebuild the table and figures from every shard's rows, and once the grid is complete apply
-    the selection rule (`id_budget`: the largest ID exact drop allowed, a fraction) and report its choice on
-    held-out samples. Returns the summary (also `out/summary.json`). `limit` stops after that many new rows."""
+def run_sweep_dir(config: SweepConfig, out: PathLike, run: SweepRun | None = None) -> dict:
+    """Run (or resume) `config`'s grid, or shard I of N of it (`run.shard`), into run directory `out`, holding it for
+    this job and this configuration; rebuild the table and figures from every shard's rows, and once the grid is
+    complete apply the selection rule (`run.id_budget`: the largest ID exact drop allowed, a fraction) and report its
+    choice on held-out samples. Returns the summary (also `out/summary.json`). `run.limit` stops after that many new
+    rows."""
+    run = run or SweepRun()
+    config_file, shard, id_budget, progress = run.config_file, run.shard, run.id_budget, run.progress
     source = config_file or "sweep config"
     check_sweep(config, source)
     out = check_output_dir(out)
@@ -84,11 +101,11 @@ def run_sweep_dir(config: SweepConfig, out: PathLike, *, config_file: str | None
     settings = sweep_settings(config)
     existing_rows(out)  # a corrupt rows file is refused before any model work
     # one job per rows file (parallel shards write their own), one configuration per run directory
-    with claim_run(out, settings, shard=shard, command=command or f"aspan sweep {source}"):
+    with claim_run(out, settings, shard=shard, command=run.command or f"aspan sweep {source}"):
         write_json(out / "run.json", {"command": "sweep", "config": asdict(config), "config_file": config_file,
                                       "id_budget": id_budget,
                                       **run_environment(device=config.device, dtype=config.dtype)})
-        run_sweep(config, path, shard=shard or (0, 1), progress=progress, limit=limit)
+        run_sweep(config, path, shard=shard or (0, 1), progress=progress, limit=run.limit)
         summary = write_outputs(config, out, id_budget)
         rows = summary.pop("_rows", None)
         if summary["complete"]:

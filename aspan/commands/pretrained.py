@@ -9,7 +9,7 @@ import shlex
 from aspan.options import MODEL_DTYPES
 
 from .argtypes import device, output_dir, positive_int, shard
-from .grammar import add_config_file, add_quiet, config_file
+from .grammar import PRINT_CONFIG_HELP, add_config_file, add_quiet, config_file
 from .launcher_options import add_launcher_options, check_launcher, run_launched
 
 HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard", type=shard, metavar="I/N",
                    help="fine-tune, then evaluate only shard I of N of the reinforcement grid (a job array on "
                         "identical machines); a run without --shard reuses every shard's rows")
+    p.add_argument("--print-config", action="store_true",
+                   help=PRINT_CONFIG_HELP.replace(", then exit", " (--shard, a flag only, left out), then exit"))
     add_quiet(p, old=None)
     add_launcher_options(p)
 
@@ -47,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     flags = {"model": args.model, "out": args.out, "device": args.device, "dtype": args.dtype, "threads": args.threads,
              "shard": args.shard, "finetune.steps": args.steps}
     cfg = load_config(PretrainedConfig, toml_path=path, flags=flags)  # checked before the model loads
+    if args.print_config:
+        print(cfg.toml_text(), end="")
+        return 0
     given = {k: getattr(args, k) for k in ("model", "out", "device", "dtype", "threads", "steps")}
     given["shard"] = "/".join(map(str, args.shard)) if args.shard else None
     words = [f"--{k} {shlex.quote(str(v))}" for k, v in given.items() if v is not None]

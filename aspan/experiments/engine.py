@@ -42,7 +42,7 @@ import pandas as pd
 from ..evaluation import SCORE_COLUMNS
 from ..io import RowWriter, read_rows, settings_key
 from ..methods import check_method
-from ..options import CONVENTIONS, EOS_REFS, Convention, check_option
+from ..options import CONVENTIONS, EOS_REFS, ID_BUDGET, Convention, check_option
 from .edit import Edit, beyond_row, parse_gate
 
 Head = tuple[int, int]
@@ -50,7 +50,6 @@ SetName = Literal["selection", "held_out", "id"]
 SETS: tuple[SetName, ...] = get_args(SetName)
 ID_REPORT = "id_report"  # the ID set of held-out points (disjoint seed from "id", which the selection rule reads)
 SEED_OFFSET: dict[str, int] = {"id": 1, "selection": 2, "held_out": 3, ID_REPORT: 4}
-ID_BUDGET = 0.01  # default ID cost budget: 1 percentage point of ID exact accuracy
 ANY_TASK_HINT = "set any_task = true in the sweep config to run it anyway"
 ATOMS = "atoms"  # a point's method when its edit is a list of atoms (an `Edit` of one head each: the causal search)
 

@@ -217,37 +217,41 @@ def exact_effects(
     return out
 
 
-def greedy_select(
-    model, batches: Sequence[Batch], edit: Edit, candidates: Sequence[Head], k: int, metric: Metric = "logprob",
-    min_gain: float = 0.0,
-) -> pd.DataFrame:
-    """Greedy forward selection of heads under one edit (see `greedy_atoms`; the edit's own heads play no part)."""
-    candidates = check_heads(candidates, model.cfg.n_layers, model.cfg.n_heads)
-    return greedy_atoms(model, batches, [edit.on([h]) for h in candidates], k, GreedyRule(metric, min_gain=min_gain))
-
-
 @dataclass(frozen=True)
 class GreedyRule:
-    """What greedy forward selection maximises, and when it stops."""
+    """What greedy forward selection maximises, which combinations it may take, and when it stops."""
 
     metric: Metric = "logprob"  # the quantity maximised on the selection set
     tiebreak: Metric | None = None  # compared when `metric` ties (e.g. exact accuracy, then per-token)
     min_gain: float = 0.0  # stop unless (metric, tiebreak) beats (current + min_gain, current tiebreak)
+    allowed: Callable[[list[Edit]], bool] | None = None  # vetoes a combination of atoms when False (None: any)
+    fallback: Mapping[Edit, Edit] | None = None  # the atom tried in place of one whose combination `allowed` vetoes
+
+
+def greedy_select(
+    model, batches: Sequence[Batch], edit: Edit, candidates: Sequence[Head], k: int,
+    rule: GreedyRule | Metric = "logprob",
+) -> pd.DataFrame:
+    """Greedy forward selection of heads under one edit (see `greedy_atoms`; the edit's own heads play no part);
+    `rule` a `GreedyRule`, or the name of the metric maximised (`GreedyRule(metric)`)."""
+    candidates = check_heads(candidates, model.cfg.n_layers, model.cfg.n_heads)
+    rule = rule if isinstance(rule, GreedyRule) else GreedyRule(rule)
+    return greedy_atoms(model, batches, [edit.on([h]) for h in candidates], k, rule)
 
 
 def greedy_atoms(
     model, batches: Sequence[Batch], atoms: Sequence[Edit], k: int, rule: GreedyRule | None = None,
-    allowed: Callable[[list[Edit]], bool] | None = None, fallback: Mapping[Edit, Edit] | None = None,
 ) -> pd.DataFrame:
     """Greedy forward selection: repeatedly add the atom (an `Edit` of one head) that raises the metric most given
     those chosen.
 
-    At most one atom per head; stops at `k` atoms or when no atom improves by `rule.min_gain`. `allowed(atoms)`,
-    if given, vetoes a combination (e.g. one that costs more in-distribution accuracy than a budget allows). One row
-    per chosen atom: step, layer, head, edit, value, tiebreak, gain; `.attrs` has baseline, metric and `atoms`.
-    Ties go to the earlier atom.
+    At most one atom per head; stops at `k` atoms or when no atom improves by `rule.min_gain`. `rule.allowed(atoms)`,
+    if given, vetoes a combination (e.g. one that costs more in-distribution accuracy than a budget allows), and
+    `rule.fallback[atom]` is tried in its place. One row per chosen atom: step, layer, head, edit, value, tiebreak,
+    gain; `.attrs` has baseline, metric and `atoms`. Ties go to the earlier atom.
     """
     rule = rule or GreedyRule()
+    allowed, fallback = rule.allowed, rule.fallback
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     for atom in atoms:

@@ -14,7 +14,7 @@ by the whole row. Every table carries the convention in a `convention` column.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypedDict, Unpack
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -31,6 +31,24 @@ from ..tasks.base import Sample
 from ..tokenization import Tokenizer, require_tokenizer
 
 
+class ScanSettings(TypedDict, total=False):
+    """The optional keywords of `offset_table` and `rank_heads` (their defaults: `SCAN_DEFAULTS`)."""
+
+    progress: bool  # a progress bar over the batches
+    convention: Convention  # the AttnScore convention of every score, "sample" or "raw" (module docstring)
+
+
+SCAN_DEFAULTS: ScanSettings = {"progress": False, "convention": "sample"}
+
+
+def scan_settings(settings: dict, where: str) -> ScanSettings:
+    """`SCAN_DEFAULTS` with `settings` over them; TypeError naming an unknown keyword (`where`: the function)."""
+    for key in settings:
+        if key not in SCAN_DEFAULTS:
+            raise TypeError(f"{where}() got an unexpected keyword argument {key!r} (known: progress, convention)")
+    return {**SCAN_DEFAULTS, **settings}
+
+
 @torch.no_grad()
 def offset_table(
     model,
@@ -38,17 +56,17 @@ def offset_table(
     samples: Sequence[Sample],
     deltas: Iterable[int] = (0,),
     batch_size: int = 32,
-    progress: bool = False,
-    *,
-    convention: Convention = "sample",
+    **settings: Unpack[ScanSettings],
 ) -> pd.DataFrame:
     """Long table (layer, head, delta, score_sum, score_row, n_rows, convention): per-head mass on references
-    shifted by each delta.
+    shifted by each delta (`settings`: `progress`, `convention`; `ScanSettings`).
 
     Sums are accumulated over batches; `score_row = score_sum / n_rows` with `n_rows` the (unshifted) target rows
     that have references, i.e. exactly `hooks.head_scores(..., reduce="row", columns=...)` over all samples at once,
     with `columns = Batch.sample_columns` for the `sample` convention and None (the whole row) for `raw`.
     """
+    settings = scan_settings(settings, "offset_table")
+    convention, progress = settings["convention"], settings["progress"]
     if convention not in CONVENTIONS:
         raise ValueError(f"convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
     samples, deltas = list(samples), list(deltas)
@@ -94,19 +112,18 @@ def rank_heads(
     samples: Sequence[Sample],
     deltas: Iterable[int] = (0,),
     batch_size: int = 32,
-    progress: bool = False,
-    *,
-    convention: Convention = "sample",
+    **settings: Unpack[ScanSettings],
 ) -> pd.DataFrame:
     """One row per head: layer, head, score_sum, score_row (delta 0), best_delta, best_delta_score (by score_row), rank,
     convention.
 
     `rank` orders heads by score_sum at delta 0 (1 = best; ties broken by layer, head). Also one column
-    `score_row_d{delta}` per scanned delta. `convention`: the AttnScore convention of every score (module docstring).
+    `score_row_d{delta}` per scanned delta. `settings`: `progress`, and `convention`, the AttnScore convention of every
+    score (module docstring; `ScanSettings`).
     """
     require_tokenizer(tokenizer, "rank_heads: tokenizer")
     deltas = list(dict.fromkeys([0, *(int(d) for d in deltas)]))
-    long = offset_table(model, tokenizer, samples, deltas, batch_size, progress, convention=convention)
+    long = offset_table(model, tokenizer, samples, deltas, batch_size, **scan_settings(settings, "rank_heads"))
     return ranking_from_offsets(long)
 
 

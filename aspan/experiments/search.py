@@ -104,8 +104,8 @@ def propose(
         fwd = lambda b: atom_hooks(combo, b.ref_mask, model)  # noqa: E731
         return id_base - measure(model, ids, fwd, "exact") <= cfg.id_budget + 1e-12
 
-    rule = GreedyRule(metric=cfg.metric, tiebreak=cfg.tiebreak)
-    greedy = greedy_atoms(model, sel, pool, cfg.max_heads, rule, allowed, gated) if pool else pd.DataFrame()
+    rule = GreedyRule(metric=cfg.metric, tiebreak=cfg.tiebreak, allowed=allowed, fallback=gated)
+    greedy = greedy_atoms(model, sel, pool, cfg.max_heads, rule) if pool else pd.DataFrame()
     return Proposal(estimates, profiled.reset_index(drop=True), greedy, list(greedy.attrs.get("atoms", [])))
 
 

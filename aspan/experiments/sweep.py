@@ -39,7 +39,8 @@ from .engine import (
     shard_points,
 )
 
-__all__ = ["SweepConfig", "grid", "parse_shard", "report_selection", "run_sweep", "shard_points", "summary_table"]
+__all__ = ["SweepConfig", "grid", "parse_shard", "report_selection", "run_sweep", "shard_points", "summary_table",
+           "toml_document"]
 
 TOP_KEYS = {
     "model", "task", "split", "task_params", "id_params", "n_samples", "seeds", "batch_size", "mode", "method",
@@ -110,6 +111,22 @@ class SweepConfig:
                 raw = {**raw, "model": str(rel)}
         return cls.parse(raw)
 
+    def toml_text(self) -> str:
+        """These settings as a sweep config file of `configs/*.toml`'s shape (top-level keys and a [heads] table: the
+        inverse of `toml_fields`), which `from_toml` reads back to equal settings (`aspan sweep --print-config`)."""
+        top = {"model": self.model, "task": self.task, "split": self.split, "task_params": self.task_params,
+               "id_params": self.id_params, "n_samples": self.n_samples, "seeds": self.seeds,
+               "batch_size": self.batch_size, "mode": self.modes, "method": self.methods, "strengths": self.strengths,
+               "thresholds": tuple("none" if t is None else t for t in self.thresholds),
+               "renormalize": self.renormalize, "deltas": self.deltas, "device": self.device, "dtype": self.dtype,
+               "gates": tuple("none" if g is None else g for g in self.gates), "eos": self.eos,
+               "any_task": self.any_task}
+        heads = {"top": self.top, "fraction": self.fractions, "list": [list(h) for h in self.explicit],
+                 "by": self.rank_by, "rank_samples": self.rank_samples, "rank_seed": self.rank_seed,
+                 "rank_delta": "same" if self.rank_delta is None else self.rank_delta,
+                 "rank_params": self.rank_params, "convention": self.rank_convention}
+        return toml_document(top, {"heads": heads})
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any], check_model: bool = True) -> "SweepConfig":
         """Validate a parsed config dict (see `configs/*.toml`); ValueError naming the offending key."""
@@ -166,6 +183,20 @@ class SweepConfig:
         for n in self.top:
             if n > n_layers * n_heads:
                 raise ValueError(f"sweep config: heads.top: {n} exceeds the model's {n_layers * n_heads} heads")
+
+
+def toml_document(top: dict[str, Any], tables: dict[str, dict[str, Any]]) -> str:
+    """A TOML file: `key = value` lines of `top` (a dict value is an inline table), then each of `tables` as a
+    `[name]` table; None values are left out (TOML has no null: a file that leaves a key out gets its default)."""
+    from ..config import _toml_value
+
+    def lines(values: dict[str, Any], prefix: str) -> list[str]:
+        return [f"{k} = {_toml_value(v, prefix + k)}" for k, v in values.items() if v is not None]
+
+    out = lines(top, "")
+    for name, values in tables.items():
+        out += ["", f"[{name}]", *lines(values, f"{name}.")]
+    return "\n".join(out) + "\n"
 
 
 def _data_settings(raw: dict[str, Any]) -> dict[str, Any]:

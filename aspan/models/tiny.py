@@ -5,7 +5,8 @@ Rotary tables stop at `cfg.n_ctx`: the context must cover the longest sample (pl
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import torch
 
@@ -106,29 +107,67 @@ def _check_sizes(sizes: dict[str, int], d_head: int | None) -> int:
     return d_head
 
 
-# Keyword parameters kept (12): `tiny` is the public model factory, and each is a model size or setting a user
-# names directly (tiny(tok, n_layers=2, d_model=64)); the helpers below take them grouped.
+@dataclass(frozen=True)
+class TinyConfig:
+    """The sizes and settings of a `tiny` model; each field is also a keyword of `tiny`
+    (`tiny(tok, n_layers=2, d_model=64)` equals `tiny(tok, TinyConfig(n_layers=2, d_model=64))`)."""
+
+    n_layers: int = 2  # transformer blocks
+    n_heads: int = 8  # attention heads per block
+    d_model: int = 128  # width of the residual stream
+    d_head: int | None = None  # width of one head (None: d_model // n_heads)
+    d_mlp: int | None = None  # hidden width of the MLP (None: 4 * d_model)
+    n_ctx: int = 256  # context length (rotary tables stop here)
+    seed: int = 0  # seed of the initial weights
+    task: Task | str | None = None  # a task (or a task name: its OOD preset) whose longest sample n_ctx must fit
+    offset: int | None = None  # tokens before each sample (None: the tokenizer's, else 1)
+    device: str | torch.device | None = None  # where the weights live (None: the backend's default)
+    positional: Positional = "rotary"  # "rotary", "learned", "alibi" or "none" (`Positional`)
+
+
+class TinySettings(TypedDict, total=False):
+    """`TinyConfig`'s fields as typed keywords of `tiny` (the defaults are `TinyConfig`'s; a test keeps the two lists
+    equal)."""
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int | None
+    d_mlp: int | None
+    n_ctx: int
+    seed: int
+    task: Task | str | None
+    offset: int | None
+    device: str | torch.device | None
+    positional: Positional
+
+
+def tiny_config(config: TinyConfig | None, settings: dict) -> TinyConfig:
+    """`config` (default `TinyConfig()`) with the keywords `settings` over it; TypeError naming an unknown one."""
+    known = {f.name for f in fields(TinyConfig)}
+    for key in settings:
+        if key not in known:
+            raise TypeError(f"tiny() got an unexpected keyword argument {key!r} (known: {', '.join(sorted(known))})")
+    return replace(config or TinyConfig(), **settings)
+
+
 def tiny(
     vocab_size: int | Tokenizer,
-    n_layers: int = 2,
-    n_heads: int = 8,
-    d_model: int = 128,
-    d_head: int | None = None,
-    d_mlp: int | None = None,
-    n_ctx: int = 256,
-    seed: int = 0,
-    task: Task | str | None = None,
-    offset: int | None = None,
-    device: str | torch.device | None = None,
-    positional: Positional = "rotary",
+    config: TinyConfig | None = None,
+    **settings: Unpack[TinySettings],
 ) -> HookedTransformer:
     """A from-scratch model that trains on CPU in minutes: LayerNorm, gelu, no dropout, `positional` encoding
     (rotary by default; "learned", "alibi" or "none", see `Positional`). ALiBi models use the tanh GELU
     ("gelu_new"), which makes them exactly Bloom (`aspan.models.bloom`).
 
-    `d_head` defaults to `d_model // n_heads`, `d_mlp` to `4 * d_model`. With `task` (or a task name: its OOD
-    preset), `n_ctx` is checked to cover the longest sample; `offset` defaults to the tokenizer's (else 1).
+    The sizes and settings are `TinyConfig`'s fields, given as `config`, as keywords (`tiny(tok, n_layers=2,
+    d_model=64)`), or both (the keywords win). `d_head` defaults to `d_model // n_heads`, `d_mlp` to `4 * d_model`.
+    With `task` (or a task name: its OOD preset), `n_ctx` is checked to cover the longest sample; `offset` defaults
+    to the tokenizer's (else 1).
     """
+    c = tiny_config(config, settings)
+    n_layers, n_heads, d_model, n_ctx, positional = c.n_layers, c.n_heads, c.d_model, c.n_ctx, c.positional
+    d_head, d_mlp, offset, task, device = c.d_head, c.d_mlp, c.offset, c.task, c.device
     import_transformer_lens()
     d_vocab, offset = _vocab(vocab_size, offset)
     d_head = _check_sizes({"vocab_size": d_vocab, "n_layers": n_layers, "n_heads": n_heads, "d_model": d_model,
@@ -143,4 +182,4 @@ def tiny(
     sizes = dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp,
                  n_ctx=n_ctx)
     check_tl_memory("tiny model", {**sizes, **pos_cfg}, device, masks=backend.keeps_masks)
-    return backend.fresh(sizes, positional, seed, device, None if isinstance(vocab_size, int) else vocab_size)
+    return backend.fresh(sizes, positional, c.seed, device, None if isinstance(vocab_size, int) else vocab_size)

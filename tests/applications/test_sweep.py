@@ -4,7 +4,7 @@ import ast
 import json
 from pathlib import Path
 
-from aspan.applications.sweep import format_selection, run_sweep_dir
+from aspan.applications.sweep import SweepRun, format_selection, run_sweep_dir
 from aspan.cli import main
 from aspan.experiments.sweep import SweepConfig, grid
 
@@ -38,7 +38,7 @@ def test_a_notebook_runs_the_sweep_the_command_runs(ckpt, tmp_path, capsys):
            "n_samples": 2, "seeds": [0], "batch_size": 2, "strengths": [0.5, 3.0], "device": "cpu",
            "heads": {"list": [[0, 0]]}}
     config = SweepConfig.from_dict(raw)
-    summary = run_sweep_dir(config, tmp_path / "api", id_budget=1.0, progress=False)
+    summary = run_sweep_dir(config, tmp_path / "api", SweepRun(id_budget=1.0, progress=False))
     assert summary["complete"] and summary["rows"] == len(grid(config)) == 2
     assert summary["selection"]["rule"] and capsys.readouterr().out == ""  # a library call prints nothing
     assert json.loads((tmp_path / "api" / "summary.json").read_text())["selection"] == json.loads(
@@ -53,5 +53,5 @@ def test_a_notebook_runs_the_sweep_the_command_runs(ckpt, tmp_path, capsys):
     rows = {p: [{k: v for k, v in json.loads(line).items() if k != "seconds"}
                 for line in (tmp_path / p / "sweep.jsonl").read_text().splitlines()] for p in ("api", "cli")}
     assert rows["api"] == rows["cli"]
-    again = run_sweep_dir(config, tmp_path / "cli", id_budget=1.0, progress=False)  # resumed: no new row, one config
+    again = run_sweep_dir(config, tmp_path / "cli", SweepRun(id_budget=1.0, progress=False))  # resumed: no new row
     assert again["rows"] == 2 and again["selection"] == summary["selection"]

@@ -14,7 +14,7 @@ import pytest
 
 from aspan.applications import launch
 from aspan.applications.launch import queued_jobs
-from aspan.applications.sweep import run_sweep_dir
+from aspan.applications.sweep import SweepRun, run_sweep_dir
 from aspan.cli import main
 from aspan.experiments.sweep import SweepConfig, grid
 
@@ -71,7 +71,7 @@ def array_task(out: Path, state: str, timeout: float = 300) -> str:
 def test_a_slurm_sweep_survives_a_cancelled_task_and_equals_a_local_run(slurm, toml, tmp_path, capsys):
     out = tmp_path / "slurm"
     log = tmp_path / "launcher.err"
-    cmd = [sys.executable, "-m", "aspan.cli", "sweep", str(toml), "--out", str(out), "--launcher", "slurm",
+    cmd = [sys.executable, "-m", "aspan.cli", "sweep", "--config", str(toml), "--out", str(out), "--launcher", "slurm",
            "--array-tasks", "2", "--array-parallelism", "1", "--max-retries", "1", "--quiet"]
     with log.open("w") as err:
         launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -79,7 +79,7 @@ def test_a_slurm_sweep_survives_a_cancelled_task_and_equals_a_local_run(slurm, t
             running = array_task(out, "RUNNING")
             subprocess.run(["scancel", running], check=True)
             # a second launch while the first holds the directory: one line, nothing submitted
-            assert main(["sweep", str(toml), "--out", str(out), "--launcher", "slurm", "--quiet"]) == 2
+            assert main(["sweep", "--config", str(toml), "--out", str(out), "--launcher", "slurm", "--quiet"]) == 2
             refused = capsys.readouterr().err.strip().splitlines()
             assert len(refused) == 1 and f"run directory {out} is in use by" in refused[0], refused
             launcher.wait(timeout=600)
@@ -92,7 +92,7 @@ def test_a_slurm_sweep_survives_a_cancelled_task_and_equals_a_local_run(slurm, t
 
     local = tmp_path / "local"
     config = SweepConfig.from_toml(toml)
-    run_sweep_dir(config, local, config_file=str(toml), progress=False)
+    run_sweep_dir(config, local, SweepRun(config_file=str(toml), progress=False))
     assert len(rows(out)) == len(grid(config)) == 4
     assert rows(out) == rows(local)  # same keys, values and order: no row lost or repeated
     summary = {p: json.loads((p / "summary.json").read_text()) for p in (out, local)}

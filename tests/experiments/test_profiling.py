@@ -70,6 +70,10 @@ def test_greedy_selection_picks_the_constructed_head_and_stops(copy_model, tok, 
     batches = P.selection_batches(copy_model, tok, id_samples, batch_size=5)
     all_heads = [(0, h) for h in range(4)]
     chosen = P.greedy_select(copy_model, batches, P.Edit("reinforce", strength=1.0), all_heads, k=3)
+    by_name = P.greedy_select(copy_model, batches, P.Edit("reinforce", strength=1.0), all_heads, 3, "exact")
+    pd.testing.assert_frame_equal(by_name, P.greedy_select(copy_model, batches, P.Edit("reinforce", strength=1.0),
+                                                           all_heads, 3, P.GreedyRule("exact")))
+    assert by_name.attrs["metric"] == "exact"
     assert list(zip(chosen.layer, chosen["head"])) == [USEFUL]  # adding any other head hurts
     assert chosen.gain.iloc[0] > 0
     assert chosen.value.iloc[0] == pytest.approx(chosen.attrs["baseline"] + chosen.gain.iloc[0])
@@ -79,7 +83,7 @@ def test_greedy_selection_matches_brute_force_first_step(f64_model, tok, ood_sam
     batches = P.selection_batches(f64_model, tok, ood_samples, batch_size=6)
     edit = P.Edit("reinforce", delta=1, strength=2.0)
     heads = [(l, h) for l in range(2) for h in range(4)]
-    chosen = P.greedy_select(f64_model, batches, edit, heads, k=2, min_gain=-math.inf)
+    chosen = P.greedy_select(f64_model, batches, edit, heads, k=2, rule=P.GreedyRule(min_gain=-math.inf))
     effects = P.exact_effects(f64_model, batches, edit, heads)
     best = max(heads, key=lambda h: effects[h])
     assert (int(chosen.layer[0]), int(chosen["head"][0])) == best
@@ -265,7 +269,8 @@ def test_gate_beyond_training_rows_leaves_id_untouched(tiny_model, tok, id_sampl
 def test_greedy_atoms_respect_the_veto_and_the_tiebreak(copy_model, tok, id_samples):
     batches = P.selection_batches(copy_model, tok, id_samples, batch_size=5)
     atoms = [P.Edit("reinforce", strength=1.0, heads=[(0, h)]) for h in range(4)]
-    vetoed = P.greedy_atoms(copy_model, batches, atoms, k=2, allowed=lambda a: all(e.heads != (USEFUL,) for e in a))
+    veto = P.GreedyRule(allowed=lambda a: all(e.heads != (USEFUL,) for e in a))
+    vetoed = P.greedy_atoms(copy_model, batches, atoms, k=2, rule=veto)
     assert USEFUL not in [(int(l), int(h)) for l, h in zip(vetoed.layer, vetoed["head"])]
     assert len(vetoed) == 0  # every other head hurts: nothing is chosen
     rule = P.GreedyRule(metric="exact", tiebreak="logprob")
@@ -296,8 +301,8 @@ def test_greedy_atoms_fall_back_to_the_gated_twin_when_vetoed(copy_model, tok, i
     plain = P.Edit("reinforce", strength=1.0, heads=[USEFUL])
     gated = plain.replace(beyond=6)
     veto = lambda combo: all(e.beyond is not None for e in combo)  # noqa: E731  only gated edits pass
-    chosen = P.greedy_atoms(copy_model, batches, [plain], k=1, allowed=veto, fallback={plain: gated})
+    chosen = P.greedy_atoms(copy_model, batches, [plain], k=1, rule=P.GreedyRule(allowed=veto, fallback={plain: gated}))
     assert chosen.attrs["atoms"] == [gated] and chosen.gain.iloc[0] > 0
-    assert len(P.greedy_atoms(copy_model, batches, [plain], k=1, allowed=veto)) == 0
+    assert len(P.greedy_atoms(copy_model, batches, [plain], k=1, rule=P.GreedyRule(allowed=veto))) == 0
     with pytest.raises(ValueError, match="an atom edits one head"):
         P.greedy_atoms(copy_model, batches, [plain.on([USEFUL, (0, 0)])], k=1)

@@ -92,6 +92,10 @@ def test_sample_differs_from_raw_only_by_bos(tiny_model, tok, id_samples):
     assert (got.score_sum.values > raw_t.sort_values(["layer", "head"]).score_sum.values).all()
     with pytest.raises(ValueError, match="convention"):
         offset_table(tiny_model, tok, id_samples, convention="whole")
+    with pytest.raises(TypeError, match="offset_table\\(\\) got an unexpected keyword argument 'conventions'"):
+        offset_table(tiny_model, tok, id_samples, conventions="raw")
+    with pytest.raises(TypeError, match="rank_heads\\(\\) got an unexpected keyword argument 'progres'"):
+        rank_heads(tiny_model, tok, id_samples, progres=True)
 
 
 def test_select_heads():

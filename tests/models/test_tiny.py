@@ -63,3 +63,23 @@ def test_bad_sizes_are_rejected():
         models.tiny(30, d_model=32, n_heads=4, d_head=7)
     with pytest.raises(ValueError, match="vocab_size"):
         models.tiny(0)
+
+
+def test_a_config_and_keywords_build_the_same_model():
+    import typing
+    from dataclasses import fields
+
+    from aspan.models.tiny import TinyConfig, TinySettings
+
+    assert list(typing.get_type_hints(TinySettings)) == [f.name for f in fields(TinyConfig)]
+    assert typing.get_type_hints(TinySettings) == typing.get_type_hints(TinyConfig)
+    config = TinyConfig(n_layers=1, n_heads=2, d_model=16, n_ctx=32, seed=3, device="cpu", positional="learned")
+    by_config = models.tiny(30, config)
+    by_keyword = models.tiny(30, n_layers=1, n_heads=2, d_model=16, n_ctx=32, seed=3, device="cpu",
+                             positional="learned")
+    assert by_config.cfg.to_dict() == by_keyword.cfg.to_dict()
+    assert all(x.equal(y) for x, y in zip(by_config.parameters(), by_keyword.parameters()))
+    over = models.tiny(30, config, n_layers=2)  # a keyword wins over the config
+    assert over.cfg.n_layers == 2 and over.cfg.d_model == 16
+    with pytest.raises(TypeError, match="tiny\\(\\) got an unexpected keyword argument 'layers'"):
+        models.tiny(30, layers=2)
