@@ -56,6 +56,17 @@ class TrainRun:
             raise ValueError(f"--replay must be in [0, 1), got {self.replay}")
 
 
+def resolved_run(flags: dict[str, Any], config: str | None, finetune: bool | None) -> tuple[TrainRun, TrainRun]:
+    """The settings of `aspan train`: `TrainRun`'s defaults (the fine-tuning preset when `finetune`, or when the
+    `config` file says `finetune = true`), then the `config` TOML file, then `flags` (the [train] table's as
+    "train.NAME"), then its check; and the preset it started from (what `--print-config` writes against)."""
+    from ..config import file_value, load_config
+
+    finetune = finetune or (config is not None and file_value(config, "finetune", "train") is True)
+    base = TrainRun(train=TrainConfig.finetune() if finetune else TrainConfig.scratch(), finetune=bool(finetune))
+    return load_config(TrainRun, toml_path=config, flags=flags, base=base, name="train"), base
+
+
 def train_run(run: TrainRun, out: str) -> Any:
     """Train (or fine-tune, or resume) as `run` says into run directory `out`, holding it for this job and this
     configuration; print the result, write the figures and `run.json`. Returns `aspan.training.train`'s result.

@@ -97,20 +97,16 @@ RUN_KEYS = ("task", "split", "data", "init", "replay", "buckets", "curve_buckets
 
 def settings(args: argparse.Namespace):
     """`TrainRun` from its defaults (the fine-tuning preset with --finetune, or a --config file that says
-    `finetune = true`), then --config, then the flags given, then its check."""
-    from aspan.applications.train import TrainRun
-    from aspan.config import file_value, load_config
+    `finetune = true`), then --config, then the flags given, then its check; and that preset."""
+    from aspan.applications.train import resolved_run
     from aspan.curves import stop_set
-    from aspan.training import TrainConfig
 
     flags = {**given(args, TRAIN_KEYS, "train."), **given(args, RUN_KEYS)}
     flags.update({"params": args.param and tuple(args.param), "finetune": args.finetune, "resume": args.resume,
                   "progress": False if args.quiet else None})
     if args.stop_bucket is not None:
         flags.update({"train.stop_bucket": stop_set(args.stop_bucket), "stop_bucket_given": True})
-    finetune = args.finetune or (args.config is not None and file_value(args.config, "finetune", "train") is True)
-    base = TrainRun(train=TrainConfig.finetune() if finetune else TrainConfig.scratch(), finetune=bool(finetune))
-    return load_config(TrainRun, toml_path=args.config, flags=flags, base=base, name="train"), base
+    return resolved_run(flags, args.config, args.finetune)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,7 +21,8 @@ def test_the_train_command_only_parses_and_calls_its_application():
     mods = imported(ROOT / "aspan" / "commands" / "train.py")
     assert "aspan.applications.train" in mods
     assert sorted(m for m in mods if m.startswith((*WORK, "aspan.buckets", "aspan.tokenization"))) == []
-    assert (ROOT / "aspan" / "commands" / "train.py").read_text().count("\n") < 120
+    # its ~45 flags, their examples, and two short functions: the settings (through the application) and the call
+    assert (ROOT / "aspan" / "commands" / "train.py").read_text().count("\n") < 135
 
 
 def test_a_notebook_trains_the_model_the_command_trains(tmp_path, capsys):
