@@ -167,7 +167,7 @@ def _bridge_model(kind: str, n_layers: int):
     import transformers
 
     from aspan.models import hfform
-    from aspan.models.checkpoint import bridge
+    from aspan.models.loaded import bridge
 
     common = dict(vocab_size=20, num_hidden_layers=n_layers, num_attention_heads=4, intermediate_size=64,
                   initializer_range=0.8 / 32**0.5)  # TransformerLens's init scale, as for the HookedTransformers

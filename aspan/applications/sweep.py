@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SweepRun:
     """How one job runs a sweep's grid (`run_sweep_dir`, `launch.launch_sweep`): none of it is part of the run
-    directory's configuration, so jobs with different `SweepRun`s share one run directory."""
+    directory's configuration, so jobs with different `SweepRun` values share one run directory."""
 
     config_file: str | None = None  # the TOML file the configuration came from (recorded in run.json, in messages)
     shard: tuple[int, int] | None = None  # run only shard I of N of the grid (None: all of it)

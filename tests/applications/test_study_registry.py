@@ -100,6 +100,7 @@ def _same(got, want, where: str) -> None:
         assert got == want, where
 
 
+@pytest.mark.hooked  # the rows were recorded on HookedTransformer (the bridge builds and initialises its own model)
 @pytest.mark.parametrize("name", QUICK)
 def test_quick_rows_match_the_recorded_rows(name, tmp_path):
     """Each study's quick run through the registry, from Python, on one CPU thread (as recorded), writes the same
