@@ -43,8 +43,9 @@ def process_kept() -> Iterator[None]:
     """What runs inside leaves the process as it was in the things TransformerLens changes: importing it, torch's
     inductor sets `TORCHINDUCTOR_CACHE_DIR`, it silences the `transformers` logger and adds warning filters; its
     config conversion logs through the root logger, which gives that logger a handler (`logging.basicConfig`). Only
-    those are put back (the named variable, the handlers added to the root logger, the two loggers' levels, the
-    warning filters): what the host's other threads change meanwhile is left alone."""
+    those are put back (the named variable removed when loading added it, the handlers added to the root logger, the
+    two loggers' levels, the warning filters): nothing is written into `os.environ`, and what the host's other
+    threads change meanwhile is left alone."""
     import logging
     import warnings
 
@@ -55,11 +56,8 @@ def process_kept() -> Iterator[None]:
         with warnings.catch_warnings():
             yield
     finally:
-        for name, value in env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            elif os.environ.get(name) != value:
-                os.environ[name] = value
+        for name in [name for name, value in env.items() if value is None]:
+            os.environ.pop(name, None)  # set by loading; a host's own value torch only makes absolute is left as is
         for handler in [h for h in root.handlers if h not in root_handlers]:
             root.removeHandler(handler)
         if root.level != root_level:
