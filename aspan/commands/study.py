@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # Options that change how a study runs, not what it computes: they may differ between a run and its resumption.
-RUNTIME = ("out", "device", "threads", "quiet", "print_config", "no_report", "command", "study")
+RUNTIME = ("out", "device", "threads", "quiet", "verbose", "print_config", "no_report", "command", "study")
 
 
 def run(args: argparse.Namespace) -> int:
