@@ -174,17 +174,19 @@ def test_pretrained_report_states_its_finding(tmp_path):
      "model work at those lengths",
      "No. Fine-tuning the whole model on lengths 11-20 reaches exact accuracy 0.967 there; the best single group "
      "(qk-pair:1, 1.97 % of the parameters) reaches 0.00667 (per-token 0.636), 96.0 pp below.",
-     r"all\s+0\.5\s+100\s+0\.987 ± 0\.0115\s+0\.998\s+0\.660 ± 0\.284\s+0\.957\s+0\.00\s+0\.573\s+1\.33"),
+     r"all\s+0\.5\s+100\s+0\.987 \[0\.953, 1\.00\]\s+0\.998\s+0\.660 \[0\.00, 1\.00\]\s+0\.957"
+     r"\s+0\.00 \[0\.00, 0\.0250\]\s+0\.573\s+1\.33"),
     ("qk_study/steps50", "W_Q and W_K on lengths 11-20",
      "Full fine-tuning gains only 2.00 pp of exact accuracy, too little to tell the groups apart.",
-     r"qk-pair:1\s+0\s+1\.97\s+0\.0933 ± 0\.0503"),
+     r"qk-pair:1\s+0\s+1\.97\s+0\.0933 \[0\.00, 0\.218\]"),
     ("abc_study", "Do models trained on up to 6 digits extrapolate to 60 digits once their attention is biased",
      "Partly. Exact accuracy at 60 digits: successor: vanilla at most 0.00, ABS 0.897, ABC 0.820; addition: vanilla "
      "at most 0.00, ABS 0.577, ABC 0.00; parity: vanilla at most 0.00, ABS 1.00, ABC 0.157.",
-     r"parity\s+abc\s+3\s+0\.850 ± 0\.111\s+0\.633 ± 0\.240\s+0\.390 ± 0\.329\s+0\.157 ± 0\.263"),
+     r"parity\s+abc\s+3\s+0\.850 \[0\.573, 1\.000\]\s+0\.633 \[0\.036, 1\.000\]\s+0\.390 \[0\.000, 1\.000\]"
+     r"\s+0\.157 \[0\.000, 0\.809\]"),
     ("parity_study", "Does the scratchpad's format decide length generalization on parity",
      "No. Exact accuracy at 5x the training length: plain 0.407, scratchpad 0.00, interleaved 0.00, mnemonic 0.00",
-     r"mnemonic\s+0\.113 ± 0\.0625\s+0\.00\s+0\.00\s+0\.00\s+0\.835\s+0\.268\s+0\.241\s+0\.235"),
+     r"mnemonic\s+0\.113 \[0\.00, 0\.269\](\s+0\.00 \[0\.00, 0\.00636\]){3}\s+0\.835\s+0\.268\s+0\.241\s+0\.235"),
 ])
 def test_study_report_states_its_finding(study, question, answer, row, tmp_path):
     """Each committed study's summary and run.json give the question, the answer and the headline rows."""

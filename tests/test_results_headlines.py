@@ -358,3 +358,64 @@ def test_qk_detail_tables(heading, run):
                 lo, hi = seed_interval(vals, 50) if m[2] == "exact" else t_interval(vals)
                 want = f"{mean:.2f} [{lo:.2f}, {hi:.2f}]"
             assert text == want, (run, cells[0], col)
+
+
+# ----------------------------------------------------------------------------------------------- committed tables
+def _figure_titles(run: Path) -> dict[str, str]:
+    return {p.stem: json.loads(p.read_text(encoding="utf-8"))["layout"]["title"]["text"]
+            for p in (run / "figures").glob("*.json")}
+
+
+@pytest.mark.parametrize("run", ["abc_study", "abc_study/long_addition", "abc_study/long_successor"])
+def test_abc_study_committed_table_gives_the_intervals(run):
+    """table.csv and summary.json of the aligned abc runs hold the 95 % intervals the README quotes (recomputed from
+    runs.jsonl), not ± sd, and the figures say they draw them."""
+    table = pd.read_csv(RESULTS / run / "table.csv")
+    runs = pd.DataFrame(_jsonl(RESULTS / run / "runs.jsonl"))
+    for t in table.itertuples():
+        r = runs[(runs.task == t.task) & (runs.condition == t.condition) & (runs.lr == t.lr) & (runs.steps == t.steps)]
+        assert len(r) == t.seeds
+        assert (t.exact_lo, t.exact_hi) == pytest.approx(seed_interval(r[f"test_exact_{t.digits}"].tolist(), t.n_test))
+    summary = (RESULTS / run / "summary.json").read_text(encoding="utf-8")
+    assert "±" not in summary and "[95 % interval]" in summary
+    assert all("95 % intervals" in title for title in _figure_titles(RESULTS / run).values())
+
+
+@pytest.mark.parametrize("run", ["parity_study", "parity_study/interleaved_alibi", "parity_study/interleaved_none"])
+def test_parity_fixed_budget_committed_summary_gives_the_intervals(run):
+    """summary.csv of the fixed-budget parity runs: exact `seed_interval`, per-token t over seeds, from results.csv;
+    its text cells and the accuracy figures give intervals, not ± sd."""
+    summary = pd.read_csv(RESULTS / run / "summary.csv")
+    res = pd.read_csv(RESULTS / run / "results.csv")
+    for t in summary.itertuples():
+        g = res[(res.format == t.format) & (res.multiple == t.multiple)]
+        assert len(g) == t.seeds == 3
+        assert (t.exact_lo, t.exact_hi) == pytest.approx(seed_interval(g.exact.tolist(), int(g.n.iloc[0])))
+        assert (t.partial_lo, t.partial_hi) == pytest.approx(t_interval(g.partial.tolist()))
+        assert t.exact == f"{100 * t.exact_mean:.1f} [{100 * t.exact_lo:.1f}, {100 * t.exact_hi:.1f}]"
+    titles = _figure_titles(RESULTS / run)
+    assert all("95 % intervals" in titles[f"{m}_vs_length"] for m in ("exact", "partial"))
+
+
+@pytest.mark.parametrize("run", ["steps50", "steps150", "curves", "paper_shape"])
+def test_qk_committed_tables_give_the_intervals(run):
+    """table.csv of every qk run: per bucket the 95 % interval of the chosen rate's seeds (exact `seed_interval`,
+    per-token t), and the accuracy figures draw 95 % intervals."""
+    cfg = json.loads((RESULTS / "qk_study" / run / "run.json").read_text())["config"]
+    table = pd.read_csv(RESULTS / "qk_study" / run / "table.csv")
+    runs = _qk_runs(run, table[table.condition != "none"])
+    names = [f"{a}-{b}" for a, b in cfg["buckets"]]
+    checked = 0
+    for (condition, replay), r in runs.items():
+        t = table[(table.condition == condition) & (table.replay == replay)].iloc[0]
+        for b in names:
+            if t[f"exact_{b}"] != t[f"exact_{b}"]:  # a condition that did not fit claims nothing beyond
+                continue
+            exact, partial = [x[f"exact_{b}"] for x in r], [x[f"partial_{b}"] for x in r]
+            assert (t[f"exact_{b}_lo"], t[f"exact_{b}_hi"]) == pytest.approx(seed_interval(exact, cfg["n_report"]))
+            assert (t[f"partial_{b}_lo"], t[f"partial_{b}_hi"]) == pytest.approx(t_interval(partial))
+            checked += 1
+    assert checked >= 2 * len(runs)  # at least the ID and fine-tuned buckets of every condition
+    titles = _figure_titles(RESULTS / "qk_study" / run)
+    drawn = [k for k in titles if k.startswith(("by_bucket", "pair_frequency", "column_frequency"))]
+    assert drawn and all("95 % intervals" in titles[k] for k in drawn)

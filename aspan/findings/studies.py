@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from .tables import ABC_PAPER_TABLE, ABC_TABLE
+from .tables import ABC_PAPER_TABLE, ABC_TABLE, ABC_TABLE_SD
 from .words import Claim, Finding, pct, pp, sig
 
 VANILLA = ("rotary", "learned", "alibi", "none")
@@ -23,7 +23,7 @@ def is_qk(summary: dict, settings: dict) -> bool:
 
 def is_abc(summary: dict, settings: dict) -> bool:
     """Whether a run's summary is the ABC study's."""
-    return ABC_TABLE in (summary.get("tables") or {})
+    return bool({ABC_TABLE, ABC_TABLE_SD} & set(summary.get("tables") or {}))
 
 
 def is_parity(summary: dict, settings: dict) -> bool:
@@ -85,7 +85,10 @@ def _qk_row(table: pd.DataFrame, condition: str, replay: float | None, buckets: 
     row = {"condition": condition, "replay": "–" if replay is None else _replay(replay),
            "trainable (%)": pp(pick["fraction"])}
     for b in buckets:
-        row[f"exact {b.replace('-', '–')}"] = _plus_minus(pick[f"exact_{b}"], pick.get(f"exact_{b}_sd"))
+        mean = pick[f"exact_{b}"]
+        row[f"exact {b.replace('-', '–')}"] = (_interval(mean, pick[f"exact_{b}_lo"], pick[f"exact_{b}_hi"])
+                                               if f"exact_{b}_lo" in pick else
+                                               _plus_minus(mean, pick.get(f"exact_{b}_sd")))
         row[f"per-token {b.replace('-', '–')}"] = sig(pick[f"partial_{b}"])
     row["ID cost (pp)"] = pp(pick["id_cost"])
     return row
@@ -158,13 +161,14 @@ def _qk_beyond(table: pd.DataFrame, beyond: str) -> Claim:
 
 # ----------------------------------------------------------------------------------------------- abc
 def _mean(cell: str) -> float:
-    """0.057 from '0.057 ± 0.025'."""
-    return float(re.split(r"\s*±\s*", str(cell))[0])
+    """0.057 from '0.057 [0.021, 0.093]' (or, in a run written before intervals, '0.057 ± 0.025')."""
+    return float(re.split(r"\s*[±\[]\s*", str(cell))[0])
 
 
 def abc(summary: dict, settings: dict) -> Finding:
     """Vanilla positional encodings, ABS and ABC per task at every test length."""
-    table = pd.DataFrame(summary["tables"][ABC_TABLE])
+    tables = summary["tables"]
+    table = pd.DataFrame(tables[ABC_TABLE] if ABC_TABLE in tables else tables[ABC_TABLE_SD])
     digits = [c for c in table.columns if c.endswith(" digits")]
     longest = max(digits, key=lambda c: int(c.split()[0]))
     parts = []
@@ -188,8 +192,8 @@ def abc(summary: dict, settings: dict) -> Finding:
         question=(f"Do models trained on up to {config.get('train_max', digits[0].split()[0])} digits extrapolate to "
                   f"{longest} once their attention is biased to the right tokens (ABS, ABC), as Duan & Shi (2023) "
                   "report?"), answer=answer, headline=headline,
-        rule=f"Selection rule: {settings.get('selection_rule', 'see run.json')}. Exact accuracy, mean ± sd over "
-             "seeds.", claims=claims)
+        rule=f"Selection rule: {settings.get('selection_rule', 'see run.json')}. Exact accuracy, mean over seeds "
+             + ("[95 % interval]." if ABC_TABLE in tables else "± sd."), claims=claims)
 
 
 def _abc_task_text(rows: pd.DataFrame, digits: list[str], longest: str) -> str:
@@ -292,4 +296,6 @@ def parity(summary: dict, settings: dict) -> Finding:
                   "training length where the running scratchpad stays below 0.1?"),
         answer=answer, headline=headline,
         rule=f"Learning rate per format chosen on a selection set at {config.get('select_multiple', '?')}x the "
-             "training length (seed 0); mean ± sd over seeds on held-out samples.", claims=claims)
+             "training length (seed 0); mean over seeds "
+             + ("[95 % interval]" if all("exact_lo" in c for c in cell.values()) else "± sd")
+             + " on held-out samples.", claims=claims)

@@ -8,16 +8,22 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def _interval_bars(mean, lo, hi) -> dict:
+    """Plotly's asymmetric error bars from the mean to the ends of an interval (none where an end is NaN)."""
+    return {"type": "data", "symmetric": False, "array": (hi - mean).fillna(0), "arrayminus": (mean - lo).fillna(0)}
+
+
 def abc_study_figure(table: "pd.DataFrame", name: str):
-    """`aspan study abc`: exact accuracy vs number of digits of task `name`, one line per condition (mean ± sd over
-    seeds)."""
+    """`aspan study abc`: exact accuracy vs number of digits of task `name`, one line per condition (mean over seeds
+    with its 95 % interval, the table's `exact_lo` / `exact_hi`)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for condition, g in table[table.task == name].groupby("condition", sort=False):
-        fig.add_scatter(x=g.digits, y=g.exact_mean, error_y={"type": "data", "array": g.exact_sd.fillna(0)},
+        fig.add_scatter(x=g.digits, y=g.exact_mean, error_y=_interval_bars(g.exact_mean, g.exact_lo, g.exact_hi),
                         mode="lines+markers", name=condition)
-    fig.update_layout(title=f"{name}: exact accuracy vs length (trained on 1-6 digits; Duan & Shi 2023 protocol)",
+    fig.update_layout(title=f"{name}: exact accuracy vs length (trained on 1-6 digits; Duan & Shi 2023 protocol; "
+                            "95 % intervals)",
                       xaxis={"title": "digits (bits for parity)", "type": "log"},
                       yaxis={"title": "exact", "range": [0, 1.02]})
     return fig
@@ -62,17 +68,19 @@ def abc_accuracy_figure(table: "pd.DataFrame", name: str):
 
 
 def parity_length_figure(summary: "pd.DataFrame", metric: str, train_length: int, seeds: int):
-    """`aspan study parity`: `metric` ("exact" or "partial") against the input length, one line per format, ± sd
-    over `seeds` seeds, a dotted line past the training lengths (1 to `train_length` bits)."""
+    """`aspan study parity`: `metric` ("exact" or "partial") against the input length, one line per format, the
+    mean over `seeds` seeds with its 95 % interval (the summary's `METRIC_lo` / `METRIC_hi`), a dotted line past the
+    training lengths (1 to `train_length` bits)."""
     import plotly.graph_objects as go
 
     name = {"exact": "exact accuracy", "partial": "per-token accuracy"}[metric]
     fig = go.Figure()
     for fmt, g in summary.groupby("format", sort=False):
-        fig.add_scatter(x=g.bits, y=g[f"{metric}_mean"], error_y=dict(type="data", array=g[f"{metric}_sd"].fillna(0)),
+        mean = g[f"{metric}_mean"]
+        fig.add_scatter(x=g.bits, y=mean, error_y=_interval_bars(mean, g[f"{metric}_lo"], g[f"{metric}_hi"]),
                         mode="lines+markers", name=fmt)
     fig.add_vline(x=train_length + 0.5, line_dash="dot", annotation_text="training lengths | longer")
     fig.update_layout(title=f"Parity: {name} vs input length (trained on 1-{train_length} bits; "
-                            f"mean ± sd over {seeds} seeds)", xaxis_title="input bits", yaxis_title=name,
+                            f"mean over {seeds} seeds, 95 % intervals)", xaxis_title="input bits", yaxis_title=name,
                       yaxis_range=[-0.02, 1.02])
     return fig

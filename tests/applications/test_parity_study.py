@@ -73,6 +73,49 @@ def test_rerun_resumes_without_training(quick_run, monkeypatch):
     assert (quick_run / "rows.jsonl").read_text() == before
 
 
+def _values(array) -> list[float]:
+    """A figure JSON's numbers: a list, or plotly's typed array ({"dtype", "bdata": base64})."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(array, dict):
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+def test_rewrite_outputs_draws_the_tables_again_from_the_rows_alone(quick_run, monkeypatch, tmp_path):
+    """`rewrite_outputs`: the summary and the accuracy figures again from rows.jsonl and run.json, nothing trained;
+    the figures' error bars reach the summary's 95 % interval; a directory missing a chosen run's rows is refused."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(quick_run, out, ignore=shutil.ignore_patterns("models", "scratch"))
+    before = pd.read_csv(out / "summary.csv")
+    for name in ("summary.csv", "figures/exact_vs_length.json", "figures/partial_vs_length.json"):
+        (out / name).unlink()
+
+    def boom(*a, **k):
+        raise AssertionError("rewrite_outputs trained or evaluated")
+
+    monkeypatch.setattr(study, "train_and_evaluate", boom)
+    monkeypatch.setattr("aspan.evaluation.evaluate", boom)
+    tables = study.rewrite_outputs(out)
+    pd.testing.assert_frame_equal(pd.read_csv(out / "summary.csv"), before)
+    written = pd.DataFrame(json.loads((out / "summary.json").read_text())["tables"]["summary"])
+    pd.testing.assert_frame_equal(written, tables["summary"].reset_index(drop=True))
+    fig = json.loads((out / "figures" / "exact_vs_length.json").read_text())
+    assert "95 % intervals" in fig["layout"]["title"]["text"]
+    for trace in fig["data"]:
+        g = before[before.format == trace["name"]]
+        assert _values(trace["error_y"]["array"]) == pytest.approx(list(g.exact_hi - g.exact_mean))
+        assert _values(trace["error_y"]["arrayminus"]) == pytest.approx(list(g.exact_mean - g.exact_lo))
+    rows = (out / "rows.jsonl").read_text().splitlines()
+    (out / "rows.jsonl").write_text("\n".join(r for r in rows if '"seed": 1,' not in r) + "\n")
+    with pytest.raises(ValueError, match="rows.jsonl"):
+        study.rewrite_outputs(out)
+
+
 def test_missing_checkpoint_is_retrained_for_the_views(quick_run):
     """Results committed without models/: the drawn run is trained again, the rows stay as they were."""
     import shutil

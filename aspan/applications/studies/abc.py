@@ -16,7 +16,8 @@ test sets of exactly 6, 10, 20 and 60 digits. Conditions, all at the same number
 The bias models use `bias_positional` (default none: the bias carries all positional information; a rotary model
 reads key distances it never saw at 60 digits). Every condition's learning rate is chosen on seed 0 from `lrs` by
 mean exact accuracy on the selection sets (6 and 10 digits, their own samples); the chosen rate then trains the
-other seeds; results are reported on the held-out test sets as mean ± sd over seeds. Exact accuracy is
+other seeds; results are reported on the held-out test sets as the mean over seeds with its 95 % interval
+(`aspan.intervals.seed_interval`). Exact accuracy is
 teacher-forced, which equals greedy generation's exact match (a sequence is right under one iff under the other).
 Rows are keyed by their settings in `runs.jsonl`: a rerun into the same directory computes only missing rows.
 """
@@ -31,6 +32,7 @@ from typing import Any, Literal, Sequence, get_args
 
 from ... import tasks
 from ...findings.tables import ABC_TABLE
+from ...intervals import seed_interval
 from ...io import RowWriter, read_rows, settings_key
 from ...tasks.base import Sample, Task
 from ...tasks.draws import LengthMix
@@ -312,7 +314,9 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True) -> "p
 
 # ----------------------------------------------------------------------------------------------- outputs
 def summary_table(ctx: _Ctx) -> "pd.DataFrame":
-    """One row per task, condition and test length: the chosen learning rate's seeds, exact mean ± sd."""
+    """One row per task, condition and test length: the chosen learning rate's seeds, exact mean, sd and 95 % interval
+    (`exact_lo`, `exact_hi`: `intervals.seed_interval`, the wider of Student's t over the seeds and the Wilson
+    interval of their `n_test` answers each, pooled)."""
     import pandas as pd
 
     out = []
@@ -325,6 +329,7 @@ def summary_table(ctx: _Ctx) -> "pd.DataFrame":
             out.append({"task": name, "condition": condition, "lr": lr, "steps": rows[0]["steps"] if rows else None,
                         "seeds": len(rows), "digits": n, "exact_mean": ex.mean(),
                         "exact_sd": ex.std(ddof=1) if len(ex) > 1 else 0.0,
+                        **dict(zip(("exact_lo", "exact_hi"), seed_interval(ex.tolist(), ctx.cfg.n_test))),
                         "partial_mean": pa.mean(), "n_test": ctx.cfg.n_test})
     return pd.DataFrame(out)
 
@@ -339,7 +344,8 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
     for (name, condition), g in table.groupby(["task", "condition"], sort=False):
         row = {"task": name, "condition": condition, "lr": g.lr.iloc[0], "steps": g.steps.iloc[0],
                "seeds": g.seeds.iloc[0]}
-        row.update({f"{n} digits": f"{m:.3f} ± {sd:.3f}" for n, m, sd in zip(g.digits, g.exact_mean, g.exact_sd)})
+        row.update({f"{n} digits": f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
+                    for n, m, lo, hi in zip(g.digits, g.exact_mean, g.exact_lo, g.exact_hi)})
         wide.append(row)
     rule = ("per task and condition, the learning rate with the highest mean exact accuracy on the selection sets "
             f"({', '.join(map(str, ctx.cfg.select_buckets))} digits) at seed {ctx.cfg.seeds[0]}; reported on held-out "

@@ -110,6 +110,6 @@ def show(args: argparse.Namespace, cfg, table) -> int:
                   f"[{r.wilson_low:.3f}, {r.wilson_high:.3f}] ({r.fitted}/{r.seeds} seeds fitted, n {r.n})")
         else:
             print(f"{r.task:10s} {r.condition:8s} lr {r.lr:g}: exact at {r.digits} digits "
-                  f"{r.exact_mean:.3f} ± {r.exact_sd:.3f}")
+                  f"{r.exact_mean:.3f} [{r.exact_lo:.3f}, {r.exact_hi:.3f}]")
     print(f"wrote {Path(args.out) / 'table.csv'} (aspan report {args.out})", file=sys.stderr)
     return 0
