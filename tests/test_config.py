@@ -235,3 +235,34 @@ def test_a_bad_study_key_is_named_before_the_run_directory_is_touched(tmp_path, 
     assert r.returncode == 2
     one_line(r.stderr, str(path), "unknown key 'stepz'")
     assert [p.name for p in run.iterdir()] == [".aspan-settings.json"]
+
+
+def test_verbose_is_not_part_of_a_study_configuration(tmp_path, monkeypatch, capsys):
+    """`-v` only changes what is logged: a study directory claimed without it accepts the same study resumed with it
+    (either spelling) and the other way round, and records the same settings; a changed setting is still refused.
+    Claim only: the study itself is not run."""
+    import json
+
+    import aspan.commands.study as study_command
+    from aspan.cli import main
+
+    ran = []
+    monkeypatch.setattr(study_command, "run_registered", lambda args, config: ran.append(args.out) or 0)
+    out = str(tmp_path / "run")
+    base = ["study", "parity", "--quick", "--out", out]
+    assert main(base) == 0
+    settings = tmp_path / "run" / ".aspan-settings.json"
+    recorded = settings.read_text()
+    assert "verbose" not in json.loads(recorded)
+    for argv in ([*base, "-v"], ["-v", *base], [*base, "--verbose"], base):
+        assert main(argv) == 0, argv
+        assert settings.read_text() == recorded
+    assert len(ran) == 5
+    capsys.readouterr()
+    assert main([*base, "--steps", "9", "-v"]) == 2 and len(ran) == 5
+    one_line(capsys.readouterr().err, "another configuration", "steps")
+    # a directory claimed by a version that still recorded the flag ("verbose": false) resumes, with -v or without
+    settings.write_text(json.dumps({**json.loads(recorded), "verbose": False}, indent=2) + "\n")
+    for argv in (base, [*base, "-v"]):
+        assert main(argv) == 0, argv
+    assert len(ran) == 7 and json.loads(settings.read_text())["verbose"] is False

@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..io import PathLike, RunDir, claim_run
+from ..io import PathLike, RunDir, claim_run, recorded_settings
 from ..models.backend import default_backend
 
 
@@ -31,4 +31,12 @@ def claim_study(out: PathLike, study: str, options: dict[str, Any],
     settings = {"study": study, "backend": default_backend(), **options}
     if config_file and Path(config_file).is_file():
         settings["config"] = Path(config_file).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml said so
+    recorded = recorded_settings(out) if Path(out).is_dir() else None
+    if isinstance(recorded, dict):  # what earlier versions recorded though it changes nothing: taken as it is there
+        settings |= {k: recorded[k] for k in FORMERLY_RECORDED if k in recorded}
     return claim_run(out, settings)
+
+
+# Options a study's run directory recorded before they were known to change nothing computed (`-v`, a logging flag):
+# a directory that holds one resumes, with the flag given or not.
+FORMERLY_RECORDED = ("verbose",)
