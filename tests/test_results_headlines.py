@@ -195,6 +195,7 @@ def test_parity_headline_table():
     assert f"is at chance ({m:.1f} % [{lo:.1f}, {hi:.1f}])" in _quoted("parity_study")
     zero = res[(res.format != "plain") & (res.multiple == 5)].exact
     assert (zero == 0).all() and f"[0, {100 * wilson(0, 600)[1]:.1f}] %" in _quoted("parity_study")
+    assert lo < 50 < hi and f"the four scratchpad formats are 0 % exact and `plain` is at chance ({m:.1f} %)" in flat
 
 
 # ----------------------------------------------------------------------------------------------- abc study
@@ -221,7 +222,11 @@ def test_abc_study_tables():
     assert f"99 of 100 answers, 95 % interval [{lo:.3f}, {hi:.3f}]" in _flat(readme)
     assert f"(0.99 on 100 samples, 95 % interval [{lo:.3f}, {hi:.3f}], one seed)" in _quoted("abc_study")
     parity_abs = runs[(runs.task == "parity") & (runs.condition == "abs") & (runs.lr == 0.001)]
-    assert (parity_abs.test_exact_60 == 1).all() and f"[{wilson(300, 300)[0]:.3f}, 1]" in _flat(readme)
+    low = wilson(300, 300)[0]
+    assert (parity_abs.test_exact_60 == 1).all() and f"[{low:.3f}, 1]" in _flat(readme)
+    # all 300 right, yet the interval's lower end is below the 99 % goal: the wording says so, not "goal met"
+    assert low < 0.99 and f"the interval's lower end ({low:.3f}) lies just below it" in _flat(readme)
+    assert "(the ≥ 99 % goal met by the point estimate, the interval reaching just below it)" in _quoted("abc_study")
 
 
 def test_abc_paper_tables():
