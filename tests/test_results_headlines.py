@@ -273,6 +273,24 @@ def test_causal_demo_table():
         _flat(readme)
 
 
+def test_causal_demo_default_size():
+    """The demo at its default size (100 samples per set), from its committed rows: the same edit as at 200, its
+    held-out numbers, and what the other 100 held-out samples of the 200 score."""
+    large = json.loads((RESULTS / "causal_demo" / "summary.json").read_text())
+    small = json.loads((RESULTS / "causal_demo" / "default_size" / "summary.json").read_text())
+    assert json.loads((RESULTS / "causal_demo" / "default_size" / "run.json").read_text())["samples"] == 100
+    chosen = small["selected"]
+    assert chosen["method"] == large["selected"]["method"] == small["upper_bound"]["method"]
+    cost = small["baseline"]["id_exact"] - chosen["id_exact"]
+    other = 2 * large["selected"]["ood_exact"] - chosen["ood_exact"]
+    flat = _flat(_readme("causal_demo"))
+    assert (f"held-out exact {chosen['ood_exact']:.3f}, per-token {chosen['ood_partial']:.3f}, ID exact "
+            f"{chosen['id_exact']:.3f}, ID cost {cost:.0f} (its held-out set is the first 100 of the 200 samples "
+            f"above; the other 100 score {other:.2f})") in flat
+    assert (f"reaches held-out exact {chosen['ood_exact']:.3f}, per-token {chosen['ood_partial']:.3f} at no ID cost"
+            in _flat(_page("getting-started.md"))) and cost == 0
+
+
 def test_smollm2_selected_edit():
     summary = json.loads((RESULTS / "smollm2_cpu" / "summary.json").read_text())
     held, sel = summary["selected_held_out"], summary["selected"]

@@ -49,7 +49,7 @@ def _committed_rows() -> list[tuple[str, dict]]:
 
 def test_every_committed_row_resolves_to_its_key():
     rows = _committed_rows()
-    assert len(rows) >= 80 and len({w for w, _ in rows}) == 4
+    assert len(rows) >= 80 and len({w for w, _ in rows}) == 5
     assert {r["method"] for _, r in rows} >= {"reinforce", "atoms"}
     for where, row in rows:
         assert settings_key(E.point_of(row)) == row["key"], (where, row["key"])
