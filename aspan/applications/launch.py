@@ -164,6 +164,7 @@ class Array:
     args: tuple  # the task's other arguments (pickled into the run directory's .slurm folder)
     default_tasks: int  # the number of shards when neither the flags nor a previous launch give one
     finished: Callable[[int], set[int]] | None = None  # shards of n whose work is on disk; None: whose task returned
+    folder: str = STATE_DIR  # its submitit folder and launch state, in the run directory (a study: one per stage)
 
 
 def run_task(task: Callable[..., Any], shard: tuple[int, int], args: tuple, marker: str) -> Any:
@@ -181,13 +182,14 @@ class _Plan:
     tasks: int
     jobs: dict[int, str]  # shard -> Slurm job id of its latest task
     attempts: dict[int, int]  # shard -> tasks submitted for it by this launch
+    folder: str = STATE_DIR  # `Array.folder`
 
     @property
     def state_file(self) -> Path:
-        return self.out / STATE_DIR / "launch.json"
+        return self.out / self.folder / "launch.json"
 
     def marker(self, shard: int) -> Path:
-        return self.out / STATE_DIR / "finished" / f"shard-{shard}-of-{self.tasks}.json"
+        return self.out / self.folder / "finished" / f"shard-{shard}-of-{self.tasks}.json"
 
     def save(self) -> None:
         write_json(self.state_file, {"tasks": self.tasks, "jobs": {str(i): j for i, j in self.jobs.items()},
@@ -197,15 +199,16 @@ class _Plan:
 def _plan(array: Array, resources: SlurmResources) -> _Plan:
     """The array for `array.out`: a previous launch's (its task count and jobs), else a new one of
     `resources.array_tasks` shards (default `array.default_tasks`)."""
-    state_file = array.out / STATE_DIR / "launch.json"
+    state_file = array.out / array.folder / "launch.json"
     if state_file.exists():
         state = read_json(state_file, "launch state")
         try:
             # its jobs are adopted; the count of attempts starts again (a rerun gives each shard its retries anew)
-            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()}, {})
+            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()}, {},
+                         array.folder)
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ValueError(f"{state_file}: not a launch state; remove it to start the array afresh") from None
-    return _Plan(array.out, resources.array_tasks or array.default_tasks, {}, {})
+    return _Plan(array.out, resources.array_tasks or array.default_tasks, {}, {}, array.folder)
 
 
 def _incomplete(plan: _Plan, array: Array) -> list[int]:
@@ -218,7 +221,7 @@ def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResour
     """Submit one array of `shards` (one task each); record their job ids in the plan. Returns the ids."""
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=plan.out / STATE_DIR, max_num_timeout=0)
+    executor = submitit.SlurmExecutor(folder=plan.out / plan.folder, max_num_timeout=0)
     executor.update_parameters(**{**resources.executor_parameters(), "job_name": f"aspan-{array.name}"})
     n = len(shards)
     try:
@@ -226,7 +229,7 @@ def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResour
                                   [str(plan.marker(i)) for i in shards])
     except (submitit.core.utils.FailedJobError, OSError) as e:
         if not plan.jobs:  # nothing was ever submitted from this run directory: leave no submitit folder
-            shutil.rmtree(plan.out / STATE_DIR, ignore_errors=True)
+            shutil.rmtree(plan.out / plan.folder, ignore_errors=True)
         lines = [line for line in str(e).strip().splitlines() if line.strip()]
         why = lines[-1].removeprefix("sbatch: error: ") if lines else type(e).__name__
         raise ChildProcessError(f"sbatch failed: {why}") from None
@@ -240,7 +243,7 @@ def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResour
 def _failure(plan: _Plan, shard: int) -> str:
     """Where to read why shard `shard`'s last task ended: the last line of its error log, and the log's path."""
     job_id = plan.jobs[shard]
-    log = plan.out / STATE_DIR / f"{job_id}_0_log.err"
+    log = plan.out / plan.folder / f"{job_id}_0_log.err"
     lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
     return f"{lines[-1] if lines else 'no error output'} (log: {log})"
 
@@ -333,7 +336,7 @@ def merge_rows(out: Path, keys: list[str] | None = None) -> int:
     return len(ordered)
 
 
-def _finish(out: Path) -> None:
+def finish(out: Path) -> None:
     """The job scripts, pickled calls and logs of an array whose shards all finished."""
     shutil.rmtree(out / STATE_DIR, ignore_errors=True)
 
@@ -377,7 +380,7 @@ def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, 
         if not wait:
             return new
         merge_rows(out, [settings_key(p) for p in grid(config)])
-        _finish(out)
+        finish(out)
     return run_sweep_dir(config, out, replace(run, shard=None, limit=None, command=None))
 
 
@@ -421,9 +424,62 @@ def launch_app(name: str, cfg: Any, resources: SlurmResources, *, command: str, 
         if not wait:
             return new
         merge_rows(out)
-        _finish(out)
+        finish(out)
     return run(cfg, command=command, progress=progress)
 
 
-__all__ = ["Array", "SlurmResources", "app_task", "launch_app", "launch_sweep", "load_resources",
-           "merge_rows", "queued_jobs", "run_array", "sweep_task"]
+@dataclass(frozen=True)
+class StudyJob:
+    """What each array task of a study needs to run one unit as `aspan study ... --unit K` would."""
+
+    name: str  # the registered study (`aspan.applications.studies.REGISTRY`)
+    command: str  # its `aspan study` subcommand, under which the run directory's configuration is recorded
+    config: Any  # its settings (checked)
+    out: str  # the run directory
+    options: dict[str, Any]  # the command's options that change what it computes (`claim_study`)
+    config_file: str | None = None  # the `--config` TOML, whose content is part of the configuration
+    threads: int | None = None  # torch CPU threads of each task (None: torch's choice)
+
+
+def study_task(shard: tuple[int, int], job: StudyJob, indices: list[int]) -> int:
+    """One array task of a study: unit `indices[shard[0]]` of its units, alone, holding that unit's lock (its rows
+    only: the launcher's merge writes the tables, figures and report). Returns the unit's index."""
+    from .claims import claim_study
+    from .studies import study, use_threads
+
+    found = study(job.name)
+    units = found.units(job.config)
+    i = indices[shard[0]]
+    use_threads(job.threads)
+    with claim_study(job.out, job.command, job.options, job.config_file, shard=(i, len(units)),
+                     command=f"aspan study {job.command} --out {job.out} --unit {i}"):
+        found.run(job.config, job.out, progress=False, unit=units[i].key)
+    return i
+
+
+def launch_study(job: StudyJob, resources: SlurmResources, *, wait: bool = True,
+                 progress: bool = True) -> list[str] | None:
+    """Inside the caller's hold on `job.out` (`claim_study`): run the study's units as Slurm job arrays, one per
+    stage in order (`aspan.applications.studies.Unit`), one task per unit; each array is watched, its failed tasks
+    resubmitted, before the next stage's is submitted. A unit is finished when its task returned. Returns None once
+    every unit is finished (the caller then runs the study in its own process: it merges the units' rows, trains
+    nothing and writes every output, then calls `finish`); with `wait=False`, the job ids submitted for the first
+    stage not finished (a rerun adopts them and goes on to the next stage)."""
+    from .studies import study
+
+    if resources.array_tasks is not None:
+        raise UsageError("--array-tasks: a study's array has one task per unit of a stage (see --list-units)")
+    units = study(job.name).units(job.config)
+    out = Path(job.out)
+    for stage in sorted({u.stage for u in units}):
+        indices = [i for i, u in enumerate(units) if u.stage == stage]
+        array = Array(out, "study", study_task, (job, indices), len(indices), folder=f"{STATE_DIR}/stage-{stage}")
+        each = replace(resources, array_tasks=len(indices))
+        if not wait and _incomplete(_plan(array, each), array):
+            return run_array(array, each, wait=False)
+        run_array(array, each, wait, progress)
+    return None
+
+
+__all__ = ["Array", "SlurmResources", "StudyJob", "app_task", "finish", "launch_app", "launch_study", "launch_sweep",
+           "load_resources", "merge_rows", "queued_jobs", "run_array", "study_task", "sweep_task"]
