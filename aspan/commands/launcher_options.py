@@ -46,7 +46,7 @@ def add_launcher_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-wait", action="store_true",
                    help="submit, print the job ids and return (rerun without it to wait, resubmit and merge)")
     # --help shows each default as SlurmResources holds it (imported only then)
-    from_settings(p, "aspan.applications.launch:SlurmResources", only=RESOURCE_FLAGS)
+    from_settings(p, "aspan.applications.slurm:SlurmResources", only=RESOURCE_FLAGS)
 
 
 def resource_flags(args: argparse.Namespace) -> dict[str, Any]:

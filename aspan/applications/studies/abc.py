@@ -78,6 +78,12 @@ class AbcStudyConfig:
     device: str = "cpu"
 
     @classmethod
+    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
+        """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
+        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
+        return {k: v for k, v in raw.items() if k != "slurm"}
+
+    @classmethod
     def quick(cls, **kw: Any) -> "AbcStudyConfig":
         """A tiny run for tests (well under a minute): every task and condition, one seed, one learning rate."""
         base = dict(seeds=(0,), lrs=(3e-3,), steps=12, retrain_steps=6, batch_size=8, warmup=2, n_layers=1,

@@ -133,8 +133,8 @@ class ParityStudyConfig:
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The settings of a parsed config file (`aspan.config.load_config`'s hook): its `[parity]` table, or the
-        whole file."""
-        return raw.get("parity", raw)
+        whole file less a `[slurm]` table (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
+        return raw.get("parity", {k: v for k, v in raw.items() if k != "slurm"})
 
     @property
     def longest(self) -> int:
