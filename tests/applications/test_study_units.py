@@ -77,7 +77,7 @@ def test_list_units_prints_index_stage_and_key(tmp_path, capsys):
 def test_the_merge_appends_unit_rows_in_unit_order_once_per_key_and_waits_for_a_running_unit(tmp_path):
     units = study("parity").units(quick("parity"))
     lines = {None: [{"key": "a", "v": 0}], 3: [{"key": "b", "v": 3}, {"key": "a", "v": 9}, {"v": "log"}],
-             1: [{"key": "c", "v": 1}, {"key": "b", "v": 8}]}
+             1: [{"key": "c", "v": 1}, {"key": "c", "v": 2}, {"key": "b", "v": 8}]}  # one file may repeat a key
     for i, rs in lines.items():
         unit_file(tmp_path, "rows.jsonl", i).write_text("".join(json.dumps(r) + "\n" for r in rs))
     with claim_run(tmp_path, shard=(3, len(units)), command="aspan study parity --unit 3"):
@@ -85,7 +85,8 @@ def test_the_merge_appends_unit_rows_in_unit_order_once_per_key_and_waits_for_a_
             merge_units(tmp_path, units, ("rows.jsonl",))
     assert merge_units(tmp_path, units, ("rows.jsonl", "learning_curves.jsonl")) == 2
     merged = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
-    assert merged == [{"key": "a", "v": 0}, {"key": "c", "v": 1}, {"key": "b", "v": 8}, {"v": "log"}]
+    assert merged == [{"key": "a", "v": 0}, {"key": "c", "v": 1}, {"key": "c", "v": 2}, {"key": "b", "v": 8},
+                      {"v": "log"}]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl"]
 
 
