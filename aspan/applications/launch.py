@@ -1,5 +1,6 @@
 """`--launcher slurm`: a command's grid as a Slurm job array through submitit, one array task per shard of the grid
-(`aspan sweep`, `aspan demo`, `aspan pretrained`), then one merge that writes the run directory as a one-machine run.
+(`aspan sweep`, `aspan demo`, `aspan pretrained`), or a study's units as one job array per stage, one task per unit
+(`aspan study`, `launch_study`), then one merge that writes the run directory as a one-machine run.
 
 The run directory makes it safe. The launching command holds it (`aspan.io.claim_run`: a second launch is refused in
 one line); each task holds its own shard's lock and appends its rows (keyed, resumable) to its own shard file. The
