@@ -144,3 +144,17 @@ def test_no_wait_submits_the_first_unfinished_stage_and_prints_its_job_id(tmp_pa
     assert main(["study", "parity", "--quick", "--out", str(tmp_path / "p"), "--launcher", "slurm", "--no-wait",
                  "--quiet"]) == 0
     assert calls == [(".slurm/stage-1", False)] and capsys.readouterr().out.strip() == "41"
+
+
+def test_a_qk_study_with_a_base_trains_it_in_its_first_stage_and_its_other_units_wait_for_it(tmp_path):
+    from aspan.applications.studies.qk import QKStudyConfig
+
+    config = QKStudyConfig.quick(protocol="curves", seeds=(0, 1), replays=(0.0,), columns=(), pairs=(0,),
+                                 base={"n_layers": 1, "n_heads": 1, "d_model": 16, "length": [1, 4], "cap": 4,
+                                       "batch_size": 8, "curve_every": 2})
+    units = study("qk").units(config)
+    assert units[0].key == "base" and units[0].stage == 0 and {u.stage for u in units[1:]} == {1, 2}
+    assert "qk-pair:0/replay 0/seed 1" in [u.key for u in units if u.stage == 2]  # the base's own rotary pairs
+    with pytest.raises(ValueError, match="fine-tunes the base that unit 'base' trains: run it first"):
+        study("qk").run(config, tmp_path, progress=False, unit="qk/replay 0/select")
+    assert not (tmp_path / "base").exists()
