@@ -19,6 +19,7 @@ share.
 from __future__ import annotations
 
 import getpass
+import importlib
 import json
 import shutil
 import subprocess
@@ -34,7 +35,9 @@ from ..errors import UsageError
 from ..experiments.engine import ROW_FIELDS
 from ..experiments.sweep import SweepConfig, grid, run_sweep, shard_points
 from ..io import PathLike, claim_run, read_json, settings_key, union_rows, write_json, write_lines
+from .claims import claim_config, claim_study
 from .slurm import SlurmResources, load_resources
+from .studies import study, use_threads
 from .sweep import SweepRun, check_sweep, rows_file, run_sweep_dir, sweep_settings
 
 STATE_DIR = ".slurm"  # submitit's folder inside the run directory: job scripts, pickled calls, logs, launch.json
@@ -306,8 +309,6 @@ APP_TASKS = 4  # the default number of shards of `aspan demo` and `aspan pretrai
 
 def _app(name: str) -> tuple[Any, Callable[..., dict]]:
     """(module, run function) of application `name`."""
-    import importlib
-
     module, _, function = APPS[name].partition(":")
     mod = importlib.import_module(module)
     return mod, getattr(mod, function)
@@ -327,8 +328,6 @@ def launch_app(name: str, cfg: Any, resources: SlurmResources, *, command: str, 
     then run it without a shard in this process (it computes no row again) to write the run directory as a
     one-machine run. A shard is finished when its task returned. Returns the run's summary, or with `wait=False`
     the job ids just submitted."""
-    from .claims import claim_config
-
     module, run = _app(name)
     if cfg.shard is not None:
         raise UsageError("--shard and --launcher slurm: the launcher submits every shard (see --array-tasks)")
@@ -360,9 +359,6 @@ class StudyJob:
 def study_task(shard: tuple[int, int], job: StudyJob, indices: list[int]) -> int:
     """One array task of a study: unit `indices[shard[0]]` of its units, alone, holding that unit's lock (its rows
     only: the launcher's merge writes the tables, figures and report). Returns the unit's index."""
-    from .claims import claim_study
-    from .studies import study, use_threads
-
     found = study(job.name)
     units = found.units(job.config)
     i = indices[shard[0]]
@@ -381,8 +377,6 @@ def launch_study(job: StudyJob, resources: SlurmResources, *, wait: bool = True,
     every unit is finished (the caller then runs the study in its own process: it merges the units' rows, trains
     nothing and writes every output, then calls `finish`); with `wait=False`, the job ids submitted for the first
     stage not finished (a rerun adopts them and goes on to the next stage)."""
-    from .studies import study
-
     if resources.array_tasks is not None:
         raise UsageError("--array-tasks: a study's array has one task per unit of a stage (see --list-units)")
     units = study(job.name).units(job.config)
