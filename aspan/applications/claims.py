@@ -23,18 +23,20 @@ def claim_config(out: PathLike, name: str, config: Any, runtime: tuple[str, ...]
     return claim_run(out, settings, shard=shard, command=command)
 
 
-def claim_study(out: PathLike, study: str, options: dict[str, Any],
-                config_file: PathLike | None = None) -> contextlib.AbstractContextManager[RunDir]:
+def claim_study(out: PathLike, study: str, options: dict[str, Any], config_file: PathLike | None = None, *,
+                shard: tuple[int, int] | None = None,
+                command: str | None = None) -> contextlib.AbstractContextManager[RunDir]:
     """Hold a study's run directory for this job and its configuration: the study, the backend, its `options` (those
     that change what it computes) and the content of its TOML `config_file` (the file's content defines the run,
-    not its name)."""
+    not its name). `shard`: (I, N) holds the lock of unit I of N instead (units run in parallel, each writing its
+    own files); `command`: the command line a second job's refusal names (default: this process's)."""
     settings = {"study": study, "backend": default_backend(), **options}
     if config_file and Path(config_file).is_file():
         settings["config"] = Path(config_file).read_bytes().decode("utf-8", "replace")  # not UTF-8: read_toml said so
     recorded = recorded_settings(out) if Path(out).is_dir() else None
     if isinstance(recorded, dict):  # what earlier versions recorded though it changes nothing: taken as it is there
         settings |= {k: recorded[k] for k in FORMERLY_RECORDED if k in recorded}
-    return claim_run(out, settings)
+    return claim_run(out, settings, shard=shard, command=command)
 
 
 # Options a study's run directory recorded before they were known to change nothing computed (`-v`, a logging flag):

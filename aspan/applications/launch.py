@@ -1,5 +1,6 @@
 """`--launcher slurm`: a command's grid as a Slurm job array through submitit, one array task per shard of the grid
-(`aspan sweep`, `aspan demo`, `aspan pretrained`), then one merge that writes the run directory as a one-machine run.
+(`aspan sweep`, `aspan demo`, `aspan pretrained`), or a study's units as one job array per stage, one task per unit
+(`aspan study`, `launch_study`), then one merge that writes the run directory as a one-machine run.
 
 The run directory makes it safe. The launching command holds it (`aspan.io.claim_run`: a second launch is refused in
 one line); each task holds its own shard's lock and appends its rows (keyed, resumable) to its own shard file. The
@@ -18,12 +19,13 @@ share.
 from __future__ import annotations
 
 import getpass
+import importlib
 import json
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,97 +35,14 @@ from ..errors import UsageError
 from ..experiments.engine import ROW_FIELDS
 from ..experiments.sweep import SweepConfig, grid, run_sweep, shard_points
 from ..io import PathLike, claim_run, read_json, settings_key, union_rows, write_json, write_lines
+from .claims import claim_config, claim_study
+from .slurm import SlurmResources, load_resources
+from .studies import study, use_threads
 from .sweep import SweepRun, check_sweep, rows_file, run_sweep_dir, sweep_settings
 
 STATE_DIR = ".slurm"  # submitit's folder inside the run directory: job scripts, pickled calls, logs, launch.json
 # (removed once every shard is merged; a failed launch leaves it for its logs and for the next launch)
 MAX_TASKS = 64  # the default number of array tasks is one per grid point, at most this many
-
-
-@dataclass
-class SlurmResources:
-    """What each array task asks Slurm for, and how the launcher drives the array (flags, or a `[slurm]` table in the
-    `--config` TOML)."""
-
-    partition: str | None = None  # --partition; None: the cluster's default partition
-    time: int = 60  # minutes per task (--time); a task out of time is resubmitted and resumes from its rows
-    cpus: int = 1  # CPUs per task (--cpus-per-task)
-    gpus: int = 0  # GPUs per task (--gpus-per-node; each task is one process on one node)
-    mem: str | None = None  # memory per task, e.g. "16G" (--mem); None: the partition's default
-    array_parallelism: int = 256  # array tasks running at once (the array's %N)
-    array_tasks: int | None = None  # array tasks, one grid shard each; None: the command's default (sweep: one per
-    # grid point, at most 64; demo and pretrained: 4); a resumed launch keeps its first count
-    max_retries: int = 2  # times one failed, cancelled or pre-empted task is resubmitted alone
-    sbatch: dict[str, str] = field(default_factory=dict)  # extra sbatch options, e.g. {account = "lab", qos = "low"}
-    poll: float = 10.0  # seconds between two looks at the queue while waiting
-
-    def check(self) -> None:
-        """ValueError naming the first setting out of range."""
-        for name in ("time", "cpus", "array_parallelism"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("gpus", "max_retries"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be at least 0, got {getattr(self, name)}")
-        if self.array_tasks is not None and self.array_tasks < 1:
-            raise ValueError(f"array_tasks must be at least 1, got {self.array_tasks}")
-        if self.poll <= 0:
-            raise ValueError(f"poll must be positive, got {self.poll}")
-        for key, value in self.sbatch.items():
-            if not isinstance(value, str) or not key.replace("-", "").replace("_", "").isalnum():
-                raise ValueError(f"sbatch: option {key!r} must be a word with a string value")
-
-    def executor_parameters(self) -> dict[str, Any]:
-        """submitit's `SlurmExecutor.update_parameters` arguments."""
-        params: dict[str, Any] = {"time": self.time, "cpus_per_task": self.cpus, "ntasks_per_node": 1, "nodes": 1,
-                                  "array_parallelism": self.array_parallelism, "job_name": "aspan-sweep",
-                                  "additional_parameters": dict(self.sbatch)}
-        if self.partition:
-            params["partition"] = self.partition
-        if self.gpus:
-            params["gpus_per_node"] = self.gpus
-        if self.mem:
-            params["mem"] = self.mem
-        return params
-
-
-def load_resources(toml_path: PathLike | None, flags: dict[str, Any]) -> SlurmResources:
-    """The defaults, then the `[slurm]` table of `toml_path` (when it has one), then the given `flags` (None: not
-    given); UsageError in one line naming the file and key, or the flag."""
-    from ..config import check_type, field_defaults
-    from ..io import read_toml
-
-    values: dict[str, Any] = {}
-    where = "slurm resources"
-    if toml_path is not None:
-        table = read_toml(toml_path, "config").get("slurm", {})
-        where = f"{toml_path}: [slurm]"
-        if not isinstance(table, dict):
-            raise UsageError(f"{toml_path}: slurm must be a table ([slurm])")
-        known = {f.name for f in fields(SlurmResources)}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise UsageError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-        values = dict(table)
-    hints = _hints()
-    for key, value in values.items():
-        check_type(value, hints[key], f"{where} {key}")
-    for key, value in flags.items():
-        if value is not None:
-            values[key] = {**values.get("sbatch", {}), **value} if key == "sbatch" else value
-            where = f"--{key.replace('_', '-')}" if key != "sbatch" else where
-    resources = SlurmResources(**{**field_defaults(SlurmResources), **values})
-    try:
-        resources.check()
-    except ValueError as e:
-        raise UsageError(f"{where}: {e}") from None
-    return resources
-
-
-def _hints() -> dict[str, Any]:
-    import typing
-
-    return typing.get_type_hints(SlurmResources)
 
 
 # ----------------------------------------------------------------------------------------------- the queue
@@ -164,6 +83,7 @@ class Array:
     args: tuple  # the task's other arguments (pickled into the run directory's .slurm folder)
     default_tasks: int  # the number of shards when neither the flags nor a previous launch give one
     finished: Callable[[int], set[int]] | None = None  # shards of n whose work is on disk; None: whose task returned
+    folder: str = STATE_DIR  # its submitit folder and launch state, in the run directory (a study: one per stage)
 
 
 def run_task(task: Callable[..., Any], shard: tuple[int, int], args: tuple, marker: str) -> Any:
@@ -181,13 +101,14 @@ class _Plan:
     tasks: int
     jobs: dict[int, str]  # shard -> Slurm job id of its latest task
     attempts: dict[int, int]  # shard -> tasks submitted for it by this launch
+    folder: str = STATE_DIR  # `Array.folder`
 
     @property
     def state_file(self) -> Path:
-        return self.out / STATE_DIR / "launch.json"
+        return self.out / self.folder / "launch.json"
 
     def marker(self, shard: int) -> Path:
-        return self.out / STATE_DIR / "finished" / f"shard-{shard}-of-{self.tasks}.json"
+        return self.out / self.folder / "finished" / f"shard-{shard}-of-{self.tasks}.json"
 
     def save(self) -> None:
         write_json(self.state_file, {"tasks": self.tasks, "jobs": {str(i): j for i, j in self.jobs.items()},
@@ -197,15 +118,16 @@ class _Plan:
 def _plan(array: Array, resources: SlurmResources) -> _Plan:
     """The array for `array.out`: a previous launch's (its task count and jobs), else a new one of
     `resources.array_tasks` shards (default `array.default_tasks`)."""
-    state_file = array.out / STATE_DIR / "launch.json"
+    state_file = array.out / array.folder / "launch.json"
     if state_file.exists():
         state = read_json(state_file, "launch state")
         try:
             # its jobs are adopted; the count of attempts starts again (a rerun gives each shard its retries anew)
-            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()}, {})
+            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()}, {},
+                         array.folder)
         except (KeyError, TypeError, ValueError, AttributeError):
             raise ValueError(f"{state_file}: not a launch state; remove it to start the array afresh") from None
-    return _Plan(array.out, resources.array_tasks or array.default_tasks, {}, {})
+    return _Plan(array.out, resources.array_tasks or array.default_tasks, {}, {}, array.folder)
 
 
 def _incomplete(plan: _Plan, array: Array) -> list[int]:
@@ -218,7 +140,7 @@ def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResour
     """Submit one array of `shards` (one task each); record their job ids in the plan. Returns the ids."""
     import submitit
 
-    executor = submitit.SlurmExecutor(folder=plan.out / STATE_DIR, max_num_timeout=0)
+    executor = submitit.SlurmExecutor(folder=plan.out / plan.folder, max_num_timeout=0)
     executor.update_parameters(**{**resources.executor_parameters(), "job_name": f"aspan-{array.name}"})
     n = len(shards)
     try:
@@ -226,7 +148,7 @@ def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResour
                                   [str(plan.marker(i)) for i in shards])
     except (submitit.core.utils.FailedJobError, OSError) as e:
         if not plan.jobs:  # nothing was ever submitted from this run directory: leave no submitit folder
-            shutil.rmtree(plan.out / STATE_DIR, ignore_errors=True)
+            shutil.rmtree(plan.out / plan.folder, ignore_errors=True)
         lines = [line for line in str(e).strip().splitlines() if line.strip()]
         why = lines[-1].removeprefix("sbatch: error: ") if lines else type(e).__name__
         raise ChildProcessError(f"sbatch failed: {why}") from None
@@ -240,7 +162,7 @@ def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResour
 def _failure(plan: _Plan, shard: int) -> str:
     """Where to read why shard `shard`'s last task ended: the last line of its error log, and the log's path."""
     job_id = plan.jobs[shard]
-    log = plan.out / STATE_DIR / f"{job_id}_0_log.err"
+    log = plan.out / plan.folder / f"{job_id}_0_log.err"
     lines = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
     return f"{lines[-1] if lines else 'no error output'} (log: {log})"
 
@@ -333,7 +255,7 @@ def merge_rows(out: Path, keys: list[str] | None = None) -> int:
     return len(ordered)
 
 
-def _finish(out: Path) -> None:
+def finish(out: Path) -> None:
     """The job scripts, pickled calls and logs of an array whose shards all finished."""
     shutil.rmtree(out / STATE_DIR, ignore_errors=True)
 
@@ -377,7 +299,7 @@ def launch_sweep(config: SweepConfig, out: PathLike, resources: SlurmResources, 
         if not wait:
             return new
         merge_rows(out, [settings_key(p) for p in grid(config)])
-        _finish(out)
+        finish(out)
     return run_sweep_dir(config, out, replace(run, shard=None, limit=None, command=None))
 
 
@@ -387,8 +309,6 @@ APP_TASKS = 4  # the default number of shards of `aspan demo` and `aspan pretrai
 
 def _app(name: str) -> tuple[Any, Callable[..., dict]]:
     """(module, run function) of application `name`."""
-    import importlib
-
     module, _, function = APPS[name].partition(":")
     mod = importlib.import_module(module)
     return mod, getattr(mod, function)
@@ -408,8 +328,6 @@ def launch_app(name: str, cfg: Any, resources: SlurmResources, *, command: str, 
     then run it without a shard in this process (it computes no row again) to write the run directory as a
     one-machine run. A shard is finished when its task returned. Returns the run's summary, or with `wait=False`
     the job ids just submitted."""
-    from .claims import claim_config
-
     module, run = _app(name)
     if cfg.shard is not None:
         raise UsageError("--shard and --launcher slurm: the launcher submits every shard (see --array-tasks)")
@@ -421,9 +339,57 @@ def launch_app(name: str, cfg: Any, resources: SlurmResources, *, command: str, 
         if not wait:
             return new
         merge_rows(out)
-        _finish(out)
+        finish(out)
     return run(cfg, command=command, progress=progress)
 
 
-__all__ = ["Array", "SlurmResources", "app_task", "launch_app", "launch_sweep", "load_resources",
-           "merge_rows", "queued_jobs", "run_array", "sweep_task"]
+@dataclass(frozen=True)
+class StudyJob:
+    """What each array task of a study needs to run one unit as `aspan study ... --unit K` would."""
+
+    name: str  # the registered study (`aspan.applications.studies.REGISTRY`)
+    command: str  # its `aspan study` subcommand, under which the run directory's configuration is recorded
+    config: Any  # its settings (checked)
+    out: str  # the run directory
+    options: dict[str, Any]  # the command's options that change what it computes (`claim_study`)
+    config_file: str | None = None  # the `--config` TOML, whose content is part of the configuration
+    threads: int | None = None  # torch CPU threads of each task (None: torch's choice)
+
+
+def study_task(shard: tuple[int, int], job: StudyJob, indices: list[int]) -> int:
+    """One array task of a study: unit `indices[shard[0]]` of its units, alone, holding that unit's lock (its rows
+    only: the launcher's merge writes the tables, figures and report). Returns the unit's index."""
+    found = study(job.name)
+    units = found.units(job.config)
+    i = indices[shard[0]]
+    use_threads(job.threads)
+    with claim_study(job.out, job.command, job.options, job.config_file, shard=(i, len(units)),
+                     command=f"aspan study {job.command} --out {job.out} --unit {i}"):
+        found.run(job.config, job.out, progress=False, unit=units[i].key)
+    return i
+
+
+def launch_study(job: StudyJob, resources: SlurmResources, *, wait: bool = True,
+                 progress: bool = True) -> list[str] | None:
+    """Inside the caller's hold on `job.out` (`claim_study`): run the study's units as Slurm job arrays, one per
+    stage in order (`aspan.applications.studies.Unit`), one task per unit; each array is watched, its failed tasks
+    resubmitted, before the next stage's is submitted. A unit is finished when its task returned. Returns None once
+    every unit is finished (the caller then runs the study in its own process: it merges the units' rows, trains
+    nothing and writes every output, then calls `finish`); with `wait=False`, the job ids submitted for the first
+    stage not finished (a rerun adopts them and goes on to the next stage)."""
+    if resources.array_tasks is not None:
+        raise UsageError("--array-tasks: a study's array has one task per unit of a stage (see --list-units)")
+    units = study(job.name).units(job.config)
+    out = Path(job.out)
+    for stage in sorted({u.stage for u in units}):
+        indices = [i for i, u in enumerate(units) if u.stage == stage]
+        array = Array(out, "study", study_task, (job, indices), len(indices), folder=f"{STATE_DIR}/stage-{stage}")
+        each = replace(resources, array_tasks=len(indices))
+        if not wait and _incomplete(_plan(array, each), array):
+            return run_array(array, each, wait=False)
+        run_array(array, each, wait, progress)
+    return None
+
+
+__all__ = ["Array", "SlurmResources", "StudyJob", "app_task", "finish", "launch_app", "launch_study", "launch_sweep",
+           "load_resources", "merge_rows", "queued_jobs", "run_array", "study_task", "sweep_task"]

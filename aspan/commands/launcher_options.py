@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..errors import UsageError
 from ..options import LAUNCHERS
 from .argtypes import nonneg_int, positive_float, positive_int
 from .grammar import from_settings
@@ -22,7 +23,8 @@ def _sbatch_option(text: str) -> tuple[str, str]:
 def add_launcher_options(p: argparse.ArgumentParser) -> None:
     """The launcher, the resources of each Slurm task (each default: the `--config` TOML's `[slurm]` table, else the
     built-in one) and how the launcher waits."""
-    g = p.add_argument_group("launcher", "where the work runs; with slurm, one Slurm array task per shard (submitit)")
+    g = p.add_argument_group("launcher", "where the work runs; with slurm, one Slurm array task per shard (a study: "
+                                         "per unit, one array per stage) through submitit")
     g.add_argument("--launcher", choices=LAUNCHERS, default="local",
                    help="local: this process (default); slurm: a job array, watched, failed tasks resubmitted, "
                         "then merged into the run directory")
@@ -36,7 +38,8 @@ def add_launcher_options(p: argparse.ArgumentParser) -> None:
                    help="array tasks running at once")
     g.add_argument("--array-tasks", type=positive_int, default=None, metavar="N",
                    help="array tasks, one shard of the grid each (when not given: sweep one per grid point, at most "
-                        "64; demo and pretrained 4; a resumed launch keeps its first count)")
+                        "64; demo and pretrained 4; a resumed launch keeps its first count; a study has one per "
+                        "unit)")
     g.add_argument("--max-retries", type=nonneg_int, default=None, metavar="N",
                    help="times a failed, cancelled or pre-empted task is resubmitted alone")
     g.add_argument("--sbatch", type=_sbatch_option, action="append", default=None, metavar="KEY=VALUE",
@@ -46,7 +49,7 @@ def add_launcher_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-wait", action="store_true",
                    help="submit, print the job ids and return (rerun without it to wait, resubmit and merge)")
     # --help shows each default as SlurmResources holds it (imported only then)
-    from_settings(p, "aspan.applications.launch:SlurmResources", only=RESOURCE_FLAGS)
+    from_settings(p, "aspan.applications.slurm:SlurmResources", only=RESOURCE_FLAGS)
 
 
 def resource_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -58,8 +61,6 @@ def resource_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def check_launcher(args: argparse.Namespace) -> None:
     """Slurm-only flags without `--launcher slurm`, or `--shard` with it: a one-line usage error."""
-    from aspan.errors import UsageError
-
     if args.launcher == "slurm":
         if getattr(args, "shard", None) is not None:
             raise UsageError("--shard and --launcher slurm: the launcher submits every shard (see --array-tasks)")

@@ -161,9 +161,10 @@ def test_the_slurm_how_to_parses(tmp_path):
     lines = [line.strip() for block in re.findall(r"```shell\n(.*?)```", page, re.S)
              for line in re.sub(r"\\\n\s*", " ", block).splitlines()]
     commands = [shlex.split(line)[1:] for line in lines if line.startswith("aspan ")]
-    assert {argv[0] for argv in commands} == {"sweep", "demo", "pretrained"}
+    assert {argv[0] for argv in commands} == {"sweep", "demo", "pretrained", "study"}
     for argv in commands:
-        assert build_parser(argv).parse_args(argv).launcher == "slurm", argv
+        args = build_parser(argv).parse_args(argv)
+        assert args.launcher == "slurm" or args.list_units or args.unit is not None, argv
     table = re.search(r"```toml\n(.*?)```", page, re.S)[1]
     tmp = tmp_path / "slurm.toml"
     tmp.write_text(table, encoding="utf-8")

@@ -36,12 +36,14 @@ def test_every_study_keeps_the_contract(name):
     assert isinstance(s, Study) and s.name == name
     assert dataclasses.is_dataclass(s.config) and callable(s.config.quick) and callable(s.config.check)
     s.config.quick().check()
-    params = list(inspect.signature(s.run).parameters.values())
+    params = list(inspect.signature(s.runner).parameters.values())
     assert [p.name for p in params[:2]] == ["config", "out"]
     assert all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params[:2])
-    progress = inspect.signature(s.run).parameters["progress"]
-    assert progress.kind is progress.KEYWORD_ONLY and progress.default is True
+    for name, default in (("progress", True), ("unit", None)):
+        p = inspect.signature(s.runner).parameters[name]
+        assert p.kind is p.KEYWORD_ONLY and p.default is default
     assert all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty for p in params[2:])  # the rest are optional
+    assert s.rows and all(name.endswith(".jsonl") for name in s.rows)
 
 
 def test_a_wrong_object_in_the_registry_is_refused(monkeypatch):

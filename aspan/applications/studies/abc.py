@@ -28,16 +28,20 @@ import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Sequence, get_args
+from typing import TYPE_CHECKING, Any, Literal, Sequence, get_args
 
 from ... import tasks
 from ...findings.tables import ABC_TABLE
 from ...intervals import seed_interval
-from ...io import RowWriter, read_rows, settings_key
+from ...io import RowWriter, settings_key
 from ...tasks.base import Sample, Task
 from ...tasks.draws import LengthMix
 from ...tokenization import CharTokenizer
+from . import Study, Unit, study_rows, unit_file, unit_index
 from .abc_outputs import AbcOutputs, write_abc_outputs
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Condition = Literal["rotary", "learned", "alibi", "none", "abs", "abc"]
 CONDITIONS: tuple[Condition, ...] = get_args(Condition)
@@ -74,6 +78,12 @@ class AbcStudyConfig:
     lam: float = 0.87  # ABC threshold: keep lines with sum >= mean + lam * std (the paper's self-attention value)
     abc_correct_only: bool = True  # ABC averages over correctly solved samples only (False: all, for --quick)
     device: str = "cpu"
+
+    @classmethod
+    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
+        """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
+        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
+        return {k: v for k, v in raw.items() if k != "slurm"}
 
     @classmethod
     def quick(cls, **kw: Any) -> "AbcStudyConfig":
@@ -201,8 +211,9 @@ def _bias_for(condition: str, name: str, sets: _TaskSets, cfg: AbcStudyConfig, c
     return model, abc_bias(lines, model), {"lines": kept, "base_lr": lr_base}
 
 
-def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) -> dict[str, Any]:
-    """Train (and for abs/abc bias) one model; its row: settings, key, selection and test accuracy per bucket."""
+def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) -> dict[str, Any] | None:
+    """Train (and for abs/abc bias) one model; its row: settings, key, selection and test accuracy per bucket. None
+    when the row is not on disk and belongs to another unit than the one running (`ctx.unit`)."""
     from ... import models
 
     cfg, sets = ctx.cfg, ctx.sets[name]
@@ -212,6 +223,8 @@ def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) 
         if ctx.bar is not None:
             ctx.bar.update(1)
         return ctx.rows[key]
+    if ctx.unit is not None and ctx.unit != unit_key(cfg, name, condition, seed, lr):
+        return None
     t0 = time.perf_counter()
     notes: dict[str, Any] = {}
     steps = cfg.steps
@@ -221,6 +234,8 @@ def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) 
         if condition == "rotary":
             models.save(model, _base_dir(ctx.out, name, seed, lr), sets.tokenizer, task=name, seed=seed, lr=lr)
     else:
+        if condition == "abc":
+            _check_base(ctx, name, seed)
         try:
             model, bias, notes = _bias_for(condition, name, sets, cfg, ctx, seed)
         except ValueError as e:  # ABC on a model that solves no calibration sample
@@ -231,6 +246,19 @@ def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) 
     row = {**settings, "key": key, "status": "ok", "steps": steps, "positional": models.positional_of(model),
            **notes, **_measure(model, sets, bias), "wall_s": time.perf_counter() - t0}
     return ctx.write(row)
+
+
+def _check_base(ctx: "_Ctx", name: str, seed: int) -> None:
+    """ValueError naming the unit to run first when the rotary model ABC calibrates on (its chosen rate, this seed)
+    is not trained yet (a unit running alone)."""
+    cfg = ctx.cfg
+    lr = ctx.chosen.get((name, "rotary"))
+    if lr is None:
+        raise ValueError(f"ABC calibrates on the rotary model of the rate its grid chooses: run unit "
+                         f"{unit_key(cfg, name, 'rotary', cfg.seeds[0], cfg.lrs[0])!r} and the rest of that grid first")
+    if settings_key({"task": name, "condition": "rotary", "seed": seed, "lr": lr, **ctx.shared}) not in ctx.rows:
+        raise ValueError(f"ABC at seed {seed} calibrates on that seed's rotary model: run unit "
+                         f"{unit_key(cfg, name, 'rotary', seed, lr)!r} first")
 
 
 def unavailable(cfg: AbcStudyConfig) -> dict[str, str]:
@@ -269,6 +297,7 @@ class _Ctx:
     chosen: dict[tuple[str, str], float]
     bar: Any = None
     missing: dict[str, str] = field(default_factory=dict)  # conditions this environment cannot build, and why
+    unit: str | None = None  # the unit running alone (its runs only), or None: every run
 
     def write(self, row: dict) -> dict:
         self.writer.write(row)
@@ -284,32 +313,74 @@ def select_score(row: dict, buckets: Sequence[int]) -> float:
     return -1.0 if any(v is None or math.isnan(v) for v in vals) else sum(vals) / len(vals)
 
 
-def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True) -> "pd.DataFrame":
-    """Run (or resume) every task x condition x seed; choose learning rates on seed 0; write every output."""
+def unit_key(cfg: AbcStudyConfig, name: str, condition: str, seed: int, lr: float) -> str:
+    """The unit of a run: "TASK/CONDITION/lr LR" (a rate of the grid, on the first seed) or "TASK/CONDITION/seed S"
+    (at the chosen rate)."""
+    return f"{name}/{condition}/" + (f"lr {lr:g}" if seed == cfg.seeds[0] else f"seed {seed}")
+
+
+def units(cfg: AbcStudyConfig) -> list[Unit]:
+    """One unit per run. Stage 1: each rate of each condition's grid on the first seed; stage 2: the other seeds at
+    the chosen rates, and ABC's grid (it calibrates on the rotary model of the rate rotary chose); stage 3: ABC's
+    other seeds (on the rotary models of those seeds). The conditions this environment cannot build have none."""
+    found = []
+    for name in cfg.tasks:
+        for condition in _order(cfg, unavailable(cfg)):
+            stage = 2 if condition == "abc" else 1
+            found += [Unit(unit_key(cfg, name, condition, cfg.seeds[0], lr), stage) for lr in cfg.lrs]
+            found += [Unit(unit_key(cfg, name, condition, seed, 0.0), stage + 1) for seed in cfg.seeds[1:]]
+    return found
+
+
+def _order(cfg: AbcStudyConfig, missing: dict[str, str]) -> list[str]:
+    return [c for c in CONDITIONS if c in cfg.conditions and c not in missing]  # rotary before abc
+
+
+def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True,
+              unit: str | None = None) -> "pd.DataFrame | None":
+    """Run (or resume) every task x condition x seed; choose learning rates on seed 0; write every output. With
+    `unit` (a key of `units`): only that unit's run, its row into its unit file; returns None."""
     from tqdm.auto import tqdm
 
     cfg.check()
     out = Path(out)
     sets = {name: _task_sets(name, cfg) for name in cfg.tasks}  # context checked up front, before any training
     shared = {k: v for k, v in asdict(cfg).items() if k not in ("tasks", "conditions", "seeds", "lrs", "device")}
-    writer = RowWriter(out / "runs.jsonl", ("key",), "abc study")
-    rows = {r["key"]: r for r in read_rows(out / "runs.jsonl", ("key",), "abc study")}
-    ctx = _Ctx(cfg, out, sets, writer, rows, shared, {}, missing=unavailable(cfg))
-    for condition, why in ctx.missing.items():
+    index = unit_index(units(cfg), unit)
+    writer = RowWriter(unit_file(out, "runs.jsonl", index), ("key",), "abc study")
+    rows = {r["key"]: r for r in study_rows(out, "runs.jsonl", ("key",), "abc study")}
+    ctx = _Ctx(cfg, out, sets, writer, rows, shared, {}, missing=unavailable(cfg), unit=unit)
+    for condition, why in ctx.missing.items() if unit is None else ():
         logger.warning("abc study: condition %s not run: %s", condition, why)
-    order = [c for c in CONDITIONS if c in cfg.conditions and c not in ctx.missing]  # rotary before abc
+    order = _order(cfg, ctx.missing)
     total = len(cfg.tasks) * len(order) * (len(cfg.lrs) + len(cfg.seeds) - 1)
     t0 = time.perf_counter()
-    with tqdm(total=total, desc="abc study", disable=not progress, dynamic_ncols=True) as ctx.bar:
+    table = None
+    with tqdm(total=total, desc="abc study", disable=not progress or unit is not None, dynamic_ncols=True) as ctx.bar:
         for name in cfg.tasks:
             for condition in order:
-                first = [run_condition(ctx, name, condition, cfg.seeds[0], lr) for lr in cfg.lrs]
-                best = max(range(len(first)), key=lambda i: (select_score(first[i], cfg.select_buckets), -i))
-                ctx.chosen[(name, condition)] = cfg.lrs[best]
-                for seed in cfg.seeds[1:]:
-                    run_condition(ctx, name, condition, seed, cfg.lrs[best])
-            table = write_outputs(ctx, time.perf_counter() - t0)  # after every task: a cut run still reports
+                _run_condition_seeds(ctx, name, condition)
+            if unit is None:
+                table = write_outputs(ctx, time.perf_counter() - t0)  # after every task: a cut run still reports
     return table
+
+
+def _run_condition_seeds(ctx: _Ctx, name: str, condition: str) -> None:
+    """The grid of one task and condition on the first seed, then its other seeds at the chosen rate (of the unit
+    running alone, only its run; the rate is chosen once its grid is on disk)."""
+    cfg = ctx.cfg
+    first = [run_condition(ctx, name, condition, cfg.seeds[0], lr) for lr in cfg.lrs]
+    mine = ctx.unit in (unit_key(cfg, name, condition, seed, 0.0) for seed in cfg.seeds[1:])
+    if any(row is None for row in first):
+        if mine:
+            lr = cfg.lrs[first.index(None)]
+            raise ValueError(f"unit {ctx.unit!r} needs the learning rate its grid chooses: run unit "
+                             f"{unit_key(cfg, name, condition, cfg.seeds[0], lr)!r} first")
+        return
+    best = max(range(len(first)), key=lambda i: (select_score(first[i], cfg.select_buckets), -i))
+    ctx.chosen[(name, condition)] = cfg.lrs[best]
+    for seed in cfg.seeds[1:]:
+        run_condition(ctx, name, condition, seed, cfg.lrs[best])
 
 
 # ----------------------------------------------------------------------------------------------- outputs
@@ -357,15 +428,9 @@ def write_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         ctx.rows.values(), wall_s)
 
 
-class AbcStudy:
-    """The aligned abc study as a `Study` (`aspan.applications.studies`): `run_study`."""
-
-    name = "abc"
-    config = AbcStudyConfig
-
-    def run(self, config: AbcStudyConfig, out: str | Path, *, progress: bool = True) -> "pd.DataFrame":
-        """Run or resume the study in `out`; returns table.csv's table."""
-        return run_study(config, out, progress=progress)
+def run(config: AbcStudyConfig, out: Path, *, progress: bool = True, unit: str | None = None) -> "pd.DataFrame | None":
+    """The aligned abc study's runner (`Study`): `run_study`; returns table.csv's table."""
+    return run_study(config, out, progress=progress, unit=unit)
 
 
-STUDY = AbcStudy()
+STUDY = Study("abc", AbcStudyConfig, run, units, ("runs.jsonl",))

@@ -36,12 +36,13 @@ import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ...findings.tables import ABC_PAPER_TABLE
 from ...intervals import wilson  # noqa: F401 (re-exported: part of this module's public names)
-from ...io import RowWriter, RunDir, append_line, read_rows, settings_key
+from ...io import RowWriter, RunDir, append_line, settings_key
 from ...tasks.base import Sample
+from . import Study, Unit, study_rows, unit_file, unit_index
 from .abc_outputs import AbcOutputs, write_abc_outputs
 from .abc_paper_bias import (  # noqa: F401 (re-exported: the biases were defined here)
     Calibration,
@@ -70,6 +71,9 @@ from .abc_paper_data import (  # noqa: F401 (re-exported: the data were defined 
     paper_data,
     task_width,
 )
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FRESH_INIT = 1000  # the ABC model's initialisation seed is the base's + this: a fresh model, not the base's twin
 # Duan & Shi 2023, exact accuracy % at 6 / 10 / 20 / 60 digits: Table 1 (ABC, vanilla with sinusoidal positions) and
@@ -167,6 +171,11 @@ class _Ctx:
     rows: dict[str, dict]
     shared: dict[str, Any]
     skipped: list[str] = field(default_factory=list)
+    index: int | None = None  # the index of the unit running alone (`unit_file`), or None: every run
+
+    def file(self, name: str) -> Path:
+        """Where this run appends the rows of row file `name`: the study's own, or its unit's (`unit_file`)."""
+        return unit_file(self.out, name, self.index)
 
     def key(self, name: str, condition: str, seed: int) -> tuple[dict, str]:
         settings = {"protocol": "paper", "task": name, "condition": condition, "seed": seed, **self.shared}
@@ -220,7 +229,7 @@ def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
                                                            model)
     fit = train_until_fit(model, data, cfg, FitRun(
         seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias,
-        (ctx.out / "checks.jsonl", {"task": name, "condition": condition, "seed": seed})))
+        (ctx.file("checks.jsonl"), {"task": name, "condition": condition, "seed": seed})))
     if condition == "vanilla":
         models.save(model, model_dir(ctx.out, name, "vanilla", seed), data.tokenizer, task=name, seed=seed,
                     steps=fit["steps"])
@@ -263,7 +272,7 @@ def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
     cap = max(1, math.floor(base_row["steps"] * cfg.retrain_fraction))
     fit = train_until_fit(model, data, cfg, FitRun(
         seed, ctx.out / "scratch" / f"{name}-abc-seed{seed}", bias,
-        (ctx.out / "checks.jsonl", {"task": name, "condition": "abc", "seed": seed}), cap))
+        (ctx.file("checks.jsonl"), {"task": name, "condition": "abc", "seed": seed}), cap))
     models.save(model, model_dir(ctx.out, name, "abc", seed), data.tokenizer, task=name, seed=seed,
                 steps=fit["steps"])  # run it under calibration_file's bias
     cross = cal.bias[:, cal.rows[:, None], cal.prompt_cols[None, :]]
@@ -276,8 +285,21 @@ def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
     return ctx.write(row)
 
 
-def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True) -> "pd.DataFrame":
-    """Run (or resume) every planned task x condition x seed (vanilla before ABC) and write every output."""
+def unit_key(name: str, condition: str, seed: int) -> str:
+    """The unit of a run: "TASK/CONDITION/seed S"."""
+    return f"{name}/{condition}/seed {seed}"
+
+
+def units(cfg: PaperConfig) -> list[Unit]:
+    """One unit per planned task, condition and seed: vanilla and ABS (stage 1), then ABC (stage 2: it calibrates
+    on the vanilla model of its task and seed)."""
+    return [Unit(unit_key(t, c, seed), 2 if c == "abc" else 1) for t, c in cfg.runs() for seed in cfg.seeds]
+
+
+def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True,
+                    unit: str | None = None) -> "pd.DataFrame | None":
+    """Run (or resume) every planned task x condition x seed (vanilla before ABC) and write every output. With
+    `unit` (a key of `units`): only that unit's run, its rows into its unit files; returns None."""
     from tqdm.auto import tqdm
 
     cfg.check()
@@ -287,27 +309,42 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True) ->
     data = {name: paper_data(name, cfg) for name in names}  # every set drawn and checked before any training
     shared = {k: v for k, v in asdict(cfg).items()
               if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer", "keep_models")}
-    writer = RowWriter(out / "runs.jsonl", ("key",), "abc study")
-    rows = {r["key"]: r for r in read_rows(out / "runs.jsonl", ("key",), "abc study")}
-    ctx = _Ctx(cfg, out, data, writer, rows, shared)
+    index = unit_index(units(cfg), unit)
+    writer = RowWriter(unit_file(out, "runs.jsonl", index), ("key",), "abc study")
+    rows = {r["key"]: r for r in study_rows(out, "runs.jsonl", ("key",), "abc study")}
+    ctx = _Ctx(cfg, out, data, writer, rows, shared, index=index)
     order = [(t, c) for t in names for c in PAPER_CONDITIONS if (t, c) in runs]
     t0 = time.perf_counter()
-    with tqdm(total=len(order) * len(cfg.seeds), desc="abc study (paper)", disable=not progress) as bar:
+    table = None
+    with tqdm(total=len(order) * len(cfg.seeds), desc="abc study (paper)", disable=not progress or unit is not None) \
+            as bar:
         for name, condition in order:
             for seed in cfg.seeds:
-                row = ctx.rows.get(ctx.key(name, condition, seed)[1])
-                if row is None and condition == "abc":
-                    run_abc(ctx, name, seed, ctx.rows[ctx.key(name, "vanilla", seed)[1]])
-                elif row is None:
-                    run_trained(ctx, name, condition, seed)
-                elif row["status"].startswith("skipped"):  # resumed: still said in summary.json
-                    ctx.skipped.append(f"{name} seed {seed}: no ABC row, {row['status'].split(': ', 1)[-1]}")
-                record_positions(ctx, name, condition, seed)
+                if unit in (None, unit_key(name, condition, seed)):
+                    _run_one(ctx, name, condition, seed)
                 bar.update(1)
-            table = write_paper_outputs(ctx, time.perf_counter() - t0)  # a cut run still reports
-    shutil.rmtree(out / "scratch", ignore_errors=True)
-    write_position_table(ctx)
+            if unit is None:
+                table = write_paper_outputs(ctx, time.perf_counter() - t0)  # a cut run still reports
+    if unit is None:
+        shutil.rmtree(out / "scratch", ignore_errors=True)
+        write_position_table(ctx)
     return table
+
+
+def _run_one(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
+    """The row of one task, condition and seed, unless it is on disk; then its model's position rows."""
+    row = ctx.rows.get(ctx.key(name, condition, seed)[1])
+    if row is None and condition == "abc":
+        base = ctx.rows.get(ctx.key(name, "vanilla", seed)[1])
+        if base is None:
+            raise ValueError(f"unit {unit_key(name, condition, seed)!r} calibrates on the vanilla model that unit "
+                             f"{unit_key(name, 'vanilla', seed)!r} trains: run it first")
+        run_abc(ctx, name, seed, base)
+    elif row is None:
+        run_trained(ctx, name, condition, seed)
+    elif row["status"].startswith("skipped"):  # resumed: still said in summary.json
+        ctx.skipped.append(f"{name} seed {seed}: no ABC row, {row['status'].split(': ', 1)[-1]}")
+    record_positions(ctx, name, condition, seed)
 
 
 def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) -> list[dict]:
@@ -349,9 +386,9 @@ def record_positions(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
     past = [n for n in ctx.cfg.buckets if n > ctx.cfg.id_digits]
     if condition != "abs" and past and model_dir(ctx.out, name, condition, seed).exists():
         key = _position_key(name, condition, seed, past[0])
-        if not any(r["key"] == key for r in read_rows(ctx.out / POSITIONS, ("key",), "abc study positions")):
+        if not any(r["key"] == key for r in study_rows(ctx.out, POSITIONS, ("key",), "abc study positions")):
             for r in position_rows(ctx, name, condition, seed, past[0]):
-                append_line(ctx.out / POSITIONS, {"key": key, **r})
+                append_line(ctx.file(POSITIONS), {"key": key, **r})
     if not ctx.cfg.keep_models:
         prune_models(ctx)
 
@@ -359,7 +396,7 @@ def record_positions(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
 def prune_models(ctx: _Ctx) -> None:
     """Delete every saved model whose position rows are recorded and, for a vanilla base whose task has ABC in the
     plan, whose ABC row (or its skip) is written."""
-    done = {r["key"].rsplit("/", 1)[0] for r in read_rows(ctx.out / POSITIONS, ("key",), "abc study positions")}
+    done = {r["key"].rsplit("/", 1)[0] for r in study_rows(ctx.out, POSITIONS, ("key",), "abc study positions")}
     runs = ctx.cfg.runs()
     for name, condition in runs:
         for seed in ctx.cfg.seeds:
@@ -382,7 +419,7 @@ def write_position_table(ctx: _Ctx) -> None:
             record_positions(ctx, name, condition, seed)
     wanted = {f"{n}/{c}/{s}" for n, c in ctx.cfg.runs() for s in ctx.cfg.seeds}
     rows = [{k: v for k, v in r.items() if k != "key"}
-            for r in read_rows(ctx.out / POSITIONS, ("key",), "abc study positions")
+            for r in study_rows(ctx.out, POSITIONS, ("key",), "abc study positions")
             if r["key"].rsplit("/", 1)[0] in wanted]
     if rows:
         RunDir(ctx.out).write_csv("positions.csv", pd.DataFrame(rows))
@@ -450,15 +487,10 @@ def write_paper_outputs(ctx: _Ctx, wall_s: float) -> "pd.DataFrame":
         ctx.rows.values(), wall_s)
 
 
-class AbcPaperStudy:
-    """The abc study under Duan & Shi's protocol as a `Study` (`aspan.applications.studies`): `run_paper_study`."""
-
-    name = "abc-paper"
-    config = PaperConfig
-
-    def run(self, config: PaperConfig, out: str | Path, *, progress: bool = True) -> "pd.DataFrame":
-        """Run or resume the study in `out`; returns table.csv's table."""
-        return run_paper_study(config, out, progress=progress)
+def run(config: PaperConfig, out: Path, *, progress: bool = True, unit: str | None = None) -> "pd.DataFrame | None":
+    """The runner (`Study`) of the abc study under Duan & Shi's protocol: `run_paper_study`; returns table.csv's
+    table."""
+    return run_paper_study(config, out, progress=progress, unit=unit)
 
 
-STUDY = AbcPaperStudy()
+STUDY = Study("abc-paper", PaperConfig, run, units, ("runs.jsonl", "checks.jsonl", POSITIONS))

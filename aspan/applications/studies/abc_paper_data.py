@@ -55,6 +55,12 @@ class PaperConfig:
     keep_models: bool = True
 
     @classmethod
+    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
+        """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
+        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
+        return {k: v for k, v in raw.items() if k != "slurm"}
+
+    @classmethod
     def quick(cls, **kw: Any) -> "PaperConfig":
         """A tiny run for tests (seconds): numbers of [0, 64], widths 4, every base counts as fitted."""
         base = dict(seeds=(0,), lr=3e-3, max_steps=8, check_every=4, fit_exact=0.0, batch_size=8, warmup=2,

@@ -35,11 +35,12 @@ import pandas as pd
 
 from ...environment import run_environment, torch_threads
 from ...intervals import mean_sd, seed_interval, t_interval
-from ...io import RowWriter, read_rows, save_figure, settings_key, write_csv, write_json
+from ...io import RowWriter, save_figure, settings_key, write_csv, write_json
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
 from ...tasks.split import SplitTask
 from ...tokenization import CharTokenizer
+from . import Study, Unit, study_rows, unit_file, unit_index
 
 PROTOCOLS = ("budget", "curves")
 CURVES_ROWS = "learning_curves.jsonl"  # the curves protocol's learning curves: one row per (run, step, set)
@@ -133,8 +134,8 @@ class ParityStudyConfig:
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The settings of a parsed config file (`aspan.config.load_config`'s hook): its `[parity]` table, or the
-        whole file."""
-        return raw.get("parity", raw)
+        whole file less a `[slurm]` table (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
+        return raw.get("parity", {k: v for k, v in raw.items() if k != "slurm"})
 
     @property
     def longest(self) -> int:
@@ -215,8 +216,10 @@ class Run:
         return run_id(self.format, self.lr, self.seed)
 
 
-def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, out: Path) -> list[dict]:
-    """Train one model from scratch, save it under RUN_DIR/models, and return its evaluation rows."""
+def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, out: Path,
+                       index: int | None = None) -> list[dict]:
+    """Train one model from scratch, save it under RUN_DIR/models, and return its evaluation rows (`index`: the
+    unit whose files its learning-curve rows go to, `unit_file`)."""
     fmt, lr, seed = spec.format, spec.lr, spec.seed
     from ... import models
     from ...evaluation import evaluate
@@ -243,7 +246,8 @@ def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, ou
     loss = next((r["loss"] for r in reversed(result.history) if r.get("kind") == "train"), None)
     models.save(model, out / "models" / spec.id, tok, task="parity", study="parity", **settings)
     run_key = settings_key(settings)
-    outcome = write_curves(config, spec, run_key, curves, result.stop, out) if by_curves else {}
+    outcome = write_curves(config, spec, run_key, curves, result.stop, unit_file(out, CURVES_ROWS, index)) \
+        if by_curves else {}
     rows = []
     for (split, which), samples in eval_sets(config, fmt).items():
         res = evaluate(model, tok, samples, attn=False, batch_size=config.eval_batch_size).summary()
@@ -255,10 +259,12 @@ def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, ou
     return rows
 
 
-def write_curves(config: ParityStudyConfig, spec: Run, run_key: str, curves: list[dict], stop: dict, out: Path) -> dict:
-    """Append a run's learning-curve rows (keyed by run, step and set) to `CURVES_ROWS`, before the run's own rows
-    (a run is done, never retrained, once those are written); returns where and why it stopped and its fit."""
-    writer = RowWriter(out / CURVES_ROWS)
+def write_curves(config: ParityStudyConfig, spec: Run, run_key: str, curves: list[dict], stop: dict,
+                 path: Path) -> dict:
+    """Append a run's learning-curve rows (keyed by run, step and set) to `path` (`CURVES_ROWS` or its unit file),
+    before the run's own rows (a run is done, never retrained, once those are written); returns where and why it
+    stopped and its fit."""
+    writer = RowWriter(path)
     for r in curves:
         writer.write({"key": f"{run_key}/{r['step']}/{r['bucket']}", "run": run_key, "format": spec.format,
                       "lr": spec.lr, "seed": spec.seed,
@@ -281,35 +287,61 @@ def _done(rows: list[dict], config: ParityStudyConfig, fmt: str, lr: float, seed
 
 
 def run_study(config: ParityStudyConfig, out: Path, command: str = "", report: bool = True,
-              progress: bool = True) -> pd.DataFrame:
+              progress: bool = True, unit: str | None = None) -> pd.DataFrame | None:
     """Every run (grid on seed 0, then the other seeds at each format's chosen rate), tables, figures, report; torch
-    on `config.threads` CPU threads meanwhile (the caller's number restored afterwards)."""
+    on `config.threads` CPU threads meanwhile (the caller's number restored afterwards). With `unit` (a key of
+    `units`): only that unit's run, its rows into its unit files; returns None."""
 
     config.check()
     with torch_threads(config.threads):
-        return _run_study(config, out, command, report, progress)
+        return _run_study(config, out, command, report, progress, unit)
 
 
-def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool, progress: bool) -> pd.DataFrame:
+def unit_key(config: ParityStudyConfig, fmt: str, lr: float, seed: int) -> str:
+    """The unit of a run: "FORMAT/lr LR" (a rate of the grid, on seed 0) or "FORMAT/seed S" (at the chosen rate)."""
+    return f"{fmt}/lr {lr:g}" if seed == 0 else f"{fmt}/seed {seed}"
+
+
+def units(config: ParityStudyConfig) -> list[Unit]:
+    """One unit per run: each format's learning-rate grid on seed 0 (stage 1, one unit per rate), then each other
+    seed at the format's chosen rate (stage 2)."""
+    return [*(Unit(unit_key(config, f, lr, 0), 1) for f in config.formats for lr in config.lrs),
+            *(Unit(unit_key(config, f, 0.0, s), 2) for f in config.formats for s in range(1, config.seeds))]
+
+
+def _chosen(config: ParityStudyConfig, out: Path, fmt: str) -> float:
+    """The learning rate the grid of `fmt` on seed 0 chose; ValueError naming a unit of it still to run."""
+    rows = study_rows(out, "rows.jsonl")
+    for lr in config.lrs:
+        if not _done(rows, config, fmt, lr, 0):
+            raise ValueError(f"format {fmt}'s seeds need the learning rate its grid chooses: run unit "
+                             f"{unit_key(config, fmt, lr, 0)!r} first")
+    return choose_lr(pd.DataFrame([r for lr in config.lrs for r in _done(rows, config, fmt, lr, 0)]))
+
+
+def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool, progress: bool,
+               unit: str | None) -> pd.DataFrame | None:
     from tqdm.auto import tqdm
 
     from ... import models
 
     start = time.time()
+    index = unit_index(units(config), unit)
     tok = CharTokenizer.for_alphabets(*(make_task(config, f, config.longest).alphabet for f in config.formats))
     n_ctx = max(models.check_context(10**9, make_task(config, f, config.longest), tok.offset) for f in config.formats)
     for f in config.formats:  # every test sample fits, checked before any training
         models.check_context(n_ctx, make_task(config, f, config.longest), tok.offset)
     out.mkdir(parents=True, exist_ok=True)
-    writer = RowWriter(out / "rows.jsonl")
+    writer = RowWriter(unit_file(out, "rows.jsonl", index))
     plan = [(f, lr, 0) for f in config.formats for lr in config.lrs]
     bar = tqdm(total=len(plan) + len(config.formats) * (config.seeds - 1), desc="parity study runs",
-               disable=not progress)
+               disable=not progress or unit is not None)
 
     def do(fmt: str, lr: float, seed: int) -> None:
         bar.set_postfix_str(run_id(fmt, lr, seed))
-        if not _done(read_rows(writer.path), config, fmt, lr, seed):
-            for row in train_and_evaluate(config, tok, n_ctx, Run(fmt, lr, seed), out):
+        if unit in (None, unit_key(config, fmt, lr, seed)) and \
+                not _done(study_rows(out, "rows.jsonl"), config, fmt, lr, seed):
+            for row in train_and_evaluate(config, tok, n_ctx, Run(fmt, lr, seed), out, index):
                 writer.write(row)
         bar.update(1)
 
@@ -317,13 +349,16 @@ def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool,
         do(fmt, lr, seed)
     chosen = {}
     for fmt in config.formats:
-        grid = pd.DataFrame([r for lr in config.lrs for r in _done(read_rows(writer.path), config, fmt, lr, 0)])
-        chosen[fmt] = choose_lr(grid)
-        for seed in range(1, config.seeds):
-            do(fmt, chosen[fmt], seed)
+        mine = unit in (unit_key(config, fmt, 0.0, s) for s in range(1, config.seeds))
+        if unit is None or mine:
+            chosen[fmt] = _chosen(config, out, fmt)
+            for seed in range(1, config.seeds):
+                do(fmt, chosen[fmt], seed)
     bar.close()
+    if unit is not None:
+        return None
     rows = pd.DataFrame([r for f in config.formats for lr in config.lrs for s in range(config.seeds)
-                         for r in _done(read_rows(writer.path), config, f, lr, s)])
+                         for r in _done(study_rows(out, "rows.jsonl"), config, f, lr, s)])
     tables = write_tables(rows, chosen, config, out)
     write_figures(tables["summary"], config, out)
     if config.protocol == "curves":
@@ -443,7 +478,7 @@ def write_curve_figures(config: ParityStudyConfig, chosen: dict[str, float], out
     every format's mean curve on the training lengths on one figure (`curves_fit`)."""
     from ...viz.curves import learning_curves
 
-    rows = pd.DataFrame(read_rows(out / CURVES_ROWS))
+    rows = pd.DataFrame(study_rows(out, CURVES_ROWS))
     for fmt in config.formats:
         mine = rows[(rows.format == fmt) & (rows.lr == chosen[fmt])]
         fig = learning_curves({f"seed {seed}": d for seed, d in mine.groupby("seed")},
@@ -526,17 +561,11 @@ def write_views(config: ParityStudyConfig, chosen: dict[str, float], tok, out: P
 StudyConfig = ParityStudyConfig  # its former name
 
 
-class ParityStudy:
-    """The parity study as a `Study` (`aspan.applications.studies`): `run_study`."""
-
-    name = "parity"
-    config = ParityStudyConfig
-
-    def run(self, config: ParityStudyConfig, out: str | Path, *, progress: bool = True, command: str = "",
-            report: bool = True) -> pd.DataFrame:
-        """Run or resume the study in `out` (`command`: the command line run.json records; `report`: write
-        report.html too); returns the summary table."""
-        return run_study(config, Path(out), command=command, report=report, progress=progress)
+def run(config: ParityStudyConfig, out: Path, *, progress: bool = True, unit: str | None = None, command: str = "",
+        report: bool = True) -> pd.DataFrame | None:
+    """The parity study's runner (`Study`): `run_study` (`command`: the command line run.json records; `report`:
+    write report.html too); returns the summary table."""
+    return run_study(config, Path(out), command=command, report=report, progress=progress, unit=unit)
 
 
-STUDY = ParityStudy()
+STUDY = Study("parity", ParityStudyConfig, run, units, ("rows.jsonl", CURVES_ROWS))

@@ -31,8 +31,9 @@ from typing import Any
 from ... import tasks
 from ...buckets import Bucket, bucket_name, bucket_sets
 from ...environment import run_environment
-from ...io import RowWriter, RunDir, read_rows, settings_key, write_json
+from ...io import RowWriter, RunDir, settings_key, write_json
 from ...tokenization import CharTokenizer, check_tokenizer
+from . import Study, Unit, study_rows, unit_file, unit_index
 from .qk_config import (  # noqa: F401 (re-exported: the study's settings, imported from here)
     CURVES_ROWS,
     PROTOCOLS,
@@ -101,12 +102,7 @@ def base_model(cfg: QKStudyConfig, path: Path, device: str):
 
     spec = base_spec(cfg)
     if not (path / BASE_RECORD).exists():
-        task = tasks.preset(cfg.task, "id", length=spec.length)
-        longest = max(spec.length[1], cfg.finetune[1], *(b[1] for b in cfg.buckets))
-        tok = CharTokenizer.for_alphabets(task.alphabet)
-        n_ctx = models.check_context(10**9, tasks.preset(cfg.task, "id", length=(1, longest)), tok.offset)
-        model = models.tiny(tok, n_layers=spec.n_layers, n_heads=spec.n_heads, d_model=spec.d_model, n_ctx=n_ctx,
-                            seed=spec.seed, device=device, positional=spec.positional)
+        model, tok, task = base_untrained(cfg, device)
         config = TrainConfig.scratch(steps=spec.cap, batch_size=spec.batch_size, lr=spec.lr, warmup=spec.warmup,
                                      seed=spec.seed, device=device, log_every=max(1, spec.cap // 20),
                                      curve_every=spec.curve_every, stop="target", stop_bucket="id",
@@ -120,6 +116,21 @@ def base_model(cfg: QKStudyConfig, path: Path, device: str):
         write_json(path / BASE_RECORD, {"base": asdict(spec), "stop": result.stop, "id_exact": exact,
                                         "fitted": exact >= spec.fit_exact})
     return models.load(path, device=device)
+
+
+def base_untrained(cfg: QKStudyConfig, device: str = "cpu"):
+    """(model, tokenizer, task) of the base before its training: a tiny model whose context holds the longest
+    bucket, initialised with the base's seed."""
+    from ... import models
+
+    spec = base_spec(cfg)
+    task = tasks.preset(cfg.task, "id", length=spec.length)
+    longest = max(spec.length[1], cfg.finetune[1], *(b[1] for b in cfg.buckets))
+    tok = CharTokenizer.for_alphabets(task.alphabet)
+    n_ctx = models.check_context(10**9, tasks.preset(cfg.task, "id", length=(1, longest)), tok.offset)
+    model = models.tiny(tok, n_layers=spec.n_layers, n_heads=spec.n_heads, d_model=spec.d_model, n_ctx=n_ctx,
+                        seed=spec.seed, device=device, positional=spec.positional)
+    return model, tok, task
 
 
 def curve_buckets(cfg: QKStudyConfig) -> list[Bucket]:
@@ -205,10 +216,13 @@ def train_one(s: Setup, settings: dict) -> tuple[dict, list[dict]]:
     return row, keyed
 
 
-def plan(s: Setup, rows: list[dict]) -> list[dict]:
+def plan(s: Setup, rows: list[dict], unit: str | None = None) -> list[dict]:
     """Settings still to run, given the rows so far, for the first replay share not finished yet: its grid at seed 0,
-    then (once the grid is complete) the other seeds at the chosen rate. A resumed study continues exactly."""
+    then (once the grid is complete) the other seeds at the chosen rate. A resumed study continues exactly. With
+    `unit` (a key of `units`), that unit's settings still to run, of every replay share; ValueError naming the unit
+    it waits for when it is a seed's and its grid is not complete."""
     have = {r["key"] for r in rows}
+    found: list[dict] = []
     for replay in s.cfg.replays:
         todo = []
         for cond in s.conds:
@@ -218,10 +232,43 @@ def plan(s: Setup, rows: list[dict]) -> list[dict]:
                 grid, lr = lr_grid(rows, cond, replay, s.cfg.seeds[0])
                 todo += [run_settings(s, cond, replay, rate, s.cfg.seeds[0]) for rate in grid]
                 todo += [run_settings(s, cond, replay, lr, seed) for seed in s.cfg.seeds[1:]] if lr else []
-        todo = [{**st, "key": k} for st in todo if (k := settings_key(st)) not in have]
-        if todo:
+                if lr is None and unit in (unit_key(s.cfg, cond.name, replay, seed) for seed in s.cfg.seeds[1:]):
+                    raise ValueError(f"unit {unit!r} needs the learning rate that unit "
+                                     f"{unit_key(s.cfg, cond.name, replay, s.cfg.seeds[0])!r} chooses: run it first")
+        todo = [{**st, "key": k} for st in todo if (k := settings_key(st)) not in have and
+                (unit is None or unit_key(s.cfg, st["condition"], st["replay"], st["seed"]) == unit)]
+        if todo and unit is None:
             return list({t["key"]: t for t in todo}.values())
-    return []
+        found += todo
+    return list({t["key"]: t for t in found}.values())
+
+
+def unit_key(cfg: QKStudyConfig, condition: str, replay: float, seed: int | None) -> str:
+    """The unit of a run: "none" (the untrained model), "CONDITION/replay R/select" (the learning-rate grid on the
+    first seed) or "CONDITION/replay R/seed S"."""
+    if seed is None:
+        return condition
+    return f"{condition}/replay {replay:g}/" + ("select" if seed == cfg.seeds[0] else f"seed {seed}")
+
+
+def units(cfg: QKStudyConfig) -> list[Unit]:
+    """The study's units: with a base, "base" (stage 0: training it); the untrained model and each (condition,
+    replay)'s learning-rate grid on the first seed (stage 1); each other seed at the chosen rate (stage 2). The
+    conditions come from the model's architecture (its rotary pairs), read from the checkpoint or the base's
+    settings; nothing is trained to list them."""
+    from ... import models
+
+    model = base_untrained(cfg)[0] if cfg.base else models.load(cfg.init, device="cpu").model
+    found = [Unit("base", 0)] if cfg.base else []
+    for cond in conditions(cfg, model):
+        if not cond.lrs:
+            found.append(Unit(cond.name, 1))
+            continue
+        for replay in cfg.replays:
+            if replay == 0 or cfg.replay_conditions is None or {"*", cond.name} & set(cfg.replay_conditions):
+                found.append(Unit(unit_key(cfg, cond.name, replay, cfg.seeds[0]), 1))
+                found += [Unit(unit_key(cfg, cond.name, replay, seed), 2) for seed in cfg.seeds[1:]]
+    return list({u.key: u for u in found}.values())
 
 
 # What every row of runs.jsonl holds for planning and selection (a row lacking one is refused, naming its line).
@@ -231,17 +278,26 @@ RUN_FIELDS = ("key", "condition", "replay", "seed", "lr")
 CURVE_FIELDS = ("key", "run", "step", "bucket", "exact")
 
 
-def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, device: str = "cpu") -> "StudyResult":
-    """Run (or resume) the study into `out_dir`; returns the rows and the aggregated table."""
+def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, device: str = "cpu",
+              unit: str | None = None) -> "StudyResult | None":
+    """Run (or resume) the study into `out_dir`; returns the rows and the aggregated table. With `unit` (a key of
+    `units`): only that unit's runs, their rows into its unit files; returns None."""
     from tqdm.auto import tqdm
 
+    cfg.check()
     out = Path(out_dir)
-    writer = RowWriter(out / "runs.jsonl", RUN_FIELDS, "qk study")  # a corrupt file is refused before any work
-    curve_writer = RowWriter(out / CURVES_ROWS, CURVE_FIELDS, "qk study learning-curve")
+    index = unit_index(units(cfg), unit) if unit is not None else None
+    writer = RowWriter(unit_file(out, "runs.jsonl", index), RUN_FIELDS, "qk study")  # corrupt: refused before work
+    curve_writer = RowWriter(unit_file(out, CURVES_ROWS, index), CURVE_FIELDS, "qk study learning-curve")
+    if unit == "base":
+        base_model(cfg, out / "base", device)
+        return None
+    if unit is not None and cfg.base and not (out / "base" / BASE_RECORD).exists():
+        raise ValueError(f"unit {unit!r} fine-tunes the base that unit 'base' trains: run it first")
     s = setup(cfg, device, out)
     t0 = time.perf_counter()
-    bar = tqdm(desc="qk study", unit="run", disable=not progress, dynamic_ncols=True)
-    while todo := plan(s, read_rows(out / "runs.jsonl", RUN_FIELDS, "qk study")):
+    bar = tqdm(desc="qk study" + (f" ({unit})" if unit else ""), unit="run", disable=not progress, dynamic_ncols=True)
+    while todo := plan(s, study_rows(out, "runs.jsonl", RUN_FIELDS, "qk study"), unit):
         bar.total = bar.n + len(todo)
         for settings in todo:  # the grid runs first; the seeds at the chosen rate are planned once it is complete
             row, curve_rows = train_one(s, settings)
@@ -250,8 +306,10 @@ def run_study(cfg: QKStudyConfig, out_dir: str | Path, progress: bool = True, de
             writer.write(row)
             bar.update(1)
     bar.close()
-    rows = read_rows(out / "runs.jsonl", RUN_FIELDS, "qk study")
-    curves = read_rows(out / CURVES_ROWS, CURVE_FIELDS, "qk study learning-curve")
+    if unit is not None:
+        return None
+    rows = study_rows(out, "runs.jsonl", RUN_FIELDS, "qk study")
+    curves = study_rows(out, CURVES_ROWS, CURVE_FIELDS, "qk study learning-curve")
     return StudyResult(rows, aggregate(s, rows, curves), selection_table(s, rows), time.perf_counter() - t0, curves)
 
 
@@ -295,19 +353,14 @@ SELECTION_RULE = ("per (condition, replay): the learning rate of the grid with t
                   "held-out samples of every bucket")
 
 
-class QKStudy:
-    """The qk study as a `Study` (`aspan.applications.studies`): `run` is `run_study` on `config.device`, then
-    `write_outputs`."""
-
-    name = "qk"
-    config = QKStudyConfig
-
-    def run(self, config: QKStudyConfig, out: str | Path, *, progress: bool = True, command: str = "") -> StudyResult:
-        """Run or resume the study in `out` and write its outputs (`command`: the command line run.json records);
-        the result carries summary.json."""
-        result = run_study(config, out, progress=progress, device=config.device)  # checks `config` first
+def run(config: QKStudyConfig, out: Path, *, progress: bool = True, unit: str | None = None,
+        command: str = "") -> StudyResult | None:
+    """The qk study's runner (`Study`): `run_study` on `config.device`, then (the whole study) `write_outputs`
+    (`command`: the command line run.json records); the result carries summary.json."""
+    result = run_study(config, out, progress=progress, device=config.device, unit=unit)  # checks `config` first
+    if result is not None:
         result.summary = write_outputs(config, result, out, command, config.device)
-        return result
+    return result
 
 
-STUDY = QKStudy()
+STUDY = Study("qk", QKStudyConfig, run, units, ("runs.jsonl", CURVES_ROWS))

@@ -62,6 +62,12 @@ class QKStudyConfig:
     device: str = "cpu"  # where the models train: cpu, cuda, cuda:N (run.json records it)
 
     @classmethod
+    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
+        """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
+        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
+        return {k: v for k, v in raw.items() if k != "slurm"}
+
+    @classmethod
     def quick(cls, **kw: Any) -> "QKStudyConfig":
         """A complete study in well under a minute (for tests): few conditions, steps and samples."""
         base = dict(steps=3, batch_size=4, warmup=0, seeds=(0, 1), columns=(0,), pairs=(0,), lr_large=(1e-3,),

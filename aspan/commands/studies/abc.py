@@ -19,6 +19,7 @@ HELP = "ABC/ABS study (Duan & Shi 2023): successor, addition, parity; vanilla (r
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan study abc --quick --out runs/abc_study",
     "aspan study abc --protocol paper --config configs/abc_paper_cpu.toml --out runs/abc_paper",
+    "aspan study abc --quick --out runs/abc_study --list-units",
 )
 
 

@@ -14,6 +14,7 @@ HELP = "parity formats (Ebrahimi et al. 2024): train each from scratch, test at 
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan study parity --quick --out runs/parity",
     "aspan study parity --config configs/parity_study_gpu.toml --out runs/parity --device cuda",
+    "aspan study parity --quick --out runs/parity --launcher slurm --time 30",
 )
 
 
