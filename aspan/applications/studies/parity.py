@@ -35,7 +35,7 @@ import pandas as pd
 
 from ...environment import run_environment, torch_threads
 from ...intervals import mean_sd, seed_interval, t_interval
-from ...io import RowWriter, save_figure, settings_key, write_csv, write_json
+from ...io import RowWriter, read_rows, save_figure, settings_key, write_csv, write_json
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
 from ...tasks.split import SplitTask
