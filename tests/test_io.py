@@ -78,6 +78,22 @@ def test_union_keeps_first_of_each_key(pairs):
         assert len(rows) == len(first)
 
 
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.integers()), max_size=20),
+       st.lists(st.tuples(st.sampled_from("bcd"), st.integers()), max_size=20))
+def test_union_of_every_row_keeps_a_files_repeated_keys(first, second):
+    """`unique=False` (files recording several rows under one key): every row of a file, in order; a later file's
+    rows under a key an earlier file holds are left out (a unit that computed the same thing twice)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        for name, part in (("s0", first), ("s1", second)):
+            Path(f"{d}/{name}.jsonl").write_text("".join(json.dumps({"key": k, "x": x}) + "\n" for k, x in part))
+        rows = union_rows([f"{d}/s0.jsonl", f"{d}/s1.jsonl"], unique=False)
+        held = {k for k, _ in first}
+        assert [(r["key"], r["x"]) for r in rows] == first + [(k, x) for k, x in second if k not in held]
+        assert len(read_rows(f"{d}/s0.jsonl", unique=False)) == len(first)
+
+
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_atomic_write_failure_keeps_old_file_and_leaves_no_temp(tmp_path, error):
     path = tmp_path / "sub" / "x.txt"

@@ -13,8 +13,10 @@ from .files import PathLike, _naming, refuse_link
 from .formats import clean, parse_json, to_json
 
 
-def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "") -> list[dict[str, Any]]:
-    """Rows of a JSONL file, the first of each `key` kept; a torn last line is skipped, a corrupt middle one is an
+def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "", *,
+              unique: bool = True) -> list[dict[str, Any]]:
+    """Rows of a JSONL file, the first of each `key` kept (`unique=False`: every row, for files that record several
+    rows under one key); a torn last line is skipped, a corrupt middle one is an
     error. With `fields`, every row must be a JSON object holding them: otherwise a ValueError naming the file and
     line, "not a `what` row". A symbolic link is refused (`refuse_link`): results are never read from elsewhere."""
     path = Path(path)
@@ -38,7 +40,7 @@ def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "") -> lis
         if fields and (problem := _row_problem(row, fields)):
             raise ValueError(f"{path} line {i + 1}: not a {what or 'result'} row ({problem})")
         key = row.get("key") if isinstance(row, dict) else None
-        if key is not None and key in seen:
+        if unique and key is not None and key in seen:
             continue
         seen.add(key)
         rows.append(row)
@@ -53,13 +55,19 @@ def _row_problem(row: Any, fields: tuple[str, ...]) -> str:
     return f"no {missing[0]!r}" if missing else ""
 
 
-def union_rows(paths: Iterable[PathLike], fields: Iterable[str] = (), what: str = "") -> list[dict[str, Any]]:
+def union_rows(paths: Iterable[PathLike], fields: Iterable[str] = (), what: str = "", *,
+               unique: bool = True) -> list[dict[str, Any]]:
     """Rows of several JSONL files (e.g. shards), deduplicated by key, in file order (`fields`, `what`: as
-    `read_rows`)."""
+    `read_rows`; `unique=False`: every row of the first file holding a key, none of a later file's rows under it)."""
     rows, seen = [], set()
     fields = tuple(fields)
     for p in paths:
-        for r in read_rows(p, fields, what):
+        mine = read_rows(p, fields, what, unique=unique)
+        if not unique:  # a file's rows under one key all kept; a later file's rows under a key seen left out
+            rows += [r for r in mine if r.get("key") not in seen]
+            seen |= {r.get("key") for r in mine}
+            continue
+        for r in mine:
             if r.get("key") not in seen:
                 seen.add(r.get("key"))
                 rows.append(r)

@@ -76,6 +76,8 @@ def test_quick_protocol_end_to_end_and_resumes(tmp_path):
     assert set(zip(positions.task, positions.condition)) == {(t, c) for t, c in cfg.runs() if c != "abs"}
     assert set(positions.digits) == {3} and positions.accuracy.between(0, 1).all()
     assert positions.zero_for_nonzero.between(0, 1).all()
+    per_model = positions.groupby(["task", "condition", "seed"])["row"]  # every answer row of each model, once
+    assert (per_model.nunique() > 1).all() and (per_model.nunique() == per_model.size()).all()
     found = finding(json.loads((out / "summary.json").read_text()), run)  # what `aspan report` opens with
     assert "Table 1 hold" in found.question and found.answer.startswith(("Yes.", "No."))
     assert "successor: vanilla base fitted on 1 of 1 seeds, ABC 0." in found.answer

@@ -99,9 +99,11 @@ def row_files(out: PathLike, name: str) -> list[Path]:
     return [path, *sorted(path.parent.glob(f"{path.stem}.unit-*{path.suffix}"), key=index)]
 
 
-def study_rows(out: PathLike, name: str, fields: tuple[str, ...] = (), what: str = "") -> list[dict]:
-    """Every row of row file `name` and of its unit files (by key, the study's own first)."""
-    return union_rows([p for p in row_files(out, name) if p.exists()], fields, what)
+def study_rows(out: PathLike, name: str, fields: tuple[str, ...] = (), what: str = "", *,
+               unique: bool = True) -> list[dict]:
+    """Every row of row file `name` and of its unit files (by key, the study's own first; `unique=False`: every row
+    a file holds under a key, as `union_rows`)."""
+    return union_rows([p for p in row_files(out, name) if p.exists()], fields, what, unique=unique)
 
 
 def unit_index(units: list[Unit], key: str | None) -> int | None:

@@ -419,8 +419,8 @@ def write_position_table(ctx: _Ctx) -> None:
             record_positions(ctx, name, condition, seed)
     wanted = {f"{n}/{c}/{s}" for n, c in ctx.cfg.runs() for s in ctx.cfg.seeds}
     rows = [{k: v for k, v in r.items() if k != "key"}
-            for r in study_rows(ctx.out, POSITIONS, ("key",), "abc study positions")
-            if r["key"].rsplit("/", 1)[0] in wanted]
+            for r in study_rows(ctx.out, POSITIONS, ("key",), "abc study positions", unique=False)
+            if r["key"].rsplit("/", 1)[0] in wanted]  # every answer row of a model: one line each, one key
     if rows:
         RunDir(ctx.out).write_csv("positions.csv", pd.DataFrame(rows))
 
