@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from aspan.errors import UsageError
+
 from ..options import LAUNCHERS
 from .argtypes import nonneg_int, positive_float, positive_int
 from .grammar import from_settings
@@ -58,8 +60,6 @@ def resource_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def check_launcher(args: argparse.Namespace) -> None:
     """Slurm-only flags without `--launcher slurm`, or `--shard` with it: a one-line usage error."""
-    from aspan.errors import UsageError
-
     if args.launcher == "slurm":
         if getattr(args, "shard", None) is not None:
             raise UsageError("--shard and --launcher slurm: the launcher submits every shard (see --array-tasks)")
