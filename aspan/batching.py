@@ -15,6 +15,7 @@ from torch import Tensor
 
 from hooks import shift_mask  # noqa: F401  re-exported: shifted references, one implementation
 
+from . import tasks
 from .tasks.base import Sample
 from .tokenization import Tokenizer, require_tokenizer
 
@@ -23,8 +24,6 @@ IGNORE = -100
 
 def scores_eos(sample: Sample) -> bool:
     """Whether the EOS after the target is a target: not for an open-ended task (successor's series has no end)."""
-    from . import tasks
-
     return sample.task not in tasks.NAMES or not tasks.task_class(sample.task).open_ended
 
 

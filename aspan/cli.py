@@ -26,9 +26,11 @@ import sys
 import warnings
 from importlib import import_module
 
-from . import stopping
+from . import __version__, stopping
+from .checks import check_device
 from .commands.grammar import HelpFormatter, epilog
-from .errors import Terminated, missing_package_message
+from .errors import Terminated, UsageError, missing_package_message
+from .io import claim_run
 
 COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study",
             "gpu", "doctor")
@@ -56,8 +58,6 @@ class _Version(argparse.Action):
 
 def version_line() -> str:
     """`aspan X.Y.Z`, what `aspan --version` prints."""
-    from . import __version__
-
     return f"aspan {__version__}"
 
 
@@ -154,9 +154,6 @@ def describe(error: BaseException) -> str | None:
 
 def _check_common(args: argparse.Namespace) -> None:
     """Options many commands share (study subcommands included, whatever their parsers), checked before any work."""
-    from .checks import check_device
-    from .errors import UsageError
-
     device = getattr(args, "device", None)
     if isinstance(device, str):
         check_device(device, "--device")
@@ -170,7 +167,6 @@ def _held(args: argparse.Namespace):
     out = getattr(args, args._run_dir, None) if args._run_dir else None
     if not out:
         return contextlib.nullcontext()
-    from .io import claim_run
 
     return claim_run(out)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+from . import __version__
+
 PACKAGES = ("torch", "transformer-lens", "transformers")  # distributions every result depends on, besides aspan
 
 
@@ -24,8 +26,6 @@ def versions(*extra: str) -> dict[str, str]:
         except PackageNotFoundError:
             out[name.replace("-", "_")] = "unknown"
     if out["aspan"] == "unknown":  # run from a source tree that was never installed (e.g. on a lent GPU machine)
-        from . import __version__
-
         out["aspan"] = f"{__version__} (source tree)"
     return out
 

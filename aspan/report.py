@@ -24,7 +24,7 @@ from plotly.offline import get_plotlyjs
 from .checks import check_output_dir, check_output_file
 from .curves import CURVES_FILE
 from .findings import Claim, Finding, finding
-from .io import write_text
+from .io import read_rows, write_text
 from .viz.views import _LOCAL
 
 STYLE = """
@@ -177,7 +177,6 @@ def curve_figures(run: Path, files: list[Path]) -> dict[str, Any]:
     """{"learning_curves": figure} from the run's `curves.jsonl` files (`files`: the run's own, then those of its
     sub-directories, each a condition named after its directory); {} when there are none. ValueError naming the
     file and line of a row that is not a curve row."""
-    from .io import read_rows
     from .viz.curves import learning_curves
 
     runs = {("" if path.parent == run else path.parent.name): pd.DataFrame(

@@ -1,7 +1,7 @@
 """Capture per-head attention patterns of chosen heads, cropped to chosen rows and columns (circuitsvis, notebooks)."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Unpack
 
 import torch
 from jaxtyping import Float
@@ -9,8 +9,7 @@ from torch import Tensor
 
 from ._stream import pattern_name, prepare
 from ._validate import Head, check_heads, check_layers
-
-Index = slice | Sequence[int] | Tensor | None
+from .options import CaptureOptions, CaptureSettings, Index, merge
 
 
 def _heads(spec, n_layers: int | None, n_heads: int | None) -> list[Head]:
@@ -71,15 +70,19 @@ def capture(
     model,
     tokens: Tensor,
     heads: Iterable[Sequence[int]] | int | Sequence[int],
-    rows: Index = None,
-    cols: Index = None,
+    *,
     attention_mask: Tensor | None = None,
     fwd_hooks: list | None = None,
+    options: CaptureOptions | None = None,
+    **settings: Unpack[CaptureSettings],
 ) -> dict[Head, Float[Tensor, "batch q k"]]:
-    """Patterns of `heads` (pairs, or layers meaning all their heads), cropped; `fwd_hooks` (e.g. edits) run before.
+    """Patterns of `heads` (pairs, or layers meaning all their heads), cropped to the rows and columns of `options`
+    (`hooks.CaptureOptions`, or its fields as keywords: `rows`, `cols`; None keeps every position); `fwd_hooks`
+    (e.g. edits) run before.
 
     Shapes:
         tokens: [batch, pos] token ids.
+        attention_mask: [batch, pos] or None.
         returns: `{(layer, head): [batch, q, k]}`, `q` and `k` cropped to `rows` and `cols`.
 
     Example:
@@ -87,9 +90,10 @@ def capture(
         >>> sorted(patterns), tuple(patterns[(1, 0)].shape)
         ([(0, 1), (1, 0)], (1, 8, 8))
     """
+    crop = merge(options, settings, CaptureOptions, "capture")
     tokens, attention_mask = prepare(model, tokens, attention_mask)
     store: dict[Head, Tensor] = {}
-    fwd = list(fwd_hooks or []) + capture_hooks(heads, store, rows, cols, model)
+    fwd = list(fwd_hooks or []) + capture_hooks(heads, store, crop.rows, crop.cols, model)
     last = max(int(name.split(".")[1]) for name, _ in fwd if isinstance(name, str) and name.startswith("blocks."))
     with torch.no_grad(), model.hooks(fwd_hooks=fwd):
         model(tokens, attention_mask=attention_mask, stop_at_layer=last + 1)

@@ -6,7 +6,7 @@ Two sources: the uniform distribution over each row's (shifted) references, or a
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, Unpack
 
 import torch
 from jaxtyping import Bool, Float
@@ -16,6 +16,7 @@ from ._rows import Crop, check_gate, check_rows, edit_rows
 from ._stream import pattern_name
 from ._validate import Head, check_delta, check_heads, check_mask, check_model_heads, head_index
 from .masks import shift_mask
+from .options import EditOptions, EditSettings, merge
 from .reinforce import by_layer
 
 Source = Mapping[Head, Float[Tensor, "batch pos pos"]]  # a captured pattern per (layer, head), e.g. hooks.capture
@@ -77,19 +78,20 @@ def patch_pattern(
     mask: Bool[Tensor, "batch pos pos"] | None = None,
     *,
     delta: int = 0,
-    rows: Bool[Tensor, "batch pos"] | None = None,
     source: Source | None = None,
-    gate_below: float | None = None,
     model=None,
+    options: EditOptions | None = None,
+    **settings: Unpack[EditSettings],
 ) -> list[tuple[str, object]]:
     """Hooks replacing each selected head's pattern rows: uniform over the row's references shifted by `delta`, or,
     with `source`, the same rows of a captured pattern ({(layer, head): [batch, pos, pos]}, e.g. `hooks.capture`).
 
-    With a `mask`, only rows with (shifted) references are patched and every other row is untouched; with `source`
-    and no mask every row is. Failure gates: `rows` (bool [batch, pos], e.g. `rows_beyond`) restricts the patched
-    rows; `gate_below` (needs `mask`) patches a head's row only where that head's own attention on the (shifted)
+    With a `mask`, only rows with (shifted) references are patched and every other row is untouched; with `source` and
+    no mask every row is. Failure gates: `rows` (bool [batch, pos], e.g. `rows_beyond`) restricts the patched rows;
+    `gate_below` (needs `mask`) patches a head's row only where that head's own attention on the (shifted)
     references is below τ. Masks and sources cover the full length; under a KV cache the pattern [b, h, q_new, k]
-    holds query rows k-q_new … k-1. Pass `model` to check heads up front.
+    holds query rows k-q_new … k-1. Pass `model` to check heads up front. `rows` and `gate_below` are the fields of
+    `hooks.EditOptions`: pass them as `options=` or as keywords.
 
     Shapes:
         mask: bool [batch, pos, pos] or None.
@@ -103,13 +105,15 @@ def patch_pattern(
         >>> A[0, 5].tolist()  # row 5's one reference, column 2, now holds all the attention
         [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     """
+    options = merge(options, settings, EditOptions, "patch_pattern")
     sel = check_model_heads(model, check_heads(heads))
     if mask is None and source is None:
         raise ValueError("patch_pattern needs a reference mask (uniform over the references) or a source pattern")
-    gate_below = check_gate(gate_below)
+    gate_below = check_gate(options.gate_below)
     if gate_below is not None and mask is None:
         raise ValueError("gate_below needs a reference mask (the gate is the head's attention on the references)")
-    crop = Crop(None if mask is None else shift_mask(check_mask(mask), check_delta(delta)), check_rows(rows))
+    refs = None if mask is None else shift_mask(check_mask(mask), check_delta(delta))
+    crop = Crop(refs, check_rows(options.rows))
     captured = _check_source(source, sel)
 
     def make(layer: int, hs: list[int]):

@@ -3,7 +3,7 @@
 Spiegel et al. 2025, Appendix F."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Unpack
 
 import torch
 from jaxtyping import Bool, Float
@@ -23,6 +23,7 @@ from ._validate import (
     model_dtype,
 )
 from .masks import shift_mask
+from .options import ReinforceOptions, ReinforceSettings, merge
 
 
 def _edit_(
@@ -30,14 +31,12 @@ def _edit_(
     heads: Tensor,
     mask: Bool[Tensor, "batch q k"],
     strength: float,
-    threshold: float | None,
-    renormalize: bool,
+    options: ReinforceOptions,
     keep: Bool[Tensor, "batch n_heads q"] | None = None,
 ) -> Tensor:
-    """Edit `pattern` in place on `heads`, touching only rows that have references (and, per head, `keep`).
-
-    Seven arguments: the pattern and heads, then `reinforce`'s own options (strength, threshold, renormalize).
-    """
+    """Edit `pattern` in place on `heads`, touching only rows that have references (and, per head, `keep`), with
+    `options`' threshold and renormalisation (checked already)."""
+    threshold, renormalize = options.threshold, options.renormalize
     rb, rq = mask.any(-1).nonzero(as_tuple=True)  # rows with references: [r]
     if rb.numel() == 0:
         return pattern
@@ -69,28 +68,28 @@ def edit_pattern(
     threshold, mask = check_threshold(threshold), check_mask(mask)
     heads = torch.arange(pattern.shape[1], device=pattern.device)
     return _edit_(pattern.clone(), heads, mask.to(pattern.device).expand(pattern.shape[0], *mask.shape[-2:]),
-                  strength, threshold, renormalize)
+                  strength, ReinforceOptions(threshold=threshold, renormalize=renormalize))
 
 
 def reinforce(
     heads: Iterable[Sequence[int]],
     mask: Bool[Tensor, "batch pos pos"],
     strength: float,
-    threshold: float | None = None,
-    renormalize: bool = False,
+    *,
     delta: int = 0,
     model=None,
-    *,
-    rows: Bool[Tensor, "batch pos"] | None = None,
-    gate_below: float | None = None,
+    options: ReinforceOptions | None = None,
+    **settings: Unpack[ReinforceSettings],
 ) -> list[tuple[str, object]]:
     """Hooks adding `strength` to each selected head's attention on its references (shifted by `delta`).
 
     Additive reinforcement of Spiegel et al. 2025 (Appendix F): A' = A + C·M (where A > `threshold`), rows optionally
-    renormalised. `mask` is [batch, pos, pos] (or [pos, pos] for every element) for the full length; under a KV cache
-    the pattern [b, h, q_new, k_total] is edited on query rows k_total-q_new … k_total-1. Failure gates: `rows`
-    (bool [batch, pos], e.g. `rows_beyond`) restricts the edited rows; `gate_below` edits a head's row only where
-    that head's attention on the (shifted) references is below τ. Pass `model` to check heads up front.
+    renormalised. `mask` is [batch, pos, pos] (or [pos, pos] for every element) for the full length; under a KV
+    cache the pattern [b, h, q_new, k_total] is edited on query rows k_total-q_new … k_total-1. Failure gates:
+    `rows` (bool [batch, pos], e.g. `rows_beyond`) restricts the edited rows; `gate_below` edits a head's row only
+    where that head's attention on the (shifted) references is below τ. Pass `model` to check heads up front.
+    `threshold`, `renormalize`, `rows` and `gate_below` are the fields of `hooks.ReinforceOptions`: pass them as
+    `options=` or as keywords.
 
     Shapes:
         mask: bool [batch, pos, pos] or [pos, pos].
@@ -104,10 +103,12 @@ def reinforce(
         >>> round(float(after[0, 5, 2] - before[0, 5, 2]), 4)
         0.3
     """
+    options = merge(options, settings, ReinforceOptions, "reinforce")
     sel = check_model_heads(model, check_heads(heads))
-    strength, threshold = check_strength(strength, model_dtype(model)), check_threshold(threshold)
-    gate_below = check_gate(gate_below)
-    crop = Crop(shift_mask(check_mask(mask), check_delta(delta)), check_rows(rows))
+    strength = check_strength(strength, model_dtype(model))
+    edit = ReinforceOptions(threshold=check_threshold(options.threshold), renormalize=options.renormalize)
+    gate_below = check_gate(options.gate_below)
+    crop = Crop(shift_mask(check_mask(mask), check_delta(delta)), check_rows(options.rows))
 
     def make(layer: int, hs: list[int]):
         def hook(pattern: Tensor, hook) -> Tensor:
@@ -118,7 +119,7 @@ def reinforce(
             keep = None
             if allowed is not None or gate_below is not None:
                 keep = edit_rows(pattern[:, idx], refs, allowed, gate_below)
-            return _edit_(pattern, idx, refs, strength, threshold, renormalize, keep)
+            return _edit_(pattern, idx, refs, strength, edit, keep)
 
         return hook
 

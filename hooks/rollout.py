@@ -3,6 +3,8 @@
 Spiegel et al. 2025, Eq. 2, after Abnar & Zuidema 2020."""
 from __future__ import annotations
 
+from typing import Unpack
+
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
@@ -10,6 +12,7 @@ from torch import Tensor
 from ._stream import chunk_size, map_chunks, prepare, stream
 from ._validate import as_batch, check_attention_mask, check_columns, check_mask
 from .masks import share
+from .options import ScoreOptions, ScoreSettings, merge
 
 BLOCK = 256  # row block of the triangular product
 
@@ -87,14 +90,16 @@ def rollout_scores(
     mask: Bool[Tensor, "batch pos pos"],
     attention_mask: Tensor | None = None,
     *,
-    columns: Bool[Tensor, "batch pos"] | None = None,
     normalize: bool = True,
-    batch_size: int | None = None,
+    options: ScoreOptions | None = None,
+    **settings: Unpack[ScoreSettings],
 ) -> Float[Tensor, "batch q"]:
     """Per-row AttnScore of the rollout (0 on rows without references), chunk by chunk.
 
-    The mass of R on each row's references, divided by its mass on `columns` (True on the denominator's columns,
-    e.g. `Batch.sample_columns` for the paper's `sample` convention) or, with None, by the whole row (`raw`).
+    The mass of R on each row's references, divided by its mass on `columns` (True on the denominator's columns, e.g.
+    `Batch.sample_columns` for the paper's `sample` convention) or, with None, by the whole row (`raw`). `columns`
+    and `batch_size` (samples per forward) are the fields of `hooks.ScoreOptions`: pass them as `options=` or as
+    keywords.
 
     Shapes:
         tokens: [batch, pos].
@@ -106,11 +111,12 @@ def rollout_scores(
         >>> tuple(hooks.rollout_scores(model, tokens, mask).shape)
         (1, 8)
     """
+    options = merge(options, settings, ScoreOptions, "rollout_scores")
     tokens = as_batch(tokens)
     mask = check_mask(mask, tokens)
     check_attention_mask(attention_mask, tokens)
-    columns = check_columns(columns, tokens)
-    size = chunk_size(model, tokens, batch_size)
+    columns = check_columns(options.columns, tokens)
+    size = chunk_size(model, tokens, options.batch_size)
 
     def part(t: Tensor, m: Tensor, am: Tensor | None, cols: Tensor | None) -> Tensor:
         R = _rollout(model, t, normalize, am)

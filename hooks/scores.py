@@ -3,7 +3,7 @@
 The head ranking of Spiegel et al. 2025, §5.2."""
 from __future__ import annotations
 
-from typing import Iterable, Literal, Sequence
+from typing import Iterable, Sequence, Unpack
 
 import torch
 from jaxtyping import Bool, Float
@@ -12,6 +12,7 @@ from torch import Tensor
 from ._stream import chunk_size, map_chunks, prepare, stream
 from ._validate import as_batch, check_attention_mask, check_columns, check_delta, check_heads, check_mask
 from .masks import shift_mask, target_rows
+from .options import OffsetOptions, OffsetSettings, Reduce, ScoreOptions, ScoreSettings, merge
 
 
 def _row_mass(
@@ -52,14 +53,15 @@ def head_row_scores(
     heads: Iterable[Sequence[int]] | None = None,
     attention_mask: Tensor | None = None,
     *,
-    columns: Bool[Tensor, "batch pos"] | None = None,
-    batch_size: int | None = None,
+    options: ScoreOptions | None = None,
+    **settings: Unpack[ScoreSettings],
 ) -> Tensor:
     """Per row and head, AttnScore on the row's references: [batch, q, n_selected], or [batch, q, layer, head].
 
     The mass on the references over the mass on `columns` (True on the denominator's columns, e.g.
     `Batch.sample_columns` for the paper's `sample` convention), or over the whole row (`raw`) with None.
-    `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
+    `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries). Both are the
+    fields of `hooks.ScoreOptions`: pass them as `options=` or as keywords.
 
     Shapes:
         tokens: [batch, pos].
@@ -71,11 +73,12 @@ def head_row_scores(
         >>> tuple(hooks.head_row_scores(model, tokens, mask).shape)
         (1, 8, 2, 2)
     """
+    options = merge(options, settings, ScoreOptions, "head_row_scores")
     tokens = as_batch(tokens)
     mask = check_mask(mask, tokens)
     check_attention_mask(attention_mask, tokens)
-    columns = check_columns(columns, tokens)
-    size = chunk_size(model, tokens, batch_size)
+    columns = check_columns(options.columns, tokens)
+    size = chunk_size(model, tokens, options.batch_size)
     cfg = model.cfg
     sel = None if heads is None else check_heads(heads, cfg.n_layers, cfg.n_heads)
     layers = list(range(cfg.n_layers)) if sel is None else sorted({layer for layer, _ in sel})
@@ -95,19 +98,17 @@ def _check_reduce(reduce: str) -> None:
 
 
 def _scores(
-    model, tokens: Tensor, mask: Tensor, deltas: list[int], reduce: str, attention_mask: Tensor | None,
-    batch_size: int | None, columns: Tensor | None = None,
+    model, tokens: Tensor, mask: Tensor, deltas: list[int], attention_mask: Tensor | None, options: OffsetOptions
 ) -> Float[Tensor, "delta layer head"]:
     """Mass on references shifted by each δ, summed over the (unshifted) target rows chunk by chunk; "row" divides
-    the total by the number of target rows (a mean over all rows, not a mean of chunk means).
-
-    Eight arguments: the shared body of the public readers, which take these same options by keyword."""
+    the total by the number of target rows (a mean over all rows, not a mean of chunk means)."""
+    reduce = options.reduce
     _check_reduce(reduce)
     tokens = as_batch(tokens)
     mask = check_mask(mask, tokens)
     check_attention_mask(attention_mask, tokens)
-    columns = check_columns(columns, tokens)
-    size = chunk_size(model, tokens, batch_size)
+    columns = check_columns(options.columns, tokens)
+    size = chunk_size(model, tokens, options.batch_size)
     rows = target_rows(mask, attention_mask)
     if not bool(rows.any()):
         raise ValueError("mask selects no reference on any (real) row: nothing to score")
@@ -124,16 +125,17 @@ def head_scores(
     model,
     tokens: Tensor,
     mask: Bool[Tensor, "batch pos pos"],
-    reduce: Literal["sum", "row"] = "sum",
+    reduce: Reduce = "sum",
     attention_mask: Tensor | None = None,
     *,
-    columns: Bool[Tensor, "batch pos"] | None = None,
-    batch_size: int | None = None,
+    options: ScoreOptions | None = None,
+    **settings: Unpack[ScoreSettings],
 ) -> Float[Tensor, "layer head"]:
     """Head ranking score: mass on references summed over target rows and batch ("sum"), or mean per target row ("row").
 
-    Each row's mass is divided by its mass on `columns` when given (the `sample` convention; None: `raw`).
-    `batch_size` samples go through each forward (None: chosen to bound the pattern-sized temporaries).
+    Each row's mass is divided by its mass on `columns` when given (the `sample` convention; None: `raw`). `batch_size`
+    samples go through each forward (None: chosen to bound the pattern-sized temporaries). Both are the fields of
+    `hooks.ScoreOptions`: pass them as `options=` or as keywords.
 
     Shapes:
         tokens: [batch, pos].
@@ -145,7 +147,9 @@ def head_scores(
         >>> tuple(hooks.head_scores(model, tokens, mask, reduce="row").shape)
         (2, 2)
     """
-    return _scores(model, tokens, mask, [0], reduce, attention_mask, batch_size, columns)[0]
+    options = merge(options, settings, ScoreOptions, "head_scores")
+    offset = OffsetOptions(reduce=reduce, columns=options.columns, batch_size=options.batch_size)
+    return _scores(model, tokens, mask, [0], attention_mask, offset)[0]
 
 
 def offset_scores(
@@ -154,14 +158,15 @@ def offset_scores(
     mask: Bool[Tensor, "batch pos pos"],
     deltas: Iterable[int] = range(-2, 4),
     attention_mask: Tensor | None = None,
-    reduce: Literal["sum", "row"] = "row",
     *,
-    columns: Bool[Tensor, "batch pos"] | None = None,
-    batch_size: int | None = None,
+    options: OffsetOptions | None = None,
+    **settings: Unpack[OffsetSettings],
 ) -> Float[Tensor, "delta layer head"]:
     """Head scores for references shifted by each δ (column k+δ), in one pass; rows are the unshifted target rows.
 
-    `columns`: the AttnScore denominator as in `head_row_scores` (None: the whole row).
+    `columns`: the AttnScore denominator as in `head_row_scores` (None: the whole row). `reduce` ("row": the mean per
+    target row; "sum"), `columns` and `batch_size` are the fields of `hooks.OffsetOptions`: pass them as `options=`
+    or as keywords.
 
     Shapes:
         tokens: [batch, pos].
@@ -173,7 +178,8 @@ def offset_scores(
         >>> tuple(hooks.offset_scores(model, tokens, mask, deltas=[-1, 0, 1]).shape)
         (3, 2, 2)
     """
+    options = merge(options, settings, OffsetOptions, "offset_scores")
     deltas = [check_delta(d) for d in deltas]
     if not deltas:
         raise ValueError("deltas is empty")
-    return _scores(model, tokens, mask, deltas, reduce, attention_mask, batch_size, columns)
+    return _scores(model, tokens, mask, deltas, attention_mask, options)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Iterable, Literal, Sequence, get_args
+from typing import Iterable, Sequence, Unpack, get_args
 
 from jaxtyping import Bool
 from torch import Tensor
@@ -18,9 +18,8 @@ from ._rows import Crop, check_gate, check_rows, edit_rows
 from ._stream import scores_name
 from ._validate import check_delta, check_heads, check_mask, check_model_heads, head_index
 from .masks import shift_mask
+from .options import SteerMode, SteerOptions, SteerSettings, merge
 from .reinforce import by_layer
-
-SteerMode = Literal["exclude", "include"]
 
 
 def check_alpha(alpha: float) -> float:
@@ -36,18 +35,18 @@ def steer(
     mask: Bool[Tensor, "batch pos pos"],
     *,
     alpha: float = 0.01,
-    mode: SteerMode = "exclude",
     delta: int = 0,
-    rows: Bool[Tensor, "batch pos"] | None = None,
-    gate_below: float | None = None,
     model=None,
+    options: SteerOptions | None = None,
+    **settings: Unpack[SteerSettings],
 ) -> list[tuple[str, object]]:
     """Hooks on `hook_attn_scores` steering each selected head towards its references (shifted by `delta`).
 
-    `mode` "exclude" adds log α to the columns outside a row's references, "include" adds −log α to the references;
-    rows without references are untouched. Failure gates: `rows` (bool [batch, pos], e.g. `rows_beyond`) restricts
-    the steered rows; `gate_below` steers a head's row only where that head's unsteered attention on the references
-    is below τ. `mask` is [batch, pos, pos] (or [pos, pos]) for the full length. Pass `model` to check heads.
+    `mode` "exclude" adds log α to the columns outside a row's references, "include" adds −log α to the references; rows
+    without references are untouched. Failure gates: `rows` (bool [batch, pos], e.g. `rows_beyond`) restricts the
+    steered rows; `gate_below` steers a head's row only where that head's unsteered attention on the references is
+    below τ. `mask` is [batch, pos, pos] (or [pos, pos]) for the full length. Pass `model` to check heads. `mode`,
+    `rows` and `gate_below` are the fields of `hooks.SteerOptions`: pass them as `options=` or as keywords.
 
     Shapes:
         mask: bool [batch, pos, pos] or [pos, pos].
@@ -60,12 +59,13 @@ def steer(
         >>> bool(A[0, 5, 2] > 0.9)  # row 5 now attends almost only to its reference
         True
     """
+    options = merge(options, settings, SteerOptions, "steer")
     sel = check_model_heads(model, check_heads(heads))
-    alpha = check_alpha(alpha)
+    alpha, mode = check_alpha(alpha), options.mode
     if mode not in get_args(SteerMode):
         raise ValueError(f"mode must be one of {', '.join(get_args(SteerMode))}, got {mode!r}")
-    gate_below = check_gate(gate_below)
-    crop = Crop(shift_mask(check_mask(mask), check_delta(delta)), check_rows(rows))
+    gate_below = check_gate(options.gate_below)
+    crop = Crop(shift_mask(check_mask(mask), check_delta(delta)), check_rows(options.rows))
     log_a = math.log(alpha)
 
     def make(layer: int, hs: list[int]):

@@ -61,10 +61,29 @@ def test_python_m_aspan_cli_help_loads_no_heavy_library():
 
 
 # ------------------------------------------------------------------------------------------------ deferred imports
-# Packages whose modules import at module top every project module that loads only the standard library (a deferred
-# import is kept for what is heavy: torch, TransformerLens, transformers, pandas, plotly and what imports them).
-IMPORTED_AT_TOP = ("aspan.applications.studies", "aspan.findings", "aspan.commands.study", "aspan.commands.studies",
-                   "aspan.checks", "aspan.intervals")
+# Project modules are imported at module top; an import inside a function is kept only for a module whose import
+# loads one of HEAVY (itself or through what it imports), which the command line's start-up must not pay for.
+SCANNED = ("aspan",)
+COST = """
+import importlib, json, sys
+class Heavy(BaseException):  # outside Exception: a module's `except ImportError` / `except Exception` lets it through
+    pass
+class Refuse:  # first on the path: a heavy library is asked for, never loaded, so one interpreter tries every module
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.partition(".")[0] in {heavy!r}:
+            raise Heavy(name)
+sys.meta_path.insert(0, Refuse)
+asks = {{}}
+for name in {modules!r}:
+    try:
+        importlib.import_module(name)
+        asks[name] = None
+    except Heavy as e:  # the module and what imported it are dropped from sys.modules; what loaded stays (light)
+        asks[name] = str(e)
+assert not [m for m in {heavy!r} if m in sys.modules]
+print(json.dumps(asks), file=sys.__stderr__)
+"""
 
 
 def _split_imports(module: str, files: dict[str, Path]) -> tuple[set[str], list[tuple[int, str]]]:
@@ -96,43 +115,54 @@ def _split_imports(module: str, files: dict[str, Path]) -> tuple[set[str], list[
     return top, deferred
 
 
-def light_deferred_imports(root: Path, packages: tuple[str, ...]) -> list[str]:
-    """"module:line imports X" for each import inside a function, in a module under `packages`, of a project module
-    whose import (its module-top imports, followed through the project) loads only the standard library."""
+def heavy_imports(root: Path, modules: list[str]) -> dict[str, str | None]:
+    """{module: the heavy library its import asks for (e.g. "torch.nn"), or None}, for each of `modules`, all found in
+    one fresh interpreter whose import path starts at `root` (a heavy import is refused, so nothing heavy loads)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
+    done = subprocess.run([sys.executable, "-c", COST.format(heavy=HEAVY, modules=modules)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def light_deferred_imports(root: Path, packages: tuple[str, ...] = SCANNED) -> list[str]:
+    """"path:line imports X" for each import inside a function, in a module under `packages`, of a project module X
+    whose import loads none of HEAVY (so it belongs at module top)."""
     from .test_layering import _under, source_files
 
     files = source_files(root)
-    split = {m: _split_imports(m, files) for m in files}
-    ours = {name.split(".")[0] for name in files}
 
     def own(name: str) -> str | None:  # the project module `name` is, or is an attribute of
         return name if name in files else name.rpartition(".")[0] if name.rpartition(".")[0] in files else None
 
-    def light(module: str, seen: set[str]) -> bool:
-        seen.add(module)
-        parents = {".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)}
-        for dep in split[module][0] | (parents & files.keys()):
-            if dep.split(".")[0] in ours:
-                if own(dep) and own(dep) not in seen and not light(own(dep), seen):
-                    return False
-            elif dep.split(".")[0] not in sys.stdlib_module_names and dep != "__future__":
-                return False
-        return True
-
-    return sorted(f"{m}:{line} imports {dep}" for m in files if _under(m, *packages)
-                  for line, dep in split[m][1] if own(dep) and light(own(dep), set()))
+    deferred = [(files[m].relative_to(root).as_posix(), line, own(dep)) for m in files if _under(m, *packages)
+                for line, dep in _split_imports(m, files)[1] if own(dep)]
+    asks = heavy_imports(root, sorted({dep for *_, dep in deferred}))
+    return list(dict.fromkeys(f"{path}:{line} imports {dep}" for path, line, dep in sorted(deferred)
+                              if asks[dep] is None))
 
 
 def test_light_project_modules_are_imported_at_module_top():
-    assert light_deferred_imports(ROOT, IMPORTED_AT_TOP) == []
+    found = light_deferred_imports(ROOT)
+    assert not found, f"{len(found)} imports of light project modules inside functions (move them to the module " \
+                      f"top): " + "; ".join(found)
 
 
 def test_a_deferred_light_import_is_reported(tmp_path):
-    """The check can fail: a function importing a module that loads only the standard library is reported, one that
-    imports a module loading a third-party library is not."""
-    for rel, text in {"aspan/__init__.py": "", "aspan/light.py": "import json\n", "aspan/heavy.py": "import pandas\n",
-                      "aspan/uses.py": "def f():\n    from . import light\n    from .heavy import x\n",
-                      "hooks/__init__.py": ""}.items():
+    """The check can fail: a function importing a module that loads no heavy library is reported with its file and
+    line; one importing a module that loads pandas (itself, through another project module, or behind an
+    `except ImportError`) is not."""
+    for rel, text in {
+        "aspan/__init__.py": "", "aspan/light.py": "import json\n", "aspan/heavy.py": "import pandas\n",
+        "aspan/through.py": "from .heavy import x\n",
+        "aspan/guarded.py": "try:\n    import pandas\nexcept ImportError:\n    pandas = None\n",
+        "aspan/uses.py": "import json\n\n\ndef f():\n    from . import light\n    from .heavy import x\n"
+                         "    from . import through, guarded\n    from .light import a, b\n",
+        "hooks/__init__.py": "",
+    }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text, encoding="utf-8")
-    assert light_deferred_imports(tmp_path, ("aspan.uses",)) == ["aspan.uses:2 imports aspan.light"]
+    assert light_deferred_imports(tmp_path) == ["aspan/uses.py:5 imports aspan.light",
+                                                "aspan/uses.py:8 imports aspan.light"]  # once per line
+    assert heavy_imports(tmp_path, ["aspan.guarded", "aspan.through", "aspan.light"]) == {
+        "aspan.guarded": "pandas", "aspan.through": "pandas", "aspan.light": None}

@@ -24,6 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..config import load_config
+from ..environment import run_environment
+from .device_checks import CHECKS, run_checks
+
 DONE = ".campaign-done.json"  # in a run's directory once its command finished (not paused)
 SKIP_PACK = (".aspan.lock", "report.html")  # never shipped back: a lock, and reports `aspan report` rebuilds
 PART_BYTES = 15 * 2**20  # the largest part of state.tar.gz
@@ -64,8 +68,6 @@ class CampaignPlan:
         """ValueError naming the run and key that is wrong, before any work."""
         from dataclasses import fields
 
-        from .device_checks import CHECKS
-
         known = {f.name for f in fields(Entry)}
         names = set()
         for i, run in enumerate(self.runs):
@@ -97,8 +99,6 @@ class CampaignPlan:
 
 def load_plan(path: str | Path) -> CampaignPlan:
     """The campaign of TOML file `path` (UsageError naming the file and key)."""
-    from ..config import load_config
-
     return load_config(CampaignPlan, toml_path=path, name="campaign")
 
 
@@ -168,9 +168,6 @@ def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> di
 def run_slice(plan: CampaignPlan, s: Slice) -> dict[str, Any]:
     """The device checks, then the campaign's unfinished runs in order until the budget is spent; writes
     `out/run.json` and the archive of what changed in the campaign directory. Returns the record."""
-    from ..environment import run_environment
-    from .device_checks import run_checks
-
     start = s.clock()
     deadline = start + plan.budget_s - plan.reserve_s
     s.campaign.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ from typing import Iterator, Sequence
 from tqdm import tqdm
 
 from .. import stopping, tasks
+from ..checks import check_sample_memory
+from ..errors import UsageError
 from ..io import write_lines
 from ..tasks import Sample
 from ..tasks.params import parse_params, task_defaults
@@ -28,9 +30,6 @@ def check_lengths(task: tasks.Task) -> None:
     """UsageError naming the task's length parameter when its samples can be longer than `MAX_SAMPLE_CHARS`, or when
     one of them (generated, held, and written or rendered) would not fit in the memory available; before any is
     generated."""
-    from ..checks import check_sample_memory
-    from ..errors import UsageError
-
     longest = task.max_text_len()
     what = f"--param {task.length_param}={_range(task.params().get(task.length_param))}" if task.length_param \
         else "the task's parameters"

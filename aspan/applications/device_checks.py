@@ -25,6 +25,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import tasks
+from ..tokenization import CharTokenizer
+
 HOOKS_ATOL = 1e-3  # AttnScores are probabilities: CPU and GPU kernels may differ by float32 rounding, not more
 CHECK_SAMPLES = 48  # reversal samples per check (ID and OOD lengths mixed)
 TRAIN_STEPS = 40  # timed training steps (after WARM_STEPS untimed ones)
@@ -33,8 +36,6 @@ WORKER_TIMEOUT = 180  # seconds the torchrun worker may take
 
 
 def _samples():
-    from .. import tasks
-
     half = CHECK_SAMPLES // 2
     return (tasks.preset("reversal", "id").generate(half, seed=71) +
             tasks.preset("reversal", "ood", length=(11, 16)).generate(half, seed=72))
@@ -162,8 +163,7 @@ def check_training(device: str, batch_size: int = 64) -> dict[str, Any]:
 
     import torch
 
-    from .. import models, tasks
-    from ..tokenization import CharTokenizer
+    from .. import models
     from ..training import TrainConfig, target_loss, train, train_batch
 
     task, tok = tasks.preset("reversal", "id"), CharTokenizer()
@@ -220,8 +220,7 @@ def distributed_worker() -> None:
     import torch
     import torch.distributed as dist
 
-    from .. import models, tasks
-    from ..tokenization import CharTokenizer
+    from .. import models
     from ..training import TrainConfig, train
 
     device = os.environ["ASPAN_CHECK_DEVICE"]

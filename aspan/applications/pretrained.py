@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from .. import evaluation, models, tasks
 from ..checks import check_device, check_output_dir
+from ..config import load_config
 from ..environment import run_environment, torch_threads
 from ..experiments import ranking
 from ..experiments.engine import ID_BUDGET, Data, Engine, Ranking, Selection, on_set, point, run_in_dir, select
@@ -111,8 +112,6 @@ class PretrainedConfig:
     def from_toml(cls, path: str | os.PathLike, **flags: Any) -> "PretrainedConfig":
         """The defaults, the file's keys, then `flags` (field names; None is not given; `finetune.steps` one key of
         [finetune]), checked (`aspan.config.load_config`); UsageError naming the file and key, or the flag."""
-        from ..config import load_config
-
         return load_config(cls, toml_path=path, flags=flags)
 
     @classmethod

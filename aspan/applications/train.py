@@ -16,7 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import tasks
+from ..buckets import bucket_sets, bucket_task, parse_buckets
+from ..checks import check_batch_memory, check_memory, check_sample_memory
+from ..config import file_value, load_config
+from ..curves import curve_sets, parse_curve_sets, set_name
+from ..environment import run_environment, torch_threads
 from ..errors import UsageError
+from ..io import claim_run, recorded_settings, save_figure, sha256_of, write_json
+from ..tasks.params import parse_params
+from ..tokenization import CharTokenizer, check_tokenizer
 from ..training import TrainConfig
 
 
@@ -46,8 +55,6 @@ class TrainRun:
 
     def check(self) -> None:
         """UsageError/ValueError on settings that cannot go together, before anything is read or built."""
-        from ..buckets import parse_buckets
-
         if self.finetune and not self.init:
             raise UsageError("--finetune (the paper's fine-tuning defaults) needs --init CKPT, the model to fine-tune")
         self.train.check()
@@ -60,8 +67,6 @@ def resolved_run(flags: dict[str, Any], config: str | None, finetune: bool | Non
     """The settings of `aspan train`: `TrainRun`'s defaults (the fine-tuning preset when `finetune`, or when the
     `config` file says `finetune = true`), then the `config` TOML file, then `flags` (the [train] table's as
     "train.NAME"), then its check; and the preset it started from (what `--print-config` writes against)."""
-    from ..config import file_value, load_config
-
     finetune = finetune or (config is not None and file_value(config, "finetune", "train") is True)
     base = TrainRun(train=TrainConfig.finetune() if finetune else TrainConfig.scratch(), finetune=bool(finetune))
     return load_config(TrainRun, toml_path=config, flags=flags, base=base, name="train"), base
@@ -71,14 +76,11 @@ def train_run(run: TrainRun, out: str) -> Any:
     """Train (or fine-tune, or resume) as `run` says into run directory `out`, holding it for this job and this
     configuration; print the result, write the figures and `run.json`. Returns `aspan.training.train`'s result.
     torch runs on `run.threads` CPU threads meanwhile (the caller's number restored afterwards)."""
-    from ..environment import torch_threads
-
     with torch_threads(run.threads):
         return _train_run(run, out)
 
 
 def _train_run(run: TrainRun, out: str) -> Any:
-    from ..buckets import bucket_task, parse_buckets
     from ..training import read_jsonl, resolve_device
 
     run.check()
@@ -123,9 +125,6 @@ def fit(run: TrainRun, out: str, prepared: Prepared) -> Any:
     import torch
 
     from .. import models
-    from ..curves import curve_sets
-    from ..environment import run_environment
-    from ..io import claim_run, write_json
     from ..models.backend import backend_of
     from ..training import ARCHITECTURE, RESUME_FREE, Replay, RunOptions, train
 
@@ -169,9 +168,6 @@ def task_pair(name: str, split: str, items: tuple[str, ...] | list[str]):
     """(train task, id task, ood task): the training task is the `split` preset with every `key=value` override; the
     ID and OOD presets keep their own values of the parameters they set (so `--param length=11-20` trains on 11-20
     while `id` still means lengths 1-10) and take the other overrides (e.g. charset)."""
-    from .. import tasks
-    from ..tasks.params import parse_params
-
     overrides = parse_params(name, items)
     presets = tasks.presets(name)
     own = {s: tasks.preset(name, s, **{k: v for k, v in overrides.items() if k not in presets[s]})
@@ -182,8 +178,6 @@ def task_pair(name: str, split: str, items: tuple[str, ...] | list[str]):
 def curve_items(run: TrainRun, tasks3, buckets) -> list:
     """The curve sets (`aspan.curves.parse_curve_sets` items; [] for none): `curve_buckets`, or the evaluation sets;
     UsageError for a stop rule without curves or watching a set they lack."""
-    from ..curves import parse_curve_sets, set_name
-
     config = run.train
     if not config.eval_samples and (config.curve_every or run.curve_buckets):
         raise UsageError("--curve-every and --curve-buckets need --eval-samples above 0 (the samples per curve set)")
@@ -208,8 +202,6 @@ DATA_MEMORY_FACTOR = 12
 
 def check_data_memory(path: str) -> None:
     """Refuse a --data file whose samples could not be held in memory, before reading it."""
-    from ..checks import check_memory
-
     size = Path(path).stat().st_size if Path(path).is_file() else 0
     check_memory(DATA_MEMORY_FACTOR * size, f"--data {path}", f"{size:,} bytes of JSON lines, up to "
                  f"{DATA_MEMORY_FACTOR} times that as samples")
@@ -219,8 +211,6 @@ def check_workload(cfg, config, n_tokens: int, evaluated: list, device: str) -> 
     """Refuse a --batch-size whose activations (forward and backward, sequences of up to `n_tokens` tokens) or an
     --eval-samples whose evaluation sets (one per task in `evaluated`) cannot fit in memory, before anything is
     generated or trained."""
-    from ..checks import check_batch_memory, check_sample_memory
-
     check_batch_memory(cfg, config.batch_size, n_tokens, "--batch-size", training=True, device=device)
     if config.eval_samples:
         longest = max(t.max_text_len() for t in evaluated)
@@ -230,8 +220,6 @@ def check_workload(cfg, config, n_tokens: int, evaluated: list, device: str) -> 
 def eval_sets(tasks3, buckets, n: int, seed: int) -> dict:
     """Named evaluation sets: train (only when it differs from both presets), id, ood, and `length LO-HI` buckets
     (drawn from the training task with its length set to the bucket)."""
-    from ..buckets import bucket_sets
-
     train_task, id_task, ood_task = tasks3
     sets = {}
     if train_task.params() not in (id_task.params(), ood_task.params()):
@@ -274,7 +262,6 @@ def _resumes(out: Path, config) -> list[dict]:
 def input_hashes(run: TrainRun) -> dict[str, str]:
     """sha256 of the --data file and of the --init checkpoint (a file, or every file of a checkpoint directory):
     recorded in the run's settings and checkpoints, so a run is never continued on other inputs of the same name."""
-    from ..io import sha256_of
     from ..models.checkpoint import content_hash, model_path
 
     hashes = {}
@@ -287,8 +274,6 @@ def input_hashes(run: TrainRun) -> dict[str, str]:
 
 def check_inputs(out: str, hashes: dict[str, str], run: TrainRun) -> None:
     """UsageError when --data or --init has the name the run in `out` was made with but other content."""
-    from ..io import recorded_settings
-
     recorded = recorded_settings(out) if Path(out).is_dir() else None
     if not isinstance(recorded, dict):
         return
@@ -306,7 +291,6 @@ def check_inputs(out: str, hashes: dict[str, str], run: TrainRun) -> None:
 def build_model(run: TrainRun, alphabet: str, tasks_needed: list, device):
     """The checkpoint given by --init, or a fresh tiny model whose context covers `tasks_needed`; both checked."""
     from .. import models
-    from ..tokenization import CharTokenizer, check_tokenizer
 
     if run.init:
         model, tokenizer, _ = models.load(run.init, device=str(device))
@@ -348,7 +332,6 @@ def eval_figures(history: list[dict], out: Path) -> None:
     import pandas as pd
 
     from .. import viz
-    from ..io import save_figure
 
     rows = pd.DataFrame([r for r in history if r.get("kind") == "eval"])
     if rows.empty:

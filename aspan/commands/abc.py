@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.config import load_config, to_toml
+from aspan.errors import UsageError
 from aspan.options import MODES
 
 from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int
@@ -62,7 +64,6 @@ FIELDS = ("model", "task", "id_samples", "ood_samples", "seed", "lam", "directio
 def settings(args: argparse.Namespace):
     """`ABCRun` from its defaults, then --config, then the flags given, then its check."""
     from aspan.applications.abc import ABCRun
-    from aspan.config import load_config
 
     required(args, "abc")
     flags = {**given(args, FIELDS), "id_params": args.id_params and tuple(args.id_params),
@@ -72,8 +73,6 @@ def settings(args: argparse.Namespace):
 
 def required(args: argparse.Namespace, command: str) -> None:
     """MODEL and --task, unless a --config file gives them (`load_config` then names a missing key)."""
-    from aspan.errors import UsageError
-
     if args.config is None and (args.model is None or args.task is None):
         raise UsageError(f"{'MODEL' if args.model is None else '--task'} is required (or a --config file that names "
                          f"it): aspan {command} MODEL --task TASK")
@@ -82,7 +81,6 @@ def required(args: argparse.Namespace, command: str) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `aspan abc` with the parsed arguments; the exit code."""
     from aspan.applications.abc import abc_run, format_summary
-    from aspan.config import to_toml
 
     cfg = settings(args)
     if args.print_config:

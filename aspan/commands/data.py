@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from aspan.applications.data import SPLITS, TASK_NAMES
+from aspan.applications.data import SPLITS, TASK_NAMES, describe_tasks, task_preset, write_samples
 
+from ..errors import UsageError
 from .argtypes import nonneg_int, output_file_or_stdout
 from .grammar import add_quiet, notice
 
@@ -31,8 +32,6 @@ def add_task_arguments(parser: argparse.ArgumentParser) -> None:
 
 def task_of(args: argparse.Namespace) -> str | None:
     """--task, or the old positional TASK (after a one-line deprecation notice on stderr)."""
-    from ..errors import UsageError
-
     if args.old_task is None:
         return args.task
     if args.task is not None:
@@ -53,8 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan data` with the parsed arguments; the exit code."""
-    from aspan.applications.data import describe_tasks, task_preset, write_samples
-
     if args.list:
         print(describe_tasks())
         return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from ..config import load_config, to_toml
 from ..options import CONVENTIONS, EOS_REFS
 from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int, shard
 from .grammar import PRINT_CONFIG_HELP, add_quiet, from_settings
@@ -60,7 +61,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `aspan demo` with the parsed arguments; the exit code."""
     from ..applications.demo import DemoConfig, run_demo
-    from ..config import load_config, to_toml
 
     check_launcher(args)
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.environment import describe_environment
+
 HELP = "print the versions, backend and device a run here would record (as in run.json)"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan doctor",
@@ -16,7 +18,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan doctor` with the parsed arguments; the exit code."""
-    from aspan.environment import describe_environment
-
     print("\n".join(describe_environment()))
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.config import load_config, to_toml
+from aspan.errors import UsageError
 from aspan.options import MODEL_DTYPES, MODES
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
@@ -61,8 +63,6 @@ FIELDS = ("checkpoint", "task", "any_task", "split", "samples", "mode", "seed", 
 def settings(args: argparse.Namespace):
     """`EvalRun` from its defaults, then --config, then the flags given, then its check."""
     from aspan.applications.eval import EvalRun
-    from aspan.config import load_config
-    from aspan.errors import UsageError
 
     if args.checkpoint is None and args.config is None:
         raise UsageError("MODEL is required (or a --config file that names its checkpoint)")
@@ -74,7 +74,6 @@ def settings(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """Run `aspan eval` with the parsed arguments; the exit code."""
     from aspan.applications.eval import run_eval
-    from aspan.config import to_toml
 
     cfg = settings(args)
     if args.print_config:

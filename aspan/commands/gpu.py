@@ -12,6 +12,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..applications import campaign as c
+from ..cli import main
+from ..errors import UsageError
+
 HELP = "advance a study campaign by one time-limited GPU slice (device checks first), merge a slice, show progress"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
@@ -45,9 +49,6 @@ def run(args: argparse.Namespace) -> int:
     """Run `aspan gpu` with the parsed arguments; the exit code."""
     from dataclasses import replace
 
-    from ..applications import campaign as c
-    from ..errors import UsageError
-
     if args.action == "merge":
         record = c.merge_slice(args.slice, args.campaign)
         slices = Path(args.slices) if args.slices else Path(args.campaign).parent / "slices"
@@ -66,7 +67,6 @@ def run(args: argparse.Namespace) -> int:
         plan = replace(plan, budget_s=args.budget)
     if args.no_checks:
         plan = replace(plan, checks=())
-    from ..cli import main
 
     record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device))
     print(json.dumps({k: record[k] for k in ("runs", "wall_s", "parts")}, default=str))

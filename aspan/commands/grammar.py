@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..errors import UsageError
+
 QUIET_HELP = "no progress bars, warnings only"
 
 
@@ -48,8 +50,6 @@ def add_config_file(parser: argparse.ArgumentParser, help: str) -> None:
 def config_file(args: argparse.Namespace) -> str:
     """The TOML file of `add_config_file`: --config FILE, or the old positional spelling (after a one-line notice);
     UsageError for neither or both."""
-    from ..errors import UsageError
-
     prog = f"aspan {args.command}" if getattr(args, "command", None) else "aspan"
     if args.old_config is not None:
         if args.config is not None:

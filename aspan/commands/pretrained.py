@@ -8,6 +8,7 @@ import shlex
 
 from aspan.options import MODEL_DTYPES
 
+from ..config import load_config
 from .argtypes import device, output_dir, positive_int, shard
 from .grammar import PRINT_CONFIG_HELP, add_config_file, add_quiet, config_file
 from .launcher_options import add_launcher_options, check_launcher, run_launched
@@ -41,7 +42,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `aspan pretrained` with the parsed arguments; the exit code."""
     from ..applications.pretrained import PretrainedConfig, run_pretrained
-    from ..config import load_config
 
     check_launcher(args)
     path = config_file(args)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.config import load_config, to_toml
 from aspan.methods import RULES
 from aspan.options import CONVENTIONS, MODEL_DTYPES, PROFILE_METRICS, RANK_BY
+from aspan.tasks.params import parse_params
 
+from .abc import required
 from .argtypes import device, finite_float, nonneg_int, output_dir, positive_float, positive_int
 from .grammar import add_config, add_quiet, from_settings, given
 
@@ -93,10 +96,6 @@ def settings(args: argparse.Namespace):
     from dataclasses import replace
 
     from aspan.applications.rank import CAUSAL, RankConfig
-    from aspan.config import load_config
-    from aspan.tasks.params import parse_params
-
-    from .abc import required
 
     required(args, "rank")
     flags = {**given(args, FIELDS), "deltas": args.deltas and parse_deltas(args.deltas),
@@ -113,7 +112,6 @@ def settings(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """Run `aspan rank` with the parsed arguments; the exit code."""
     from aspan.applications.rank import format_summary, rank_heads
-    from aspan.config import to_toml
 
     cfg = settings(args)
     if args.print_config:

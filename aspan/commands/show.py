@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import shutil
 
+from aspan.applications.data import show_samples, task_preset
+
 from .argtypes import nonneg_int
 from .data import add_task_arguments, task_of
 
@@ -24,8 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan show` with the parsed arguments; the exit code."""
-    from aspan.applications.data import show_samples, task_preset
-
     task = task_preset(task_of(args), args.split, args.param or [])
     width = args.width or shutil.get_terminal_size((100, 24)).columns
     for block in show_samples(task, args.n, args.seed, width, split=args.split):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from aspan.config import load_config
 from aspan.options import ID_BUDGET
 
 from .argtypes import device, nonneg_int, output_dir, points_fraction, shard
@@ -39,7 +40,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run `aspan sweep` with the parsed arguments; the exit code."""
     from aspan.applications.sweep import SweepConfig, format_selection, run_sweep_dir
-    from aspan.config import load_config
 
     check_launcher(args)
     path = config_file(args)

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.config import to_toml
+from aspan.curves import stop_set
+from aspan.errors import UsageError
+
 from ..options import CURVE_METRICS, STOP_RULES
 from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int, unit_float
 from .grammar import add_config, add_quiet, from_settings, given
@@ -99,7 +103,6 @@ def settings(args: argparse.Namespace):
     """`TrainRun` from its defaults (the fine-tuning preset with --finetune, or a --config file that says
     `finetune = true`), then --config, then the flags given, then its check; and that preset."""
     from aspan.applications.train import resolved_run
-    from aspan.curves import stop_set
 
     flags = {**given(args, TRAIN_KEYS, "train."), **given(args, RUN_KEYS)}
     flags.update({"params": args.param and tuple(args.param), "finetune": args.finetune, "resume": args.resume,
@@ -114,8 +117,6 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from aspan.applications.train import format_result, train_run
-    from aspan.config import to_toml
-    from aspan.errors import UsageError
 
     run, base = settings(args)
     if args.print_config:

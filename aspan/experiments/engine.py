@@ -39,10 +39,12 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Sequence, get_arg
 
 import pandas as pd
 
+from .. import tasks
 from ..evaluation import SCORE_COLUMNS
-from ..io import RowWriter, read_rows, settings_key
+from ..io import RowWriter, read_rows, settings_key, union_rows
 from ..methods import check_method
 from ..options import CONVENTIONS, EOS_REFS, ID_BUDGET, Convention, check_option
+from ..tokenization import require_tokenizer
 from .edit import Edit, beyond_row, parse_gate
 
 Head = tuple[int, int]
@@ -171,7 +173,6 @@ class Engine:
         """`any_task`: evaluate a model on another task than the one it was trained on (refused otherwise)."""
         from .. import models
         from ..models.trained import check_task, trained_task
-        from ..tokenization import require_tokenizer
 
         require_tokenizer(tokenizer, "experiment engine: tokenizer")
         if not any_task:
@@ -193,7 +194,6 @@ class Engine:
     def offsets(self, rank: dict[str, Any], deltas: Sequence[int] = ()) -> pd.DataFrame:
         """The offset-scan table (layer, head, delta, score_sum, score_row) on the ranking samples of `rank`;
         computed once for `deltas` and `rank["delta"]` together, then again only for a new delta."""
-        from .. import tasks
         from .ranking import offset_table
 
         key = settings_key({k: v for k, v in rank.items() if k != "delta"})
@@ -234,8 +234,6 @@ class Engine:
     def beyond_row(self) -> int:
         """The last query row an ID sample trains (`edit.beyond_row` of the tokenizer's prefix and the ID preset's
         longest text): an edit gated "beyond" touches only rows after it, so it leaves every ID sample untouched."""
-        from .. import tasks
-
         longest = tasks.preset(self.data.task, "id", **self.data.id_params).max_text_len()
         return beyond_row(self.tok.offset, longest, self.tok.eos_id is not None)
 
@@ -320,8 +318,6 @@ def id_set(name: str) -> str:
 
 
 def _task(data: Data, name: str):
-    from .. import tasks
-
     return tasks.preset(data.task, "id", **data.id_params) if name in ("id", ID_REPORT) else \
         tasks.preset(data.task, data.split, **data.ood_params)
 
@@ -384,8 +380,6 @@ def run_in_dir(points: list[dict[str, Any]], directory: Any, shard: tuple[int, i
     so a run without a shard after all shards computes nothing again. Returns the rows found for `points` (grid
     order; with a shard, only those present so far)."""
     from pathlib import Path
-
-    from ..io import union_rows
 
     directory = Path(directory)
     name = "sweep.jsonl" if shard is None else f"sweep.shard-{shard[0]}-of-{shard[1]}.jsonl"

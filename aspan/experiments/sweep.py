@@ -19,7 +19,9 @@ import torch
 
 from hooks import check_fits, check_heads
 
+from .. import tasks
 from ..checks import check_device, check_eval_memory, check_offsets, parse_shard
+from ..config import _toml_value, load_config
 from ..evaluation import CHUNK
 from ..io import settings_key
 from ..methods import RULES
@@ -94,8 +96,6 @@ class SweepConfig:
     def from_toml(cls, path: str | Path, check_model: bool = True) -> "SweepConfig":
         """Read and fully validate a TOML sweep config (`aspan.config.load_config`); UsageError naming the file and
         the offending key."""
-        from ..config import load_config
-
         return load_config(cls, toml_path=path, name="sweep config", check=lambda c: c.check(check_model))
 
     @classmethod
@@ -150,8 +150,6 @@ class SweepConfig:
     def check(self, check_model: bool = True) -> None:
         """What the settings must satisfy together, before any model loads: the checkpoint exists, the offsets and
         strengths fit the longest sample, the evaluation sets fit in memory; ValueError naming the key."""
-        from .. import tasks
-
         if check_model and not _named_model(self.model) and not Path(self.model).exists():
             raise ValueError(f"sweep config: model: checkpoint {self.model!r} does not exist")
         longest = tasks.preset(self.task, self.split, **self.task_params).max_text_len()
@@ -188,8 +186,6 @@ class SweepConfig:
 def toml_document(top: dict[str, Any], tables: dict[str, dict[str, Any]]) -> str:
     """A TOML file: `key = value` lines of `top` (a dict value is an inline table), then each of `tables` as a
     `[name]` table; None values are left out (TOML has no null: a file that leaves a key out gets its default)."""
-    from ..config import _toml_value
-
     def lines(values: dict[str, Any], prefix: str) -> list[str]:
         return [f"{k} = {_toml_value(v, prefix + k)}" for k, v in values.items() if v is not None]
 
@@ -201,8 +197,6 @@ def toml_document(top: dict[str, Any], tables: dict[str, dict[str, Any]]) -> str
 
 def _data_settings(raw: dict[str, Any]) -> dict[str, Any]:
     """Task, split, preset overrides, sizes and device of a raw config, validated."""
-    from .. import tasks
-
     task = _str(raw["task"], "task")
     if task not in tasks.NAMES:
         raise ValueError(f"sweep config: task: unknown task {task!r}; choose one of {', '.join(tasks.NAMES)}")
@@ -294,8 +288,6 @@ def _check_strengths_fit(strengths: tuple[float, ...], n_keys: int) -> None:
 
 def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
     """The [heads] table: selections (top / fraction / list) and how the ranking is computed, validated."""
-    from .. import tasks
-
     unknown = sorted(set(heads) - HEAD_KEYS)
     if unknown:
         raise ValueError(f"sweep config: unknown key 'heads.{unknown[0]}' (known: {', '.join(sorted(HEAD_KEYS))})")

@@ -13,6 +13,7 @@ import torch
 
 from ..checks import check_device
 from ..errors import UsageError, reading
+from ..hf_tokenization import HFCharAdapter
 from ..io import atomic_dir, clean, read_json, sha256_of, to_json
 from ..options import BACKENDS, Backend, ModelDtype, check_option, dtype_name
 from ..tokenization import CharTokenizer, Tokenizer
@@ -145,8 +146,6 @@ def _tokenizer_from_dict(d: dict[str, Any], base_dir: Path) -> Tokenizer:
             raise UsageError(f"{where}: a char tokenizer needs chars (a string) and bos (true or false)")
         return CharTokenizer.from_dict(d)
     if kind == "hf_char":
-        from ..hf_tokenization import HFCharAdapter
-
         hf_path = d.get("hf_path")
         inside = isinstance(hf_path, str) and not os.path.isabs(hf_path) and \
             (base_dir / hf_path).resolve().is_relative_to(base_dir.resolve()) and (base_dir / hf_path).is_dir()

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, get_args
 
-from ..errors import UsageError
+from ..errors import UsageError, reading
+from ..io import read_json
 from .jsonvalues import _POS_NUMBER, Dtype, _choice, _int, _is_number, _short
 
 # ---------------------------------------------------------------------------------- Hugging Face directories
@@ -122,8 +123,6 @@ def stored_tensors(directory: Path) -> dict[str, tuple[Path, list[int]]]:
 
 def _shards(index: Path) -> list[Path]:
     """The shard files a safetensors index names (plain file names inside its directory)."""
-    from ..io import read_json
-
     doc = read_json(index, "safetensors index")
     for key in ("metadata", "weight_map"):
         if not isinstance(doc, dict) or not isinstance(doc.get(key), dict):
@@ -232,9 +231,6 @@ def check_hf_files(directory: Path) -> None:
     present, each JSON file it reads (`HF_JSON_FILES`) is a JSON object (bounded integers and nesting:
     `aspan.io.read_json`) and the `tokenizers` library reads its `tokenizer.json` (files of another shape, e.g.
     `{"model": 5}` or a list, made transformers raise a KeyError, TypeError or AttributeError naming no file)."""
-    from ..errors import reading
-    from ..io import read_json
-
     for name in HF_FILES:
         file = directory / name
         if file.exists() and not file.is_file():

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import UsageError
 from ..tokenization import CharTokenizer
 from . import bloom, gpt2, neox
 from .hfbase import KEY, VERSION, Sizes, fold_bias, positional_of_cfg
@@ -211,8 +212,6 @@ def check_form_config(file: Path, config: dict[str, Any]) -> Sizes:
     """The sizes of an aspan Hugging Face config whose values `safety.check_hf_config` accepted; UsageError naming
     the key when the form's own keys are missing or its rotary share is not an even number of each head's dimensions
     (Hugging Face truncates that share where TransformerLens rounds it: the two backends would differ)."""
-    from ..errors import UsageError
-
     try:
         sizes = form_of_config(config).sizes_of_config(config)
     except KeyError as e:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 
 import torch
 
+from .. import tasks
 from ..tasks.base import Task
 from ..tokenization import Tokenizer
 from .backend import backend_named, backend_of, default_backend
@@ -37,8 +38,6 @@ def positional_of(model_or_cfg) -> str:
 def _as_task(task: Task | str) -> Task:
     """A Task, or a task name meaning its OOD preset (the longest samples the model must fit)."""
     if isinstance(task, str):
-        from .. import tasks
-
         return tasks.preset(task, "ood")
     return task
 
@@ -69,8 +68,6 @@ def check_context(model_or_n_ctx: HookedTransformer | int, task: Task | str | in
 def _what_fits(task: Task | int, budget: int) -> str:
     """Which task parameters fit `budget` characters: the largest upper end of the first range parameter that does
     (for a fixed checkpoint the context cannot grow, so the useful advice is which lengths to ask for)."""
-    from .. import tasks
-
     params = {} if isinstance(task, int) else task.params()
     for key, value in params.items():
         if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value)):

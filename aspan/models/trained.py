@@ -7,6 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from .. import tasks
+from ..errors import UsageError
+
 ATTRIBUTE = "aspan_trained_task"
 
 
@@ -26,8 +29,6 @@ class TrainedTask:
     @property
     def lengths(self) -> tuple[int, int] | None:
         """The training range of the task's length parameter (`Task.length_param`), when recorded."""
-        from .. import tasks
-
         key = tasks.task_class(self.name).length_param if self.name in tasks.NAMES else None
         value = self.params.get(key) if key else None
         if isinstance(value, (list, tuple)) and len(value) == 2:
@@ -81,8 +82,6 @@ def check_task(mine: TrainedTask | None, tasks: Iterable[tuple[str, dict[str, An
     """UsageError in one line (`what`, both tasks, and `hint`: how to ask for it anyway) when `tasks` are not the
     training task `mine` (`other_task`); `mine` is `trained_task(model)`, or `models.checkpoint.saved_task(path)`
     before loading."""
-    from ..errors import UsageError
-
     reason = other_task(mine, tasks)
     if reason is not None:
         raise UsageError(f"{what}: {reason} ({hint})")

@@ -13,7 +13,8 @@ def test_capture_matches_cache(model):
     for (layer, h), p in got.items():
         assert torch.equal(p, cache["pattern", layer][:, h])
     rows, cols = [11, 4, 7], slice(2, 9)
-    cropped = hooks.capture(model, tokens, [(1, 2)], rows=rows, cols=cols, attention_mask=am)[(1, 2)]
+    crop = hooks.CaptureOptions(rows=rows, cols=cols)
+    cropped = hooks.capture(model, tokens, [(1, 2)], attention_mask=am, options=crop)[(1, 2)]
     assert torch.equal(cropped, cache["pattern", 1][:, 2][:, rows][:, :, cols])
     whole = hooks.capture(model, tokens, [1], rows=slice(5, None))
     assert sorted(whole) == [(1, h) for h in range(model.cfg.n_heads)]

@@ -13,9 +13,9 @@ HEADS = [(0, 1), (1, 3), (2, 0), (2, 2)]
 
 def _edits(mask, **gate):
     return {
-        "reinforce": hooks.reinforce(HEADS, mask, 1.0, renormalize=True, **gate),
-        "patch": hooks.patch_pattern(HEADS, mask, **gate),
-        "steer": hooks.steer(HEADS, mask, alpha=0.05, **gate),
+        "reinforce": hooks.reinforce(HEADS, mask, 1.0, options=hooks.ReinforceOptions(renormalize=True, **gate)),
+        "patch": hooks.patch_pattern(HEADS, mask, options=hooks.EditOptions(**gate)),
+        "steer": hooks.steer(HEADS, mask, alpha=0.05, options=hooks.SteerOptions(**gate)),
     }
 
 
@@ -68,10 +68,11 @@ def test_bad_gates_fail_clearly():
     tokens, _, mask = padded_batch([6], seed=44)
     for bad in (0, -0.1, 2.0, float("inf")):
         with pytest.raises(ValueError, match="gate_below"):
-            hooks.reinforce(HEADS, mask, 1.0, gate_below=bad)
+            hooks.reinforce(HEADS, mask, 1.0, options=hooks.ReinforceOptions(gate_below=bad))
     with pytest.raises(ValueError, match="position"):
         hooks.rows_beyond(tokens, -1)
     with pytest.raises(ValueError, match="rows has batch"):
         torch.manual_seed(0)
         m = hooked_model("standard", n_layers=1)
-        m.run_with_hooks(tokens, fwd_hooks=hooks.steer([(0, 0)], mask, rows=torch.ones(3, 6, dtype=torch.bool)))
+        three = hooks.SteerOptions(rows=torch.ones(3, 6, dtype=torch.bool))
+        m.run_with_hooks(tokens, fwd_hooks=hooks.steer([(0, 0)], mask, options=three))

@@ -40,13 +40,16 @@ def brute_hooks(heads, mask, C, tau=None, renorm=False):
 
 
 HEADS = [(0, 1), (1, 3), (2, 0), (2, 2)]
+RENORMALIZE = hooks.ReinforceOptions(renormalize=True)
+OPTIONS = hooks.ReinforceOptions(threshold=0.02, renormalize=True)
 
 
 @pytest.mark.parametrize("tau,renorm", [(None, False), (0.1, False), (None, True), (0.05, True)])
 def test_reinforce_equals_brute_force_in_the_model(any_model, tau, renorm):
     model = any_model
     tokens, am, mask = padded_batch([10, 7], seed=1)
-    fwd = hooks.reinforce(HEADS, mask, 0.7, threshold=tau, renormalize=renorm, model=model)
+    fwd = hooks.reinforce(HEADS, mask, 0.7, model=model,
+                          options=hooks.ReinforceOptions(threshold=tau, renormalize=renorm))
     got = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=fwd)
     expected = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=brute_hooks(HEADS, mask, 0.7, tau, renorm))
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
@@ -73,7 +76,7 @@ def test_last_layer_edit_recomputed_by_hand(kind):
         plain = by_hand(cache["pattern", L])
         torch.testing.assert_close(plain, model(tokens), atol=1e-5, rtol=1e-5)  # the recomputation is faithful
         edited = by_hand(brute_edit(cache["pattern", L], mask, [0, 3], 1.5, 0.02, True))
-        got = model.run_with_hooks(tokens, fwd_hooks=hooks.reinforce(heads, mask, 1.5, 0.02, True))
+        got = model.run_with_hooks(tokens, fwd_hooks=hooks.reinforce(heads, mask, 1.5, options=OPTIONS))
     torch.testing.assert_close(got, edited, atol=1e-5, rtol=1e-5)
 
 
@@ -81,8 +84,9 @@ def test_edit_changes_logits_and_zero_strength_is_bit_identical(model):
     tokens, am, mask = padded_batch([12, 9], seed=3)
     plain = model(tokens, attention_mask=am)
     for tau, renorm in [(None, False), (0.0, True)]:
-        zero = model.run_with_hooks(tokens, attention_mask=am,
-                                    fwd_hooks=hooks.reinforce(HEADS, mask, 0.0, tau, renorm))
+        options = hooks.ReinforceOptions(threshold=tau, renormalize=renorm)
+        fwd = hooks.reinforce(HEADS, mask, 0.0, options=options)
+        zero = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=fwd)
         assert torch.equal(zero, plain)
     for head in HEADS:
         edited = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=hooks.reinforce([head], mask, 1.0))
@@ -95,11 +99,12 @@ def test_edit_changes_logits_and_zero_strength_is_bit_identical(model):
 def test_batched_equals_one_by_one_with_own_masks(model):
     lengths = [12, 6, 9]
     tokens, am, mask = padded_batch(lengths, seed=4)
-    fwd = hooks.reinforce(HEADS, mask, 0.8, threshold=0.05, renormalize=True)
+    options = hooks.ReinforceOptions(threshold=0.05, renormalize=True)
+    fwd = hooks.reinforce(HEADS, mask, 0.8, options=options)
     batched = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=fwd)
     for i, n in enumerate(lengths):
         one = model.run_with_hooks(tokens[i : i + 1, :n],
-                                   fwd_hooks=hooks.reinforce(HEADS, mask[i : i + 1, :n, :n], 0.8, 0.05, True))
+                                   fwd_hooks=hooks.reinforce(HEADS, mask[i : i + 1, :n, :n], 0.8, options=options))
         torch.testing.assert_close(batched[i, :n], one[0], atol=1e-5, rtol=1e-5)
 
 
@@ -135,8 +140,8 @@ def test_kv_cached_greedy_decoding_matches_teacher_forcing(any_model):
     prompt_len, new = 6, 8
     tokens, _, mask = padded_batch([prompt_len + new] * 2, seed=6)
     prompt = tokens[:, :prompt_len]
-    for kw in [dict(), dict(threshold=0.05, renormalize=True)]:
-        fwd = hooks.reinforce(HEADS, mask, 1.2, **kw)
+    for options in [None, hooks.ReinforceOptions(threshold=0.05, renormalize=True)]:
+        fwd = hooks.reinforce(HEADS, mask, 1.2, options=options)
         fwd += hooks.attn_bias(hooks.offset_bias(torch.linspace(0, -1, 5).repeat(2, 1), fill=-2.0),
                                layers=[1], heads=[0, 2])
         step = cached_step(model, 2, model.cfg.device)  # TransformerLens's KV cache, or Hugging Face's on a bridge
@@ -170,7 +175,8 @@ def test_gradients_flow_through_edits(model):
     tokens, _, mask = padded_batch([9], seed=8)
     model.zero_grad()
     loss = (
-        model.run_with_hooks(tokens, fwd_hooks=hooks.reinforce(HEADS, mask, 1.0, renormalize=True)).logsumexp(-1).sum()
+        model.run_with_hooks(tokens, fwd_hooks=hooks.reinforce(HEADS, mask, 1.0, options=RENORMALIZE))
+        .logsumexp(-1).sum()
     )
     loss.backward()
     grads = [p.grad for p in model.blocks[0].attn.parameters()]  # W_Q on a HookedTransformer, q/k/v on a bridge

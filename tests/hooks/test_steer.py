@@ -16,7 +16,7 @@ def test_steer_equals_scaled_renormalised_pattern(any_model, mode):
     tokens, am, mask = padded_batch([10, 7], seed=31)
     for alpha, delta in [(0.01, 0), (0.3, 2)]:
         m = hooks.shift_mask(mask, delta)
-        fwd = hooks.steer(HEADS, mask, alpha=alpha, mode=mode, delta=delta, model=model)
+        fwd = hooks.steer(HEADS, mask, alpha=alpha, delta=delta, model=model, options=hooks.SteerOptions(mode=mode))
         got = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=fwd)
         brute = layer_hooks(HEADS, lambda P, hs, m=m, a=alpha: brute_rows(P, m, hs, steered_row(m, a)))
         want = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=brute)
@@ -46,8 +46,9 @@ def test_alpha_one_changes_nothing_and_modes_agree(model):
     plain = model(tokens, attention_mask=am)
     same = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=hooks.steer(HEADS, mask, alpha=1.0))
     assert torch.equal(same, plain)
-    ex = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=hooks.steer(HEADS, mask, mode="exclude"))
-    inc = model.run_with_hooks(tokens, attention_mask=am, fwd_hooks=hooks.steer(HEADS, mask, mode="include"))
+    ex, inc = (model.run_with_hooks(tokens, attention_mask=am,
+                                    fwd_hooks=hooks.steer(HEADS, mask, options=hooks.SteerOptions(mode=mode)))
+               for mode in ("exclude", "include"))
     torch.testing.assert_close(ex, inc, atol=1e-5, rtol=1e-5)
 
 
@@ -76,8 +77,9 @@ def test_kv_cached_generation_equals_teacher_forcing(any_model):
     model = any_model
     tokens, _, mask = padded_batch([14, 14], seed=36)
     for fwd in (hooks.steer(HEADS, mask, alpha=0.05),
-                hooks.steer(HEADS, mask, alpha=0.2, mode="include", delta=1, rows=hooks.rows_beyond(tokens, 9)),
-                hooks.steer(HEADS, mask, gate_below=0.3)):
+                hooks.steer(HEADS, mask, alpha=0.2, delta=1,
+                            options=hooks.SteerOptions(mode="include", rows=hooks.rows_beyond(tokens, 9))),
+                hooks.steer(HEADS, mask, options=hooks.SteerOptions(gate_below=0.3))):
         steps, full, seq = kv_generate(model, tokens[:, :6], 8, fwd)
         for j, lg in enumerate(steps):
             torch.testing.assert_close(lg, full[:, 5 + j], atol=1e-5, rtol=1e-5)
@@ -90,4 +92,4 @@ def test_bad_arguments_fail_clearly():
         with pytest.raises(ValueError, match="alpha"):
             hooks.steer(HEADS, mask, alpha=alpha)
     with pytest.raises(ValueError, match="mode"):
-        hooks.steer(HEADS, mask, mode="boost")
+        hooks.steer(HEADS, mask, options=hooks.SteerOptions(mode="boost"))
