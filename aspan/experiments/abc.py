@@ -16,7 +16,7 @@ ABS: a fixed window instead: `abs_window` from a task's references (the aligned 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -25,6 +25,11 @@ from torch import Tensor
 from ..options import DIRECTIONS, Direction, Mode, Rows, check_option
 from ..tasks.base import SEPARATORS
 from .calibration import calibrate  # noqa: F401  (the paper's Algorithm 1, beside the aligned variant below)
+
+if TYPE_CHECKING:  # annotations only: pandas loads where a table is built, training where a run fine-tunes
+    import pandas as pd
+
+    from ..training.config import TrainConfig
 
 PROMPT_DIRECTIONS = ("diagonal", "vertical")  # the directions that mean the same on prompt rows at any length
 NEG = -1e4  # "large negative": zero after softmax, yet finite so a row without kept cells stays a softmax
