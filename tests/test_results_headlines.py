@@ -257,6 +257,46 @@ def test_parity_headline_table():
     assert f"after {steps:,.0f} steps on average" in flat and f"slowest to fit ({steps:,.0f} steps" in page
 
 
+def test_parity_curves_held_out_sets_as_described():
+    """The README's account of the held-out side and the repeats in the sets drawn from it, recomputed from the
+    run's settings (the sets are deterministic in them)."""
+    from dataclasses import fields
+    from itertools import product
+
+    from aspan.applications.studies import parity as study
+    from aspan.tasks.split import held_out
+
+    run = json.loads((RESULTS / "parity_study" / "curves" / "run.json").read_text(encoding="utf-8"))
+    known = {f.name for f in fields(study.ParityStudyConfig)}
+    cfg = study.ParityStudyConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
+                                     if k in known})
+    share = cfg.held_out_share
+    side = [b for n in range(1, cfg.train_length + 1) for b in map("".join, product("01", repeat=n))
+            if held_out(b, share)]
+    n_full = sum(len(b) == cfg.train_length for b in side)
+    counts = {}
+    for fmt in cfg.formats:
+        task, sets = study.make_task(cfg, fmt, cfg.train_length), study.eval_sets(cfg, fmt)
+
+        def bits(samples, task=task):
+            return {task.bits(s.text[: s.prompt_len]) for s in samples}
+
+        test1, select1, curve = bits(sets["test", "1"]), bits(sets["select", "id"]), \
+            bits(study.curve_sets(cfg, fmt)[study.FIT_SET])
+        counts[fmt] = [len(test1), len(curve), len(select1), len(select1 & test1), len(curve & test1)]
+        assert not bits(sets["select", "ood"]) & bits(sets["test", "2"])
+    assert all(counts[f] == counts["scratchpad"] for f in cfg.formats if f != "mnemonic")  # anchors alone differ
+    flat = _flat(_readme("parity_study"))
+    assert f"{len(side)} of the 2,046 inputs, {n_full} of the 1,024 of exactly 10 bits" in flat
+    n = counts["scratchpad"]
+    assert f"the 200 test inputs of 10 bits hold {n[0]} distinct strings, the 200 fit curve inputs {n[1]}, and the " \
+           f"100 selection inputs at 1x {n[2]}, of which {n[3]} are also test inputs at 1x (the curve set shares " \
+           f"{n[4]} with them)" in flat
+    assert f"the same counts by bits are {', '.join(map(str, counts['mnemonic'][:4]))} and {counts['mnemonic'][4]}" \
+        in flat
+    assert f"at 1x they share {n[3]} strings" in flat
+
+
 def test_parity_curves_selection_table():
     """The learning-rate grid of the curves protocol: selection.csv, and fit from the grid runs' rows."""
     curves = RESULTS / "parity_study" / "curves"
