@@ -167,35 +167,148 @@ def test_qk_cap_supplements():
 
 
 # ----------------------------------------------------------------------------------------------- parity study
+def _pct(mean: float, lo: float, hi: float) -> str:
+    """'41.7 [20.5, 62.8]': a rate and its interval in %, as the parity README prints them."""
+    return f"{100 * mean:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]".replace("100.0]", "100]")
+
+
+def _prose(cell: str) -> str:
+    """'31.2 % [0, 100]': a table cell as the prose of the parity README and its page write it."""
+    mean, interval = cell.split(" [", 1)
+    return f"{mean} % [{interval}".replace("[0.0, ", "[0, ")
+
+
 def test_parity_headline_table():
-    res = pd.read_csv(RESULTS / "parity_study" / "curves" / "results.csv")
-    conv = pd.read_csv(RESULTS / "parity_study" / "curves" / "convergence.csv").set_index("format")
-    readme = _readme("parity_study")
-
-    def pct(lo_hi_mean):
-        m, lo, hi = (100 * v for v in lo_hi_mean)
-        return f"{m:.1f} [{lo:.1f}, {hi:.1f}]".replace("100.0]", "100]")
-
+    curves = RESULTS / "parity_study" / "curves"
+    res = pd.read_csv(curves / "results.csv")
+    conv = pd.read_csv(curves / "convergence.csv").set_index("format")
+    readme, flat, page = _readme("parity_study"), _flat(_readme("parity_study")), _quoted("parity_study")
+    rows = _jsonl(curves / "rows.jsonl")  # every ID set came from the held-out side of the split
+    assert rows and all(r["held_out_share"] == 0.2 for r in rows)
+    run = json.loads((curves / "run.json").read_text(encoding="utf-8"))
+    v = run["versions"]
+    assert run["config"]["held_out_share"] == 0.2 and f"records {run['wall_seconds']:,.0f} s inside the study" in flat
+    assert f"Python {v['python']}, torch {v['torch']}, TransformerLens {v['transformer_lens']}" in flat
+    assert "test_held_out_id_inputs_are_never_training_inputs" in flat and "Overlapping sets" not in flat
+    cell = {}
     for fmt, g in res.groupby("format"):
-        cells = [f"{conv.loc[fmt, 'stop_step']:,.0f}"]
+        fit = bool(g.fitted.all())
+        assert (conv.loc[fmt, "fit"] == "fit") == fit and (g.stop_reason == "target").all() == fit
         for m in (1, 2, 5):
-            e = g[g.multiple == m].exact.tolist()
-            cells.append(pct((sum(e) / 3, *seed_interval(e, 200))))
-        for m in (2, 5):
-            p = g[g.multiple == m].partial.tolist()
-            cells.append(pct((sum(p) / 3, *t_interval(p))))
-        assert (g.fitted).all() and (g.stop_reason == "target").all()
-        _row(readme, f"| `{fmt}` |", cells)
-    one = res[res.multiple == 1].exact
-    flat = _flat(readme)
-    assert f"{100 * one.min():.1f}–{100 * one.max():.0f} % per seed on the test inputs of exactly 10 bits" in flat
-    plain = res[(res.format == "plain") & (res.multiple == 5)].exact.tolist()
+            e, p = g[g.multiple == m].exact.tolist(), g[g.multiple == m].partial.tolist()
+            cell[fmt, "exact", m] = _pct(sum(e) / 3, *seed_interval(e, 200))
+            cell[fmt, "partial", m] = _pct(sum(p) / 3, *t_interval(p))
+        if fit:
+            cells = ["fit", f"{conv.loc[fmt, 'stop_step']:,.0f}"] + [cell[fmt, "exact", m] for m in (1, 2, 5)] \
+                + [cell[fmt, "partial", m] for m in (2, 5)]
+        else:  # a format that did not fit claims nothing past 1x
+            cells = [f"did not fit ({int(conv.loc[fmt, 'n_fit'])} of 3 seeds)", "– (seed 1 at the cap)",
+                     cell[fmt, "exact", 1]] + ["–"] * 4
+        lines = [x for x in readme.splitlines() if x.startswith(f"| `{fmt}` | {g.lr.iloc[0]:g} | ")]
+        table = [[c.strip() for c in x.strip("| ").split("|")] for x in lines if len(x.split("|")) == 11]
+        assert table == [[f"`{fmt}`", f"{g.lr.iloc[0]:g}", *cells]], (table, cells)  # every cell in its column
+    # interleaved did not fit: seed 1 at the cap, flat at 0.915-0.925 on the curve inputs from step 2,200 on
+    il = res[(res.format == "interleaved") & (res.multiple == 1)].set_index("seed")
+    assert conv.loc["interleaved", "stop_reason"] == "cap 1, target 2" and il.loc[1, "fit_curve_exact"] == 0.925
+    assert f"seeds 0 and 2 fit at {il.loc[0, 'stop_step']} and {il.loc[2, 'stop_step']} steps" in flat
+    curve = [r for r in _jsonl(curves / "learning_curves.jsonl") if r["format"] == "interleaved" and r["seed"] == 1
+             and r["lr"] == il.loc[1, "lr"] and r["bucket"] == "train" and r["step"] >= 2200]
+    assert len(curve) == 20 and (min(r["exact"] for r in curve), max(r["exact"] for r in curve)) == (0.915, 0.925)
+    assert "stayed at 0.915–0.925 exact on the curve inputs from step 2,200 on" in flat
+    assert f"`interleaved` did not (one of its 3 seeds stopped at the cap at {il.loc[1, 'fit_curve_exact']:g})" \
+        in page
+    fitted = res[res.fitted & (res.multiple == 1)].exact
+    assert f"they score {100 * fitted.min():.0f}–{100 * fitted.max():.0f} % per seed on the held-out test inputs" \
+        in flat
+    # 5x: the scratchpad formats that fit are 0 %, plain is not above chance
+    plain = res[(res.format == "plain") & (res.multiple == 5)].sort_values("seed").exact.tolist()
     m, lo, hi = (100 * v for v in (sum(plain) / 3, *seed_interval(plain, 200)))
-    assert f"scores {m:.1f} % [{lo:.1f}, {hi:.1f}], which is chance" in flat
-    assert f"is at chance ({m:.1f} % [{lo:.1f}, {hi:.1f}])" in _quoted("parity_study")
-    zero = res[(res.format != "plain") & (res.multiple == 5)].exact
-    assert (zero == 0).all() and f"[0, {100 * wilson(0, 600)[1]:.1f}] %" in _quoted("parity_study")
-    assert lo < 50 < hi and f"the four scratchpad formats are 0 % exact and `plain` is at chance ({m:.1f} %)" in flat
+    assert lo < 50 < hi and m < 50
+    assert f"scores {m:.1f} % [{lo:.1f}, {hi:.1f}] (per seed {', '.join(f'{100 * v:g}' for v in plain[:2])} and " \
+           f"{100 * plain[2]:g} %), not above chance" in flat
+    assert f"is not above chance ({m:.1f} % [{lo:.1f}, {hi:.1f}])" in page
+    assert f"`plain` is not above chance ({m:.1f} %)" in flat
+    zero = res[(res.format != "plain") & res.fitted & (res.multiple == 5)].exact
+    assert (zero == 0).all() and f"[0, {100 * wilson(0, 600)[1]:.1f}] %" in page
+    # 2x: interleaved-ab is the one scratchpad format with whole answers right
+    ab = res[(res.format == "interleaved-ab") & (res.multiple == 2)].sort_values("exact").exact.tolist()
+    two = res[(res.multiple == 2) & res.fitted & ~res.format.isin(["plain", "interleaved-ab"])].exact
+    assert (two == 0).all() and min(ab) > 0
+    whole = _prose(cell["interleaved-ab", "exact", 2])
+    assert f"{whole}, from one seed at {100 * ab[2]:g} % and the others at {100 * ab[1]:g} % and {100 * ab[0]:g} %" \
+        in flat
+    assert f"({whole}, one seed {100 * ab[2]:g} %" in page
+    # per token, 2x / 5x
+    per = {f: [cell[f, "partial", m].split(" [")[0] for m in (2, 5)]
+           for f in ("interleaved-ab", "scratchpad", "mnemonic")}
+    assert f"`interleaved-ab` keeps {per['interleaved-ab'][0]} % of the characters right at 2x and " \
+           f"{per['interleaved-ab'][1]} % at 5x, the running `scratchpad` {' % / '.join(per['scratchpad'])} %" in flat
+    assert f"({' % / '.join(per['mnemonic'])} %, the lowest means" in flat
+    assert f"({' % / '.join(per['interleaved-ab'])} % at 2x / 5x, against {' % / '.join(per['scratchpad'])} % for " \
+           "the running scratchpad, intervals overlapping" in _flat(page)
+    sp2, ab2 = (cell[f, "partial", 2].split(" [")[1].rstrip("]") for f in ("scratchpad", "interleaved-ab"))
+    assert float(ab2.split(", ")[0]) < float(sp2.split(", ")[1]) and f"[{ab2}] against [{sp2}]" in flat
+    mn5, sp5 = (cell[f, "partial", 5] for f in ("mnemonic", "scratchpad"))
+    assert float(mn5.split(", ")[1].rstrip("]")) < float(sp5.split(" [")[1].split(",")[0])
+    assert f"({_prose(mn5)} against [{sp5.split(' [')[1]})" in flat
+    steps = conv.loc["mnemonic", "stop_step"]
+    mn = res[(res.format == "mnemonic") & (res.multiple == 1)].stop_step
+    assert f"({steps:,.0f} steps; {mn.min():,}–{mn.max():,} per seed)" in flat
+    assert f"after {steps:,.0f} steps on average" in flat and f"slowest to fit ({steps:,.0f} steps" in page
+
+
+def test_parity_curves_held_out_sets_as_described():
+    """The README's account of the held-out side and the repeats in the sets drawn from it, recomputed from the
+    run's settings (the sets are deterministic in them)."""
+    from dataclasses import fields
+    from itertools import product
+
+    from aspan.applications.studies import parity as study
+    from aspan.tasks.split import held_out
+
+    run = json.loads((RESULTS / "parity_study" / "curves" / "run.json").read_text(encoding="utf-8"))
+    known = {f.name for f in fields(study.ParityStudyConfig)}
+    cfg = study.ParityStudyConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
+                                     if k in known})
+    share = cfg.held_out_share
+    side = [b for n in range(1, cfg.train_length + 1) for b in map("".join, product("01", repeat=n))
+            if held_out(b, share)]
+    n_full = sum(len(b) == cfg.train_length for b in side)
+    counts = {}
+    for fmt in cfg.formats:
+        task, sets = study.make_task(cfg, fmt, cfg.train_length), study.eval_sets(cfg, fmt)
+
+        def bits(samples, task=task):
+            return {task.bits(s.text[: s.prompt_len]) for s in samples}
+
+        test1, select1, curve = bits(sets["test", "1"]), bits(sets["select", "id"]), \
+            bits(study.curve_sets(cfg, fmt)[study.FIT_SET])
+        counts[fmt] = [len(test1), len(curve), len(select1), len(select1 & test1), len(curve & test1)]
+        assert not bits(sets["select", "ood"]) & bits(sets["test", "2"])
+    assert all(counts[f] == counts["scratchpad"] for f in cfg.formats if f != "mnemonic")  # anchors alone differ
+    flat = _flat(_readme("parity_study"))
+    assert f"{len(side)} of the 2,046 inputs, {n_full} of the 1,024 of exactly 10 bits" in flat
+    n = counts["scratchpad"]
+    assert f"the 200 test inputs of 10 bits hold {n[0]} distinct strings, the 200 fit curve inputs {n[1]}, and the " \
+           f"100 selection inputs at 1x {n[2]}, of which {n[3]} are also test inputs at 1x (the curve set shares " \
+           f"{n[4]} with them)" in flat
+    assert f"the same counts by bits are {', '.join(map(str, counts['mnemonic'][:4]))} and {counts['mnemonic'][4]}" \
+        in flat
+    assert f"at 1x they share {n[3]} strings" in flat
+
+
+def test_parity_curves_selection_table():
+    """The learning-rate grid of the curves protocol: selection.csv, and fit from the grid runs' rows."""
+    curves = RESULTS / "parity_study" / "curves"
+    sel = pd.read_csv(curves / "selection.csv")
+    fitted = {(r["format"], r["lr"]): r["fitted"] for r in _jsonl(curves / "rows.jsonl") if r["seed"] == 0}
+    readme = _readme("parity_study")
+    for t in sel.itertuples():
+        label = "yes" if t.chosen else ("" if fitted[t.format, t.lr] else "(did not fit)")
+        assert not (t.chosen and not fitted[t.format, t.lr])  # a chosen rate fit on seed 0
+        cells = [f"{100 * t.exact_1x:.0f}", f"{100 * t.exact_select:.0f}", f"{100 * t.partial_select:.1f}"]
+        line = f"| `{t.format}` | {t.lr:g} | {' | '.join(cells)} | {label} |"
+        assert line in readme.splitlines() or line.replace("|  |", "| |") in readme.splitlines(), line
 
 
 # ----------------------------------------------------------------------------------------------- abc study
