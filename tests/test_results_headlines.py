@@ -420,6 +420,48 @@ def test_smollm2_selected_edit():
     assert rows and {r["id_set"] for r in rows} == {"id"}
 
 
+def test_smollm2_lr1e4_run_as_described():
+    """The lr 1e-4 run (`lr1e-4/`): its Table 2 row, grid, selected edit (held-out ID numbers on the second ID set,
+    the selecting set's beside them) and the docs page's summary are what its committed files give."""
+    run = RESULTS / "smollm2_cpu" / "lr1e-4"
+    summary = json.loads((run / "summary.json").read_text())
+    held, sel = summary["selected_held_out"], summary["selected"]
+    text = _readme("smollm2_cpu")
+    flat, page = _flat(text).replace("−", "-"), _quoted("smollm2_cpu")
+    t2 = {(r["split"], r["mode"]): r for r in pd.read_csv(run / "table2.csv").to_dict("records")}
+    pairs = [t2[s, m] for s in ("id", "ood") for m in ("teacher", "generate")]
+    _row(text, "| fine-tuned, 80 steps, lr 1e-4 |", [f"{r['exact']:.3f} / {r['partial']:.3f}" for r in pairs])
+    rows = _jsonl(run / "sweep.jsonl")
+    assert rows and {r["id_set"] for r in rows} == {"id"} and {r["set"] for r in rows} == {"selection"}
+    for top, label in ((5, "top 5"), (27, "top 27 (10 %)")):
+        grid = sorted((r for r in rows if r["n_heads"] == top), key=lambda r: r["strength"])
+        cells = [" / ".join(f"{r[k]:.3f}" for r in grid) for k in ("exact", "partial", "id_exact")]
+        _row(text.replace("−", "-"), f"| {label} | 1 / 2 |", [*cells, " / ".join(f"{r['id_cost']:.3f}" for r in grid)])
+    assert (sel["heads"], sel["strength"]) == (held["heads"], held["strength"]) == ("top:5", 2.0)
+    assert (f"Baseline OOD exact {t2['ood', 'teacher']['exact']:.3f}, partial {t2['ood', 'teacher']['partial']:.3f}. "
+            f"**Selected: top 5 heads, C = 2**; on the held-out OOD set exact {held['exact'] - held['gain_exact']:.3f} "
+            f"→ {held['exact']:.3f} and per-token {held['partial'] - held['gain_partial']:.3f} → "
+            f"{held['partial']:.3f}, "
+            f"ID exact {held['id_exact'] + held['id_cost']:.3f} → {held['id_exact']:.3f} (ID cost "
+            f"{100 * held['id_cost']:.0f} pp)") in flat
+    # the held-out ID numbers are the second ID set's; the selecting set's numbers for the same edit differ
+    assert (held["id_exact"], held["id_cost"]) != (sel["id_exact"], sel["id_cost"])
+    assert (f"where the same edit scores {sel['id_exact'] + sel['id_cost']:.3f} → {sel['id_exact']:.3f}, ID cost "
+            f"{100 * sel['id_cost']:.0f} pp") in flat
+    assert (f"takes held-out OOD exact 0 -> {held['exact']:.3f} and per-token "
+            f"{held['partial'] - held['gain_partial']:.2f} -> {held['partial']:.2f} while ID exact rises "
+            f"{held['id_exact'] + held['id_cost']:.3f} -> {held['id_exact']:.3f} on the second ID set "
+            f"({sel['id_exact'] + sel['id_cost']:.3f} -> {sel['id_exact']:.3f} on the one the rule read)") in page
+    heads = pd.read_csv(run / "table3.csv").set_index(["label", "score"])
+    ood = heads.loc[("fine-tuned OOD", "attn_heads_sample")]
+    rollout = heads.loc[("fine-tuned OOD", "attn_rollout_sample")]
+    _row(text, "| OOD 11–20 | top-5 heads | `sample` |",
+         [f"{ood['n_correct']} / {ood['n_error']}", f"{ood['t']:.2f}", f"{ood['p']:.1e}"])
+    for quoted in (flat, page):
+        assert f"{100 * ood['mean_correct']:.1f} % vs {100 * ood['mean_error']:.1f} %" in quoted
+        assert f"p = {ood['p']:.0e}" in quoted and f"p = {rollout['p']:.2f}" in quoted
+
+
 # ----------------------------------------------------------------------------------------------- project README
 def test_project_readme_python_example_numbers():
     """The README's Python example, run here: its four numbers are what the text after it states."""
