@@ -160,13 +160,15 @@ def test_pretrained_report_states_its_finding(tmp_path):
     for name in ("summary.json", "run.json"):
         shutil.copy(source / name, tmp_path / name)
     body = _text(build_report(tmp_path))
+    summary = json.loads((source / "summary.json").read_text())
+    cost = 100 * summary["selected_held_out"]["id_cost"]
     assert ("Does smollm2 fail OOD reversal (trained on lengths 1–10; tested on lengths 11–20), and does reinforcing "
             "attention on the references help?") in body
     assert ("Fine-tuned, smollm2 is exact on 0.156 of ID and 0.00 of OOD samples (per-token 0.179). Partly: "
             "reinforcing the top heads' attention on the references gives OOD exact 0.375, per-token 0.943 on "
-            "held-out samples (ID cost -59.4 pp).") in body
+            f"held-out samples (ID cost {cost:.1f} pp).") in body
     assert re.search(r"pretrained, 3-shot\s+teacher-forced\s+0\.00\s+0\.209\s+0\.00\s+0\.0663\s+–", body)
-    assert "(Welch t = -0.000867, p = 0.999)" in body
+    assert f"(Welch t = {summary['welch_t_sample']:.3g}, p = {summary['welch_p_sample']:.3g})" in body
 
 
 @pytest.mark.parametrize("study, question, answer, row", [
