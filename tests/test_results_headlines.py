@@ -260,7 +260,7 @@ def test_parity_headline_table():
 def test_parity_curves_held_out_sets_as_described():
     """The README's account of the held-out side and the repeats in the sets drawn from it, recomputed from the
     run's settings (the sets are deterministic in them)."""
-    from dataclasses import fields
+    from dataclasses import fields, replace
     from itertools import product
 
     from aspan.applications.studies import parity as study
@@ -268,8 +268,9 @@ def test_parity_curves_held_out_sets_as_described():
 
     run = json.loads((RESULTS / "parity_study" / "curves" / "run.json").read_text(encoding="utf-8"))
     known = {f.name for f in fields(study.ParityStudyConfig)}
-    cfg = study.ParityStudyConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
-                                     if k in known})
+    cfg = study.ParityStudyConfig(**{"set_draw": "with_replacement",  # the draw of rows whose run.json names none
+                                     **{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
+                                        if k in known}})
     share = cfg.held_out_share
     side = [b for n in range(1, cfg.train_length + 1) for b in map("".join, product("01", repeat=n))
             if held_out(b, share)]
@@ -295,6 +296,16 @@ def test_parity_curves_held_out_sets_as_described():
     assert f"the same counts by bits are {', '.join(map(str, counts['mnemonic'][:4]))} and {counts['mnemonic'][4]}" \
         in flat
     assert f"at 1x they share {n[3]} strings" in flat
+    now = replace(cfg, set_draw="disjoint")  # the sets a rerun draws: the whole third where it asks for more
+    sizes = set()
+    for fmt in cfg.formats:
+        sets, before = study.eval_sets(now, fmt), study.eval_sets(cfg, fmt)
+        sizes.add((len(sets["test", "1"]), len(sets["select", "id"]), len(study.curve_sets(now, fmt)[study.FIT_SET]),
+                   *([s.text for s in sets["test", str(m)]] == [s.text for s in before["test", str(m)]]
+                     for m in cfg.multiples if m > 1)))
+    (test1, select1, curve, *long_same), = sizes
+    assert all(long_same) and f"the 1x test set has {test1} inputs, the 1x selection set {select1} and the fit curve " \
+        f"set {curve} (of 1–10 bits) instead of 200, 100 and 200 draws" in flat
 
 
 def test_parity_curves_selection_table():
