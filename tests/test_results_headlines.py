@@ -323,6 +323,37 @@ def test_parity_curves_selection_table():
 
 
 # ----------------------------------------------------------------------------------------------- abc study
+def test_abc_study_overlapping_parity_sets_as_described():
+    """The README's counts of the parity sets its rows were drawn with (independent draws), and of the current
+    disjoint draw, recomputed from the run's settings."""
+    from dataclasses import fields, replace
+
+    from aspan.applications.studies import abc as study
+
+    run = json.loads((RESULTS / "abc_study" / "run.json").read_text(encoding="utf-8"))
+    known = {f.name for f in fields(study.AbcStudyConfig)}
+    cfg = study.AbcStudyConfig(**{"set_draw": "with_replacement",  # the draw of rows whose run.json names none
+                                  **{k: tuple(v) if isinstance(v, list) else v
+                                     for k, v in run.get("config", run).items() if k in known}})
+    assert (cfg.n_select, cfg.n_test, cfg.select_buckets) == (50, 100, (6, 10))
+
+    def prompts(samples):
+        return [s.text[: s.prompt_len] for s in samples]
+
+    for name in ("successor", "addition"):
+        old, now = study._task_sets(name, cfg), study._task_sets(name, replace(cfg, set_draw="disjoint"))
+        assert all(prompts(old.select[n]) == prompts(now.select[n]) for n in old.select)
+        assert all(prompts(old.test[n]) == prompts(now.test[n]) for n in old.test)
+    old, now = study._task_sets("parity", cfg), study._task_sets("parity", replace(cfg, set_draw="disjoint"))
+    sel6, test6 = prompts(old.select[6]), prompts(old.test[6])
+    shared10 = set(prompts(old.select[10])) & set(prompts(old.test[10]))
+    flat = _flat(_readme("abc_study"))
+    assert f"the 50 selection draws hold {len(set(sel6))} distinct inputs and the 100 test draws {len(set(test6))}, " \
+           f"{len(set(sel6) & set(test6))} of them shared, so {sum(p in set(sel6) for p in test6)} of the 100 test " \
+           f"samples are selection inputs; at 10 bits the two sets share {len(shared10)} inputs" in flat
+    assert f"parity at 6 bits then gets {len(now.select[6])} selection and {len(now.test[6])} test inputs" in flat
+
+
 def test_abc_study_tables():
     table = pd.read_csv(RESULTS / "abc_study" / "table.csv")
     runs = pd.DataFrame(_jsonl(RESULTS / "abc_study" / "runs.jsonl"))
