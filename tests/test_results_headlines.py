@@ -308,6 +308,32 @@ def test_parity_curves_held_out_sets_as_described():
         f"set {curve} (of 1–10 bits) instead of 200, 100 and 200 draws" in flat
 
 
+def test_parity_budget_run_sets_as_described():
+    """The README's counts of the budget run's sets (no split, drawn with replacement), from its settings."""
+    from dataclasses import fields
+
+    from aspan.applications.studies import parity as study
+
+    run = json.loads((RESULTS / "parity_study" / "run.json").read_text(encoding="utf-8"))
+    known = {f.name for f in fields(study.ParityStudyConfig)}
+    cfg = study.ParityStudyConfig(**{"held_out_share": 0.0, "set_draw": "with_replacement",  # what the run had
+                                     **{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
+                                        if k in known}})
+    counts = {}
+    for fmt in cfg.formats:
+        sets, key = study.eval_sets(cfg, fmt), study._bits_key(study.make_task(cfg, fmt, 1))
+        t1, s1, t2, s2 = ([key(x) for x in sets[k]] for k in (("test", "1"), ("select", "id"), ("test", "2"),
+                                                                 ("select", "ood")))
+        counts[fmt] = (len(set(t1)), len(set(t1) & set(s1)), sum(b in set(s1) for b in t1), len(set(t2)),
+                       len(set(t2) & set(s2)))
+    flat = _flat(_readme("parity_study"))
+    n, m = counts["scratchpad"], counts["mnemonic"]
+    assert all(counts[f] == n for f in cfg.formats if f != "mnemonic")
+    assert f"the 200 test samples hold {n[0]} distinct inputs, {n[1]} of them also 1x selection inputs ({n[2]} of " \
+           f"the 200 test samples); at 2x they hold {n[3]} distinct inputs, {n[4]} of them also selection inputs " \
+           f"(for `mnemonic`, whose anchors change the draws: {m[0]}, {m[1]} and {m[2]}; {m[3]} and {m[4]})" in flat
+
+
 def test_parity_curves_selection_table():
     """The learning-rate grid of the curves protocol: selection.csv, and fit from the grid runs' rows."""
     curves = RESULTS / "parity_study" / "curves"
