@@ -260,7 +260,7 @@ def test_parity_headline_table():
 def test_parity_curves_held_out_sets_as_described():
     """The README's account of the held-out side and the repeats in the sets drawn from it, recomputed from the
     run's settings (the sets are deterministic in them)."""
-    from dataclasses import fields
+    from dataclasses import fields, replace
     from itertools import product
 
     from aspan.applications.studies import parity as study
@@ -268,8 +268,9 @@ def test_parity_curves_held_out_sets_as_described():
 
     run = json.loads((RESULTS / "parity_study" / "curves" / "run.json").read_text(encoding="utf-8"))
     known = {f.name for f in fields(study.ParityStudyConfig)}
-    cfg = study.ParityStudyConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
-                                     if k in known})
+    cfg = study.ParityStudyConfig(**{"set_draw": "with_replacement",  # the draw of rows whose run.json names none
+                                     **{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
+                                        if k in known}})
     share = cfg.held_out_share
     side = [b for n in range(1, cfg.train_length + 1) for b in map("".join, product("01", repeat=n))
             if held_out(b, share)]
@@ -295,6 +296,42 @@ def test_parity_curves_held_out_sets_as_described():
     assert f"the same counts by bits are {', '.join(map(str, counts['mnemonic'][:4]))} and {counts['mnemonic'][4]}" \
         in flat
     assert f"at 1x they share {n[3]} strings" in flat
+    now = replace(cfg, set_draw="disjoint")  # the sets a rerun draws: the whole third where it asks for more
+    sizes = set()
+    for fmt in cfg.formats:
+        sets, before = study.eval_sets(now, fmt), study.eval_sets(cfg, fmt)
+        sizes.add((len(sets["test", "1"]), len(sets["select", "id"]), len(study.curve_sets(now, fmt)[study.FIT_SET]),
+                   *([s.text for s in sets["test", str(m)]] == [s.text for s in before["test", str(m)]]
+                     for m in cfg.multiples if m > 1)))
+    (test1, select1, curve, *long_same), = sizes
+    assert all(long_same) and f"the 1x test set has {test1} inputs, the 1x selection set {select1} and the fit curve " \
+        f"set {curve} (of 1–10 bits) instead of 200, 100 and 200 draws" in flat
+
+
+def test_parity_budget_run_sets_as_described():
+    """The README's counts of the budget run's sets (no split, drawn with replacement), from its settings."""
+    from dataclasses import fields
+
+    from aspan.applications.studies import parity as study
+
+    run = json.loads((RESULTS / "parity_study" / "run.json").read_text(encoding="utf-8"))
+    known = {f.name for f in fields(study.ParityStudyConfig)}
+    cfg = study.ParityStudyConfig(**{"held_out_share": 0.0, "set_draw": "with_replacement",  # what the run had
+                                     **{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
+                                        if k in known}})
+    counts = {}
+    for fmt in cfg.formats:
+        sets, key = study.eval_sets(cfg, fmt), study._bits_key(study.make_task(cfg, fmt, 1))
+        t1, s1, t2, s2 = ([key(x) for x in sets[k]] for k in (("test", "1"), ("select", "id"), ("test", "2"),
+                                                                 ("select", "ood")))
+        counts[fmt] = (len(set(t1)), len(set(t1) & set(s1)), sum(b in set(s1) for b in t1), len(set(t2)),
+                       len(set(t2) & set(s2)))
+    flat = _flat(_readme("parity_study"))
+    n, m = counts["scratchpad"], counts["mnemonic"]
+    assert all(counts[f] == n for f in cfg.formats if f != "mnemonic")
+    assert f"the 200 test samples hold {n[0]} distinct inputs, {n[1]} of them also 1x selection inputs ({n[2]} of " \
+           f"the 200 test samples); at 2x they hold {n[3]} distinct inputs, {n[4]} of them also selection inputs " \
+           f"(for `mnemonic`, whose anchors change the draws: {m[0]}, {m[1]} and {m[2]}; {m[3]} and {m[4]})" in flat
 
 
 def test_parity_curves_selection_table():
@@ -312,6 +349,37 @@ def test_parity_curves_selection_table():
 
 
 # ----------------------------------------------------------------------------------------------- abc study
+def test_abc_study_overlapping_parity_sets_as_described():
+    """The README's counts of the parity sets its rows were drawn with (independent draws), and of the current
+    disjoint draw, recomputed from the run's settings."""
+    from dataclasses import fields, replace
+
+    from aspan.applications.studies import abc as study
+
+    run = json.loads((RESULTS / "abc_study" / "run.json").read_text(encoding="utf-8"))
+    known = {f.name for f in fields(study.AbcStudyConfig)}
+    cfg = study.AbcStudyConfig(**{"set_draw": "with_replacement",  # the draw of rows whose run.json names none
+                                  **{k: tuple(v) if isinstance(v, list) else v
+                                     for k, v in run.get("config", run).items() if k in known}})
+    assert (cfg.n_select, cfg.n_test, cfg.select_buckets) == (50, 100, (6, 10))
+
+    def prompts(samples):
+        return [s.text[: s.prompt_len] for s in samples]
+
+    for name in ("successor", "addition"):
+        old, now = study._task_sets(name, cfg), study._task_sets(name, replace(cfg, set_draw="disjoint"))
+        assert all(prompts(old.select[n]) == prompts(now.select[n]) for n in old.select)
+        assert all(prompts(old.test[n]) == prompts(now.test[n]) for n in old.test)
+    old, now = study._task_sets("parity", cfg), study._task_sets("parity", replace(cfg, set_draw="disjoint"))
+    sel6, test6 = prompts(old.select[6]), prompts(old.test[6])
+    shared10 = set(prompts(old.select[10])) & set(prompts(old.test[10]))
+    flat = _flat(_readme("abc_study"))
+    assert f"the 50 selection draws hold {len(set(sel6))} distinct inputs and the 100 test draws {len(set(test6))}, " \
+           f"{len(set(sel6) & set(test6))} of them shared, so {sum(p in set(sel6) for p in test6)} of the 100 test " \
+           f"samples are selection inputs; at 10 bits the two sets share {len(shared10)} inputs" in flat
+    assert f"parity at 6 bits then gets {len(now.select[6])} selection and {len(now.test[6])} test inputs" in flat
+
+
 def test_abc_study_tables():
     table = pd.read_csv(RESULTS / "abc_study" / "table.csv")
     runs = pd.DataFrame(_jsonl(RESULTS / "abc_study" / "runs.jsonl"))

@@ -234,6 +234,18 @@ def test_training_check_and_test_numbers_are_disjoint(name):
     assert seen_test <= set(test) | set(range(4097, 10**5))
 
 
+@pytest.mark.parametrize("name", ["successor", "addition", "parity"])
+def test_quick_check_and_test_sets_repeat_nothing_and_share_no_sample(name):
+    """On the --quick settings, built only: the check set (which decides the fit) and every test set hold no
+    repeated prompt, and no test prompt is a check prompt (by construction: disjoint number pools)."""
+    data = paper_data(name, PaperConfig.quick())
+    check = [s.prompt for s in data.check]
+    assert check and len(set(check)) == len(check)
+    for n, samples in data.test.items():
+        prompts = [s.prompt for s in samples]
+        assert prompts and len(set(prompts)) == len(prompts) and not set(prompts) & set(check), n
+
+
 def test_wilson_interval():
     assert wilson(0, 10) == (0.0, pytest.approx(1.96**2 / (10 + 1.96**2)))
     assert wilson(10, 10) == (pytest.approx(10 / (10 + 1.96**2)), 1.0)

@@ -11,6 +11,8 @@ from aspan.applications.studies.abc import (
     STUDY_TASKS,
     AbcStudyConfig,
     LengthMix,
+    _task_sets,
+    inputs_of_length,
     length_task,
     protocol_context,
     select_score,
@@ -96,3 +98,44 @@ def test_a_condition_the_bridge_cannot_build_is_named_before_any_training(monkey
     monkeypatch.setenv("ASPAN_BACKEND", "bridge")
     missing = unavailable(AbcStudyConfig.quick(n_heads=3, d_model=24))  # ALiBi as Bloom needs 2^k heads
     assert list(missing) == ["alibi"] and "power-of-two head count" in missing["alibi"]
+
+
+# ----------------------------------------------------------------------------------------------- disjoint sets
+def _prompts(samples):
+    return [s.text[: s.prompt_len] for s in samples]
+
+
+@pytest.mark.parametrize("cfg", [AbcStudyConfig.quick(), AbcStudyConfig(), AbcStudyConfig(n_select=200, n_test=1000)],
+                         ids=["quick", "default", "gpu-sized"])
+@pytest.mark.parametrize("name", ["successor", "addition", "parity"])
+def test_selection_and_test_sets_repeat_nothing_and_never_share_an_input(cfg, name):
+    """Built only (no training): every set without repeats, each test set apart from the selection set of its
+    length; a length whose inputs cannot fill both (parity at 6 bits: 64) shares them in proportion."""
+    sets = _task_sets(name, cfg)
+    for table in (sets.select, sets.test):
+        for n, samples in table.items():
+            assert samples and len(set(_prompts(samples))) == len(samples), n
+    for n in set(sets.select) & set(sets.test):
+        assert not set(_prompts(sets.select[n])) & set(_prompts(sets.test[n])), n
+        total = inputs_of_length(name, n)
+        if total < cfg.n_select + cfg.n_test:  # the whole length, shared n_select : n_test
+            assert len(sets.select[n]) + len(sets.test[n]) == total
+            assert len(sets.select[n]) == round(total * cfg.n_select / (cfg.n_select + cfg.n_test))
+        else:
+            assert (len(sets.select[n]), len(sets.test[n])) == (cfg.n_select, cfg.n_test)
+
+
+def test_the_former_draw_repeats_and_overlaps_where_the_disjoint_one_does_not():
+    """Parity at 6 bits under the defaults: the independent draws share inputs (what rows written before
+    `set_draw` were drawn with); the default draw is the former one wherever that had neither repeat nor overlap."""
+    old = _task_sets("parity", AbcStudyConfig(set_draw="with_replacement"))
+    assert set(_prompts(old.select[6])) & set(_prompts(old.test[6]))
+    for name in ("successor", "addition"):
+        a, b = _task_sets(name, AbcStudyConfig()), _task_sets(name, AbcStudyConfig(set_draw="with_replacement"))
+        assert all(_prompts(a.test[n]) == _prompts(b.test[n]) for n in a.test)
+
+
+def test_inputs_of_length_counts_every_prompt_a_length_task_draws():
+    for name, n in (("successor", 1), ("successor", 2), ("addition", 1), ("parity", 4)):
+        seen = {p for p in _prompts(length_task(name, n).generate(4000, seed=1))}
+        assert len(seen) == inputs_of_length(name, n), (name, n)

@@ -1,15 +1,22 @@
 """`aspan study parity`: complete tables from --quick, the selection rule, resumption, bad settings refused early."""
 import json
 import math
+import os
+import subprocess
+import sys
+from itertools import product
 
 import pandas as pd
 import plotly.io as pio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aspan.applications.studies import parity as study
 from aspan.cli import main
 from aspan.config import load_config
 from aspan.tasks.parity import FORMATS
+from aspan.tasks.split import held_out, part_of
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +37,8 @@ def test_quick_writes_complete_tables(quick_run):
     for (fmt, m), g in results.groupby(["format", "multiple"]):  # the summary is the mean over the seed rows
         row = summary[(summary.format == fmt) & (summary.multiple == m)].iloc[0]
         assert math.isclose(row.exact_mean, g.exact.mean()) and math.isclose(row.partial_mean, g.partial.mean())
-        assert sorted(g.seed) == list(range(cfg.seeds)) and (g.n == cfg.n_test).all()
+        # every test set n long, but at 1x the whole test third of the held-out 4-bit inputs (3 of them)
+        assert sorted(g.seed) == list(range(cfg.seeds)) and (g.n == (3 if m == 1 else cfg.n_test)).all()
     selection = pd.read_csv(quick_run / "selection.csv")
     assert len(selection) == len(FORMATS) * len(cfg.lrs)
     assert (selection.groupby("format").chosen.sum() == 1).all()
@@ -333,42 +341,87 @@ def test_held_out_id_inputs_are_never_training_inputs(fmt):
     for name in (("select", "id"), ("test", "1"), "curve"):
         assert held[name] and not held[name] & seen, name  # ...but none of the held-out ID inputs
     assert all(len(b) == 2 * L for b in held["test", "2"])  # longer inputs are outside training anyway
-    assert len(study.eval_sets(cfg, fmt)["test", "1"]) == cfg.n_test
+    # 200 test inputs asked for at 1x, but the test third of the held-out 10-bit inputs is smaller: it is taken whole
+    third = [b for b in map("".join, product("01", repeat=L)) if part_of(b, cfg.held_out_share, 3) == 2]
+    assert sorted(held["test", "1"]) == sorted(third) and len(study.eval_sets(cfg, fmt)["test", "1"]) == len(third)
+    assert 50 < len(third) < cfg.n_test
 
 
-def test_no_split_is_the_old_sampling_and_keys_record_the_split():
-    old = study.ParityStudyConfig.quick(held_out_share=0.0)
+def test_with_replacement_is_the_old_sampling_and_keys_record_the_split_and_the_draw():
+    old = study.ParityStudyConfig.quick(held_out_share=0.0, set_draw="with_replacement")
     assert [s.text for s in study.eval_sets(old, "plain")["select", "id"]] == \
         [s.text for s in study.Parity(length=old.train_length, format="plain").generate(old.n_select, seed=10_001)]
     assert "held_out_share" not in study.run_settings(old, "plain", 1e-3, 0)
-    assert study.run_settings(study.ParityStudyConfig.quick(), "plain", 1e-3, 0)["held_out_share"] == 0.2
+    assert "set_draw" not in study.run_settings(old, "plain", 1e-3, 0)  # the keys of rows drawn so before
+    new = study.run_settings(study.ParityStudyConfig.quick(), "plain", 1e-3, 0)
+    assert new["held_out_share"] == 0.5 and new["set_draw"] == "disjoint"
 
 
-def test_runs_train_on_the_training_side(monkeypatch, tmp_path):
+def _all_sets(cfg, fmt):
+    key = study._bits_key(study.make_task(cfg, fmt, 1))
+    named = {f"{a} {b}": v for (a, b), v in study.eval_sets(cfg, fmt).items()}
+    if cfg.protocol == "curves":
+        named |= {f"curve {k}": v for k, v in study.curve_sets(cfg, fmt).items()}
+    return {name: [key(s) for s in samples] for name, samples in named.items()}
+
+
+@settings(max_examples=25, deadline=None)
+@given(L=st.integers(4, 9), share=st.sampled_from([0.0, 0.2, 0.35, 0.5, 0.7]), fmt=st.sampled_from(FORMATS),
+       n=st.tuples(st.integers(1, 40), st.integers(1, 40), st.integers(1, 40)),
+       multiples=st.sampled_from([(1, 2), (1, 2, 3), (1, 3)]), select_multiple=st.sampled_from([1, 2]))
+def test_held_out_sets_are_distinct_pairwise_disjoint_and_never_training_inputs(L, share, fmt, n, multiples,
+                                                                               select_multiple):
+    """Every set without repeats; selection, test and curve sets pairwise disjoint at every length; every set at the
+    training lengths on the held-out side (training draws only the other side); each set n long unless its pool is
+    smaller, and then that whole pool."""
+    cfg = study.ParityStudyConfig.curves(quick=True, train_length=L, held_out_share=share, n_select=n[0],
+                                         n_test=n[1], n_curve=n[2], multiples=multiples,
+                                         select_multiple=select_multiple, anchors=3 * L)
+    try:
+        sets = _all_sets(cfg, fmt)
+    except ValueError as e:  # a third of the held-out side without an input is refused, never an empty set
+        assert "has no input to draw from" in str(e)
+        return
+    names = list(sets)
+    for name, bits in sets.items():
+        assert bits and len(set(bits)) == len(bits), name
+        assert len(bits) <= {"select": n[0], "test": n[1], "curve": n[2]}[name.split()[0]]
+        inside = [b for b in bits if len(b) <= L]
+        assert not share or all(held_out(b, share) for b in inside), name  # share 0: no split, training sees all
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not set(sets[a]) & set(sets[b]), (a, b)
+    wanted = {"select id": (0, n[0]), "curve train": (1, n[2]), "test 1": (2, n[1])}  # the first in each third
+    for name, (part, want) in wanted.items() if share else ():
+        if name not in sets:
+            continue
+        lengths = range(1, L + 1) if name == "curve train" else [L]
+        pool = {b for k in lengths for b in map("".join, product("01", repeat=k)) if part_of(b, share, 3) == part}
+        assert set(sets[name]) <= pool and len(sets[name]) == min(want, len(pool)), name
+
+
+def test_held_out_sets_are_the_same_in_every_process():
+    """The sets depend on SHA-256 of the bits and seeded streams only: two processes with different hash seeds
+    draw the same texts."""
+    code = ("from aspan.applications.studies import parity as s; import hashlib; "
+            "c = s.ParityStudyConfig.curves(quick=True, train_length=6, held_out_share=0.4, n_select=20, n_test=20, "
+            "n_curve=20, anchors=60); t = [x.text for f in ('plain', 'mnemonic') "
+            "for d in (s.eval_sets(c, f), s.curve_sets(c, f)) for v in d.values() for x in v]; "
+            "print(len(t), hashlib.sha256(repr(t).encode()).hexdigest())")
+    outs = set()
+    for seed in ("0", "1", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": os.pathsep.join(sys.path)}
+        outs.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                check=True).stdout)
+    assert len(outs) == 1 and int(outs.pop().split()[0]) > 100
+
+
+def test_a_held_out_third_without_inputs_is_refused_before_training(tmp_path, monkeypatch):
     from aspan import training
-    from aspan.tasks.split import SplitTask
 
-    seen = {}
-
-    def capture(path, model, tok, data, cfg, **kw):
-        seen["data"] = data
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(training, "train_resumable", capture)
-    cfg = study.ParityStudyConfig.quick()
-    with pytest.raises(KeyboardInterrupt):
-        study.train_and_evaluate(cfg, *_tok_ctx(cfg), study.Run("plain", 1e-3, 0), tmp_path)
-    assert isinstance(seen["data"], SplitTask) and seen["data"].side == "train"
-
-
-def _tok_ctx(cfg):
-    from aspan import models
-    from aspan.tokenization import CharTokenizer
-
-    task = study.make_task(cfg, "plain", (1, max(cfg.multiples) * cfg.train_length))
-    tok = CharTokenizer.for_alphabets(task.alphabet)
-    return tok, models.check_context(10**9, task, tok.offset)
-
-
-def test_the_former_settings_name_is_the_same_class():
-    assert study.StudyConfig is study.ParityStudyConfig
+    monkeypatch.setattr(training, "train_resumable", lambda *a, **k: pytest.fail("trained"))
+    cfg = study.ParityStudyConfig.quick(train_length=3, held_out_share=0.2)  # no 3-bit input in the selection third
+    with pytest.raises(ValueError, match=r"^the held-out select set of 3-3 bits has no input to draw from "
+                                         r"\(train_length 3, held_out_share 0.2\): raise either$"):
+        study.run_study(cfg, tmp_path / "run", report=False, progress=False)
+    assert not (tmp_path / "run" / "rows.jsonl").exists()

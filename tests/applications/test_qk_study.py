@@ -462,3 +462,24 @@ def test_spectrum_design_runs_quick(tmp_path):
 def test_bad_stop_and_grid_settings_are_refused(extra, message):
     with pytest.raises(ValueError, match=message):
         QKStudyConfig.quick(protocol="curves", **extra).check()
+
+
+@pytest.mark.parametrize("curves", [False, True], ids=["budget", "curves"])
+def test_quick_selection_report_and_curve_sets_share_no_prompt_and_repeat_none(curves):
+    """The --quick sets, built only (no training). Their seeds differ, but nothing in the draw excludes one set's
+    prompts from another's: this holds on these settings, not by construction (short reversal strings can collide
+    in larger sets)."""
+    from aspan.applications.studies.qk import setup
+
+    cfg = QKStudyConfig.curves(quick=True) if curves else QKStudyConfig.quick()
+    s = setup(cfg)
+    named = {"select": s.select, **{f"report {b}": v for b, v in s.report.items()},
+             **{f"curve {b}": v for b, v in s.curves.items()}}
+    assert len(named) == 1 + len(cfg.buckets) * (2 if curves else 1)
+    prompts = {k: [x.text[: x.prompt_len] for x in v] for k, v in named.items()}
+    for k, v in prompts.items():
+        assert v and len(set(v)) == len(v), k
+    names = list(prompts)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert not set(prompts[a]) & set(prompts[b]), (a, b)

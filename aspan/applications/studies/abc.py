@@ -77,6 +77,12 @@ class AbcStudyConfig:
     bias_positional: str = "none"  # positional encoding of the ABS and ABC models
     lam: float = 0.87  # ABC threshold: keep lines with sum >= mean + lam * std (the paper's self-attention value)
     abc_correct_only: bool = True  # ABC averages over correctly solved samples only (False: all, for --quick)
+    # how the selection and test sets are drawn. "disjoint": each without repeats, and a test set never holds an
+    # input of the selection set of its length (`disjoint_sets`); where a length has fewer inputs than n_select +
+    # n_test (parity at 6 bits: 64), they are shared between the two in proportion to n_select : n_test, and the
+    # rows' n say how many each got. "with_replacement": the former independent draws (repeats, and overlaps
+    # where the inputs are few); rows written before this setting existed carry no such key and were drawn so
+    set_draw: str = "disjoint"
     device: str = "cpu"
 
     @classmethod
@@ -108,6 +114,8 @@ class AbcStudyConfig:
             raise ValueError("seeds and lrs must be non-empty, learning rates > 0")
         if min(self.buckets) < 1 or min(self.select_buckets) < 1:
             raise ValueError("bucket lengths must be >= 1")
+        if self.set_draw not in ("disjoint", "with_replacement"):
+            raise ValueError(f"set_draw must be disjoint or with_replacement, got {self.set_draw!r}")
         if self.bias_positional not in ("rotary", "learned", "alibi", "none"):
             raise ValueError(f"bias_positional must be rotary, learned, alibi or none, got {self.bias_positional!r}")
 
@@ -155,12 +163,43 @@ def _task_sets(name: str, cfg: AbcStudyConfig) -> _TaskSets:
     mix = train_task(name, cfg.train_max)
     tok = CharTokenizer.for_alphabets(mix.alphabet)
     n_ctx = protocol_context(name, [*cfg.buckets, *cfg.select_buckets, cfg.train_max], tok.offset)
-    return _TaskSets(
-        tok, n_ctx,
-        {n: length_task(name, n).generate(cfg.n_select, seed=SELECT_SEED + n) for n in cfg.select_buckets},
-        {n: length_task(name, n).generate(cfg.n_test, seed=TEST_SEED + n) for n in cfg.buckets},
-        mix.generate(cfg.n_calib, seed=CALIB_SEED),
-    )
+    if cfg.set_draw == "with_replacement":
+        select = {n: length_task(name, n).generate(cfg.n_select, seed=SELECT_SEED + n) for n in cfg.select_buckets}
+        test = {n: length_task(name, n).generate(cfg.n_test, seed=TEST_SEED + n) for n in cfg.buckets}
+    else:
+        select, test = disjoint_sets(name, cfg)
+    return _TaskSets(tok, n_ctx, select, test, mix.generate(cfg.n_calib, seed=CALIB_SEED))
+
+
+def inputs_of_length(name: str, n: int) -> int:
+    """How many distinct prompts `length_task(name, n)` has (successor: its start numbers; addition: pairs)."""
+    numbers = 10 if n == 1 else 9 * 10 ** (n - 1)
+    return {"successor": numbers, "addition": numbers**2, "parity": 2**n}[name]
+
+
+def disjoint_sets(name: str, cfg: AbcStudyConfig) -> tuple[dict[int, list[Sample]], dict[int, list[Sample]]]:
+    """(selection, test) sets of `set_draw` "disjoint": every set without repeated prompts, every test set apart
+    from the selection set of its length; each the stream of its seed with repeats and selection inputs skipped (so
+    the former draw, sample for sample, where that had neither). A length with fewer inputs than both sets ask for
+    is shared in proportion to n_select : n_test; ValueError where a set would be empty."""
+    from ...tasks.split import distinct
+
+    select, test = {}, {}
+    for n in dict.fromkeys([*cfg.select_buckets, *cfg.buckets]):
+        total, both = inputs_of_length(name, n), n in cfg.select_buckets and n in cfg.buckets
+        k_select = cfg.n_select
+        if both and total < cfg.n_select + cfg.n_test:
+            k_select = max(1, round(total * cfg.n_select / (cfg.n_select + cfg.n_test)))
+        if n in cfg.select_buckets:
+            select[n] = distinct(length_task(name, n), k_select, SELECT_SEED + n, pool=total)
+        if n in cfg.buckets:
+            taken = {s.text[: s.prompt_len] for s in select.get(n, [])}
+            if total - len(taken) < 1:
+                raise ValueError(f"{name} at length {n}: no input left for the test set after the selection set's "
+                                 f"{len(taken)} (lower n_select, or drop {n} from select_buckets)")
+            test[n] = distinct(length_task(name, n), cfg.n_test, TEST_SEED + n, exclude=taken,
+                               pool=total - len(taken))
+    return select, test
 
 
 def _model(sets: _TaskSets, cfg: AbcStudyConfig, positional: str, seed: int):
@@ -346,6 +385,8 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True,
     out = Path(out)
     sets = {name: _task_sets(name, cfg) for name in cfg.tasks}  # context checked up front, before any training
     shared = {k: v for k, v in asdict(cfg).items() if k not in ("tasks", "conditions", "seeds", "lrs", "device")}
+    if cfg.set_draw == "with_replacement":  # the keys of rows written before `set_draw` existed
+        del shared["set_draw"]
     index = unit_index(units(cfg), unit)
     writer = RowWriter(unit_file(out, "runs.jsonl", index), ("key",), "abc study")
     rows = {r["key"]: r for r in study_rows(out, "runs.jsonl", ("key",), "abc study")}

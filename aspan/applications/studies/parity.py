@@ -27,6 +27,8 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,14 @@ from ...intervals import mean_sd, seed_interval, t_interval
 from ...io import RowWriter, read_rows, save_figure, settings_key, write_csv, write_json
 from ...models.tiny import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
-from ...tasks.split import SplitTask
+from ...tasks.split import SplitTask, distinct, part_of
 from ...tokenization import CharTokenizer
 from . import Study, Unit, study_rows, unit_file, unit_index
 
 PROTOCOLS = ("budget", "curves")
+SET_DRAWS = ("disjoint", "with_replacement")  # `ParityStudyConfig.set_draw`
+ID_PARTS = ("select", "curve", "test")  # the thirds of the held-out side the ID sets draw from (`part_of`)
+ENUMERATED_BITS = 16  # pools of inputs up to this many bits are counted, so a set can take a whole small pool
 CURVES_ROWS = "learning_curves.jsonl"  # the curves protocol's learning curves: one row per (run, step, set)
 FIT_SET = "train"  # the curve set of the training lengths, whose exact accuracy decides the fit
 
@@ -69,6 +74,15 @@ class ParityStudyConfig:
     # the held-out sets at the training lengths (selection 1x, test 1x, the fit curve set) draw only from them, so no
     # held-out ID input is a training input; 0: no split (training then covers every short input)
     held_out_share: float = 0.2
+    # how the held-out sets are drawn. "disjoint": every set without repeats (by the input bits), and the selection,
+    # test and curve sets pairwise disjoint at every length: at the training lengths each draws from its own third
+    # of the held-out inputs (selection, curve, test, by the same hash of the bits: `ID_PARTS`), at longer lengths
+    # each excludes the inputs of the sets drawn before it (selection, tests, curves, in that order); a set whose
+    # pool holds fewer inputs than asked is that whole pool, and its rows record the n it has (10 bits at share 0.2:
+    # about 68 inputs per third, so n_test 200 gives about 68 at 1x). "with_replacement": the former independent
+    # draws, which repeat and overlap where the pool is small; rows written before this setting existed carry no
+    # such key and were drawn so
+    set_draw: str = "disjoint"
     n_select: int = 100  # selection samples per selection length
     n_test: int = 200  # held-out test samples per test length
     eval_batch_size: int = 50  # samples per evaluation forward
@@ -86,9 +100,10 @@ class ParityStudyConfig:
 
     @classmethod
     def quick(cls, **kw: Any) -> "ParityStudyConfig":
-        """Tiny settings that finish in well under a minute (for the tests), same code path."""
-        base = dict(train_length=3, seeds=2, lrs=(1e-3, 3e-3), steps=8, warmup=2, n_layers=1, n_heads=2, d_model=16,
-                    anchors=30, n_select=8, n_test=8, eval_batch_size=16)
+        """Tiny settings that finish in well under a minute (for the tests), same code path: half of the 30 inputs
+        of 1-4 bits held out, so each held-out third has a few (3 or 4 of exactly 4 bits)."""
+        base = dict(train_length=4, seeds=2, lrs=(1e-3, 3e-3), steps=8, warmup=2, n_layers=1, n_heads=2, d_model=16,
+                    anchors=40, held_out_share=0.5, n_select=8, n_test=8, eval_batch_size=16)
         return cls(**{**base, **kw})
 
     @classmethod
@@ -122,6 +137,8 @@ class ParityStudyConfig:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
         if not 0 <= self.held_out_share < 1:
             raise ValueError(f"held_out_share must be in [0, 1), got {self.held_out_share}")
+        if self.set_draw not in SET_DRAWS:
+            raise ValueError(f"set_draw must be one of {', '.join(SET_DRAWS)}, got {self.set_draw!r}")
         if not self.multiples or any(m < 1 for m in self.multiples) or 1 not in self.multiples:
             raise ValueError(f"multiples must be positive and include 1 (the training length), got {self.multiples}")
         if not self.lrs or any(not lr > 0 for lr in self.lrs):
@@ -156,18 +173,71 @@ def choose_lr(rows: pd.DataFrame) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- the runs
-def make_task(config: ParityStudyConfig, fmt: str, length: int | tuple[int, int], side: str | None = None):
+def make_task(config: ParityStudyConfig, fmt: str, length: int | tuple[int, int], side: str | None = None,
+              part: tuple[int, int] = (0, 1)):
     """The parity task of `fmt` (mnemonic tasks share one anchor set, so train and test symbols agree); with `side`
     ("train" or "held_out") and a `held_out_share`, restricted to that side of the split of the inputs by their
-    bits (`aspan.tasks.split`)."""
+    bits (`aspan.tasks.split`; `part`: a slice of the held-out side)."""
     task = Parity(length=length, format=fmt, **({"anchors": config.anchors} if fmt == "mnemonic" else {}))
     if side is None or not config.held_out_share:
         return task
-    return SplitTask(task, side, config.held_out_share, key=lambda s: task.bits(s.text[: s.prompt_len]))
+    return SplitTask(task, side, config.held_out_share, key=_bits_key(task), part=part)
+
+
+def _bits_key(task: Parity):
+    """A sample's input bits: the key of the split and of the sets' disjointness (mnemonic anchors aside)."""
+    return lambda s: task.bits(s.text[: s.prompt_len])
+
+
+@lru_cache(maxsize=64)
+def _pool(lo: int, hi: int, share: float, part: int | None) -> frozenset[str] | None:
+    """Every input of lo..hi bits in third `part` of the held-out side (None: every input); None when there are
+    too many to count (more than `ENUMERATED_BITS` bits)."""
+    if hi > ENUMERATED_BITS:
+        return None
+    every = ("".join(b) for n in range(lo, hi + 1) for b in product("01", repeat=n))
+    return frozenset(b for b in every if part is None or part_of(b, share, len(ID_PARTS)) == part)
+
+
+def draw_set(config: ParityStudyConfig, fmt: str, length: int | tuple[int, int], which: str, spec: tuple[int, int],
+             taken: set[str]) -> list:
+    """Held-out set `which` (one of `ID_PARTS`) of `spec` = (n, seed) samples of `length` bits (`set_draw`
+    "disjoint"): no repeats, no input in `taken` (the bits of the sets drawn before; this set's are added); at the
+    training lengths only inputs of its third of the held-out side, so never a training input. Fewer than n where
+    the pool holds fewer."""
+    n, seed = spec
+    lo, hi = (length, length) if isinstance(length, int) else length
+    inside = hi <= config.train_length and bool(config.held_out_share)
+    part = ID_PARTS.index(which) if inside else None
+    task = make_task(config, fmt, length, *(("held_out", (part, len(ID_PARTS))) if part is not None else ()))
+    pool = _pool(lo, hi, config.held_out_share, part)
+    left = None if pool is None else sum(b not in taken for b in pool)
+    if left == 0:
+        raise ValueError(f"the held-out {which} set of {lo}-{hi} bits has no input to draw from (train_length "
+                         f"{config.train_length}, held_out_share {config.held_out_share:g}): raise either")
+    key = _bits_key(task if isinstance(task, Parity) else task.task)
+    out = distinct(task, n, seed, key=key, exclude=taken, pool=left)
+    taken.update(key(s) for s in out)
+    return out
 
 
 def eval_sets(config: ParityStudyConfig, fmt: str) -> dict[tuple[str, str], list]:
-    """Selection samples (1x and the selection length) and held-out test samples (every multiple), disjoint seeds."""
+    """Selection samples (1x and the selection length) and held-out test samples (every multiple), disjoint seeds;
+    with `set_draw` "disjoint" (`draw_set`) also disjoint inputs, none repeated."""
+    L = config.train_length
+    if config.set_draw == "with_replacement":
+        return _eval_sets_with_replacement(config, fmt)
+    taken: set[str] = set()
+    sets = {("select", "id"): draw_set(config, fmt, L, "select", (config.n_select, 10_001), taken),
+            ("select", "ood"): draw_set(config, fmt, config.select_multiple * L, "select",
+                                        (config.n_select, 10_000 + config.select_multiple), taken)}
+    for m in config.multiples:
+        sets[("test", str(m))] = draw_set(config, fmt, m * L, "test", (config.n_test, 20_000 + m), taken)
+    return sets
+
+
+def _eval_sets_with_replacement(config: ParityStudyConfig, fmt: str) -> dict[tuple[str, str], list]:
+    """`eval_sets` as drawn before `set_draw` (independent draws: repeats, and overlaps between the sets)."""
     L = config.train_length
     sets = {("select", "id"): make_task(config, fmt, L, "held_out").generate(config.n_select, seed=10_001),
             ("select", "ood"): make_task(config, fmt, config.select_multiple * L).generate(
@@ -185,16 +255,24 @@ def run_settings(config: ParityStudyConfig, fmt: str, lr: float, seed: int) -> d
     curves = {"protocol": "curves", "steps": config.cap, "curve_every": config.curve_every, "n_curve": config.n_curve,
               "fit_exact": config.fit_exact} if config.protocol == "curves" else {}
     split = {"held_out_share": config.held_out_share} if config.held_out_share else {}  # rows before it: no split
-    return {"format": fmt, "lr": lr, "seed": seed, **{k: getattr(config, k) for k in keep}, **curves, **split}
+    draw = {} if config.set_draw == "with_replacement" else {"set_draw": config.set_draw}  # rows before it: none
+    return {"format": fmt, "lr": lr, "seed": seed, **{k: getattr(config, k) for k in keep}, **curves, **split,
+            **draw}
 
 
 def curve_sets(config: ParityStudyConfig, fmt: str) -> dict[str, list]:
     """The curves protocol's held-out sets: the training lengths (`FIT_SET`, which decides the fit) and the
-    selection length, from seeds apart from the selection and test sets."""
+    selection length, from seeds apart from the selection and test sets; with `set_draw` "disjoint" also from
+    inputs apart from theirs (`draw_set`)."""
     L = config.train_length
-    return {FIT_SET: make_task(config, fmt, (1, L), "held_out").generate(config.n_curve, seed=30_001),
-            f"{config.select_multiple}x": make_task(config, fmt, config.select_multiple * L).generate(
-                config.n_curve, seed=30_000 + config.select_multiple)}
+    if config.set_draw == "with_replacement":
+        return {FIT_SET: make_task(config, fmt, (1, L), "held_out").generate(config.n_curve, seed=30_001),
+                f"{config.select_multiple}x": make_task(config, fmt, config.select_multiple * L).generate(
+                    config.n_curve, seed=30_000 + config.select_multiple)}
+    taken = {_bits_key(make_task(config, fmt, 1))(s) for samples in eval_sets(config, fmt).values() for s in samples}
+    return {FIT_SET: draw_set(config, fmt, (1, L), "curve", (config.n_curve, 30_001), taken),
+            f"{config.select_multiple}x": draw_set(config, fmt, config.select_multiple * L, "curve",
+                                                   (config.n_curve, 30_000 + config.select_multiple), taken)}
 
 
 def run_id(fmt: str, lr: float, seed: int) -> str:
@@ -329,8 +407,12 @@ def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool,
     index = unit_index(units(config), unit)
     tok = CharTokenizer.for_alphabets(*(make_task(config, f, config.longest).alphabet for f in config.formats))
     n_ctx = max(models.check_context(10**9, make_task(config, f, config.longest), tok.offset) for f in config.formats)
-    for f in config.formats:  # every test sample fits, checked before any training
+    for f in config.formats:  # every test sample fits, and every held-out set has inputs, checked before training
         models.check_context(n_ctx, make_task(config, f, config.longest), tok.offset)
+        if config.protocol == "curves":
+            curve_sets(config, f)  # draws the evaluation sets too
+        else:
+            eval_sets(config, f)
     out.mkdir(parents=True, exist_ok=True)
     writer = RowWriter(unit_file(out, "rows.jsonl", index))
     plan = [(f, lr, 0) for f in config.formats for lr in config.lrs]
@@ -427,13 +509,15 @@ def rewrite_outputs(out: Path) -> dict[str, pd.DataFrame]:
     """Write the tables, summary.json and the accuracy figures of the finished study in `out` again from its
     rows.jsonl and run.json (its settings and chosen rates), training and evaluating nothing: a study's outputs
     redrawn by newer code. Rows count only when their key is the one those settings give (settings the run.json
-    lacks take the values of the code that wrote it: no held-out split). run.json and the head figures stay."""
+    lacks take the values of the code that wrote it: no held-out split, sets drawn with replacement). run.json and
+    the head figures stay."""
     import json
 
     run = json.loads((out / "run.json").read_text(encoding="utf-8"))
     known = {f.name for f in fields(ParityStudyConfig)}
-    config = ParityStudyConfig(**{"held_out_share": 0.0, **{k: tuple(v) if isinstance(v, list) else v
-                                                            for k, v in run["config"].items() if k in known}})
+    before = {"held_out_share": 0.0, "set_draw": "with_replacement"}  # what rows without these settings had
+    config = ParityStudyConfig(**{**before, **{k: tuple(v) if isinstance(v, list) else v
+                                               for k, v in run["config"].items() if k in known}})
     chosen = run["chosen_lr"]
     rows = read_rows(out / "rows.jsonl")
     mine = [r for f in config.formats for lr in config.lrs for s in range(config.seeds)
