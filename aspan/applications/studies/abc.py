@@ -36,6 +36,7 @@ from ...intervals import seed_interval
 from ...io import RowWriter, settings_key
 from ...tasks.base import Sample, Task
 from ...tasks.draws import LengthMix
+from ...tasks.split import distinct
 from ...tokenization import CharTokenizer
 from . import Study, Unit, study_rows, unit_file, unit_index
 from .abc_outputs import AbcOutputs, write_abc_outputs
@@ -182,8 +183,6 @@ def disjoint_sets(name: str, cfg: AbcStudyConfig) -> tuple[dict[int, list[Sample
     from the selection set of its length; each the stream of its seed with repeats and selection inputs skipped (so
     the former draw, sample for sample, where that had neither). A length with fewer inputs than both sets ask for
     is shared in proportion to n_select : n_test; ValueError where a set would be empty."""
-    from ...tasks.split import distinct
-
     select, test = {}, {}
     for n in dict.fromkeys([*cfg.select_buckets, *cfg.buckets]):
         total, both = inputs_of_length(name, n), n in cfg.select_buckets and n in cfg.buckets

@@ -27,8 +27,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, fields
-from functools import lru_cache
-from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -38,126 +36,20 @@ import pandas as pd
 from ...environment import run_environment, torch_threads
 from ...intervals import mean_sd, seed_interval, t_interval
 from ...io import RowWriter, read_rows, save_figure, settings_key, write_csv, write_json
-from ...models.tiny import POSITIONAL, Positional
-from ...tasks.parity import FORMATS, Parity
-from ...tasks.split import SplitTask, distinct, part_of
+from ...tasks.parity import Parity as Parity  # the task, as the study named it before
 from ...tokenization import CharTokenizer
 from . import Study, Unit, study_rows, unit_file, unit_index
+from .parity_config import PROTOCOLS as PROTOCOLS  # the settings' names, as the study's before
+from .parity_config import SET_DRAWS as SET_DRAWS
+from .parity_config import ParityStudyConfig
+from .parity_sets import ENUMERATED_BITS as ENUMERATED_BITS  # the sets' names, as the study's before
+from .parity_sets import FIT_SET, curve_sets, eval_sets, make_task
+from .parity_sets import ID_PARTS as ID_PARTS
+from .parity_sets import _bits_key as _bits_key
+from .parity_sets import _pool as _pool
+from .parity_sets import draw_set as draw_set
 
-PROTOCOLS = ("budget", "curves")
-SET_DRAWS = ("disjoint", "with_replacement")  # `ParityStudyConfig.set_draw`
-ID_PARTS = ("select", "curve", "test")  # the thirds of the held-out side the ID sets draw from (`part_of`)
-ENUMERATED_BITS = 16  # pools of inputs up to this many bits are counted, so a set can take a whole small pool
 CURVES_ROWS = "learning_curves.jsonl"  # the curves protocol's learning curves: one row per (run, step, set)
-FIT_SET = "train"  # the curve set of the training lengths, whose exact accuracy decides the fit
-
-
-@dataclass
-class ParityStudyConfig:
-    """Settings of one parity study; every field can come from a TOML file (`--config`) or a flag."""
-
-    formats: tuple[str, ...] = FORMATS  # parity formats compared
-    train_length: int = 8  # training inputs have 1..train_length bits
-    multiples: tuple[int, ...] = (1, 2, 5, 10)  # test inputs have exactly multiple * train_length bits
-    select_multiple: int = 2  # the selection set's length, as a multiple of train_length
-    seeds: int = 3  # training seeds per format (>= 3 for a mean ± sd)
-    lrs: tuple[float, ...] = (1e-3, 3e-3)  # learning-rate grid, chosen per format on the selection set
-    steps: int = 800  # optimiser steps per run (the same for every format)
-    batch_size: int = 32  # samples per step
-    warmup: int = 50  # linear warm-up steps
-    n_layers: int = 2  # model depth
-    n_heads: int = 4  # attention heads per layer
-    d_model: int = 64  # residual width
-    positional: Positional = "rotary"  # positional encoding of the models (models.tiny's `positional`)
-    anchors: int = 100  # mnemonic anchor symbols (>= the longest test input)
-    # share of the inputs of 1..train_length bits held out of training (aspan.tasks.split, by a hash of the bits):
-    # the held-out sets at the training lengths (selection 1x, test 1x, the fit curve set) draw only from them, so no
-    # held-out ID input is a training input; 0: no split (training then covers every short input)
-    held_out_share: float = 0.2
-    # how the held-out sets are drawn. "disjoint": every set without repeats (by the input bits), and the selection,
-    # test and curve sets pairwise disjoint at every length: at the training lengths each draws from its own third
-    # of the held-out inputs (selection, curve, test, by the same hash of the bits: `ID_PARTS`), at longer lengths
-    # each excludes the inputs of the sets drawn before it (selection, tests, curves, in that order); a set whose
-    # pool holds fewer inputs than asked is that whole pool, and its rows record the n it has (10 bits at share 0.2:
-    # about 68 inputs per third, so n_test 200 gives about 68 at 1x). "with_replacement": the former independent
-    # draws, which repeat and overlap where the pool is small; rows written before this setting existed carry no
-    # such key and were drawn so
-    set_draw: str = "disjoint"
-    n_select: int = 100  # selection samples per selection length
-    n_test: int = 200  # held-out test samples per test length
-    eval_batch_size: int = 50  # samples per evaluation forward
-    device: str = "cpu"  # "cpu", "cuda" or "auto"
-    threads: int = 1  # torch CPU threads
-    # protocol "budget": every run trains `steps` steps; "curves": every run trains until its learning curve on
-    # held-out training-length inputs (1..train_length bits, `n_curve` samples) reaches `fit_exact` exact (the target
-    # stop rule), scored every `curve_every` steps, or `cap` steps; a format whose runs do not all get there "did
-    # not fit" and claims no accuracy beyond its training length
-    protocol: str = "budget"
-    cap: int = 10_000
-    curve_every: int = 200
-    n_curve: int = 200
-    fit_exact: float = 0.99
-
-    @classmethod
-    def quick(cls, **kw: Any) -> "ParityStudyConfig":
-        """Tiny settings that finish in well under a minute (for the tests), same code path: half of the 30 inputs
-        of 1-4 bits held out, so each held-out third has a few (3 or 4 of exactly 4 bits)."""
-        base = dict(train_length=4, seeds=2, lrs=(1e-3, 3e-3), steps=8, warmup=2, n_layers=1, n_heads=2, d_model=16,
-                    anchors=40, held_out_share=0.5, n_select=8, n_test=8, eval_batch_size=16)
-        return cls(**{**base, **kw})
-
-    @classmethod
-    def curves(cls, quick: bool = False, **kw: Any) -> "ParityStudyConfig":
-        """The curves protocol's defaults (`--protocol curves`): inputs of up to 20 bits, tested at 1x, 2x and 5x
-        (100 bits: within the mnemonic anchors), a 3-point grid; with `quick`, the tiny settings of the tests."""
-        if quick:
-            return cls.quick(**{"protocol": "curves", "cap": 12, "curve_every": 4, "n_curve": 8, "fit_exact": 0.99,
-                                **kw})
-        base = dict(protocol="curves", train_length=20, multiples=(1, 2, 5), lrs=(3e-4, 1e-3, 3e-3))
-        return cls(**{**base, **kw})
-
-    def check(self) -> None:
-        """ValueError on impossible settings, before any work."""
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
-        for name in ("cap", "curve_every", "n_curve"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 < self.fit_exact <= 1:
-            raise ValueError(f"fit_exact must be in (0, 1], got {self.fit_exact}")
-        if not self.formats or any(f not in FORMATS for f in self.formats):
-            raise ValueError(f"formats must be a non-empty subset of {', '.join(FORMATS)}, got {self.formats}")
-        if len(set(self.formats)) != len(self.formats):
-            raise ValueError(f"formats repeat: {self.formats}")
-        for name in ("train_length", "seeds", "steps", "batch_size", "n_layers", "n_heads", "d_model", "n_select",
-                     "n_test", "eval_batch_size", "threads", "select_multiple"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
-        if not 0 <= self.held_out_share < 1:
-            raise ValueError(f"held_out_share must be in [0, 1), got {self.held_out_share}")
-        if self.set_draw not in SET_DRAWS:
-            raise ValueError(f"set_draw must be one of {', '.join(SET_DRAWS)}, got {self.set_draw!r}")
-        if not self.multiples or any(m < 1 for m in self.multiples) or 1 not in self.multiples:
-            raise ValueError(f"multiples must be positive and include 1 (the training length), got {self.multiples}")
-        if not self.lrs or any(not lr > 0 for lr in self.lrs):
-            raise ValueError(f"lrs must be positive, got {self.lrs}")
-        if self.positional not in POSITIONAL:
-            raise ValueError(f"positional must be one of {', '.join(POSITIONAL)}, got {self.positional!r}")
-        if "mnemonic" in self.formats:
-            Parity(length=self.longest, format="mnemonic", anchors=self.anchors)  # enough anchors for 10x
-
-    @classmethod
-    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
-        """The settings of a parsed config file (`aspan.config.load_config`'s hook): its `[parity]` table, or the
-        whole file less a `[slurm]` table (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
-        return raw.get("parity", {k: v for k, v in raw.items() if k != "slurm"})
-
-    @property
-    def longest(self) -> int:
-        """The longest evaluated length: the largest multiple of the training length."""
-        return max(max(self.multiples), self.select_multiple) * self.train_length
 
 
 def choose_lr(rows: pd.DataFrame) -> float:
@@ -173,81 +65,6 @@ def choose_lr(rows: pd.DataFrame) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- the runs
-def make_task(config: ParityStudyConfig, fmt: str, length: int | tuple[int, int], side: str | None = None,
-              part: tuple[int, int] = (0, 1)):
-    """The parity task of `fmt` (mnemonic tasks share one anchor set, so train and test symbols agree); with `side`
-    ("train" or "held_out") and a `held_out_share`, restricted to that side of the split of the inputs by their
-    bits (`aspan.tasks.split`; `part`: a slice of the held-out side)."""
-    task = Parity(length=length, format=fmt, **({"anchors": config.anchors} if fmt == "mnemonic" else {}))
-    if side is None or not config.held_out_share:
-        return task
-    return SplitTask(task, side, config.held_out_share, key=_bits_key(task), part=part)
-
-
-def _bits_key(task: Parity):
-    """A sample's input bits: the key of the split and of the sets' disjointness (mnemonic anchors aside)."""
-    return lambda s: task.bits(s.text[: s.prompt_len])
-
-
-@lru_cache(maxsize=64)
-def _pool(lo: int, hi: int, share: float, part: int | None) -> frozenset[str] | None:
-    """Every input of lo..hi bits in third `part` of the held-out side (None: every input); None when there are
-    too many to count (more than `ENUMERATED_BITS` bits)."""
-    if hi > ENUMERATED_BITS:
-        return None
-    every = ("".join(b) for n in range(lo, hi + 1) for b in product("01", repeat=n))
-    return frozenset(b for b in every if part is None or part_of(b, share, len(ID_PARTS)) == part)
-
-
-def draw_set(config: ParityStudyConfig, fmt: str, length: int | tuple[int, int], which: str, spec: tuple[int, int],
-             taken: set[str]) -> list:
-    """Held-out set `which` (one of `ID_PARTS`) of `spec` = (n, seed) samples of `length` bits (`set_draw`
-    "disjoint"): no repeats, no input in `taken` (the bits of the sets drawn before; this set's are added); at the
-    training lengths only inputs of its third of the held-out side, so never a training input. Fewer than n where
-    the pool holds fewer."""
-    n, seed = spec
-    lo, hi = (length, length) if isinstance(length, int) else length
-    inside = hi <= config.train_length and bool(config.held_out_share)
-    part = ID_PARTS.index(which) if inside else None
-    task = make_task(config, fmt, length, *(("held_out", (part, len(ID_PARTS))) if part is not None else ()))
-    pool = _pool(lo, hi, config.held_out_share, part)
-    left = None if pool is None else sum(b not in taken for b in pool)
-    if left == 0:
-        raise ValueError(f"the held-out {which} set of {lo}-{hi} bits has no input to draw from (train_length "
-                         f"{config.train_length}, held_out_share {config.held_out_share:g}): raise either")
-    key = _bits_key(task if isinstance(task, Parity) else task.task)
-    out = distinct(task, n, seed, key=key, exclude=taken, pool=left)
-    taken.update(key(s) for s in out)
-    return out
-
-
-def eval_sets(config: ParityStudyConfig, fmt: str) -> dict[tuple[str, str], list]:
-    """Selection samples (1x and the selection length) and held-out test samples (every multiple), disjoint seeds;
-    with `set_draw` "disjoint" (`draw_set`) also disjoint inputs, none repeated."""
-    L = config.train_length
-    if config.set_draw == "with_replacement":
-        return _eval_sets_with_replacement(config, fmt)
-    taken: set[str] = set()
-    sets = {("select", "id"): draw_set(config, fmt, L, "select", (config.n_select, 10_001), taken),
-            ("select", "ood"): draw_set(config, fmt, config.select_multiple * L, "select",
-                                        (config.n_select, 10_000 + config.select_multiple), taken)}
-    for m in config.multiples:
-        sets[("test", str(m))] = draw_set(config, fmt, m * L, "test", (config.n_test, 20_000 + m), taken)
-    return sets
-
-
-def _eval_sets_with_replacement(config: ParityStudyConfig, fmt: str) -> dict[tuple[str, str], list]:
-    """`eval_sets` as drawn before `set_draw` (independent draws: repeats, and overlaps between the sets)."""
-    L = config.train_length
-    sets = {("select", "id"): make_task(config, fmt, L, "held_out").generate(config.n_select, seed=10_001),
-            ("select", "ood"): make_task(config, fmt, config.select_multiple * L).generate(
-                config.n_select, seed=10_000 + config.select_multiple)}
-    for m in config.multiples:
-        side = "held_out" if m == 1 else None  # longer inputs are never trained on
-        sets[("test", str(m))] = make_task(config, fmt, m * L, side).generate(config.n_test, seed=20_000 + m)
-    return sets
-
-
 def run_settings(config: ParityStudyConfig, fmt: str, lr: float, seed: int) -> dict[str, Any]:
     """What a run's rows depend on (their key): changing any of it reruns, changing nothing resumes."""
     keep = ("train_length", "multiples", "select_multiple", "steps", "batch_size", "warmup", "n_layers", "n_heads",
@@ -258,21 +75,6 @@ def run_settings(config: ParityStudyConfig, fmt: str, lr: float, seed: int) -> d
     draw = {} if config.set_draw == "with_replacement" else {"set_draw": config.set_draw}  # rows before it: none
     return {"format": fmt, "lr": lr, "seed": seed, **{k: getattr(config, k) for k in keep}, **curves, **split,
             **draw}
-
-
-def curve_sets(config: ParityStudyConfig, fmt: str) -> dict[str, list]:
-    """The curves protocol's held-out sets: the training lengths (`FIT_SET`, which decides the fit) and the
-    selection length, from seeds apart from the selection and test sets; with `set_draw` "disjoint" also from
-    inputs apart from theirs (`draw_set`)."""
-    L = config.train_length
-    if config.set_draw == "with_replacement":
-        return {FIT_SET: make_task(config, fmt, (1, L), "held_out").generate(config.n_curve, seed=30_001),
-                f"{config.select_multiple}x": make_task(config, fmt, config.select_multiple * L).generate(
-                    config.n_curve, seed=30_000 + config.select_multiple)}
-    taken = {_bits_key(make_task(config, fmt, 1))(s) for samples in eval_sets(config, fmt).values() for s in samples}
-    return {FIT_SET: draw_set(config, fmt, (1, L), "curve", (config.n_curve, 30_001), taken),
-            f"{config.select_multiple}x": draw_set(config, fmt, config.select_multiple * L, "curve",
-                                                   (config.n_curve, 30_000 + config.select_multiple), taken)}
 
 
 def run_id(fmt: str, lr: float, seed: int) -> str:
