@@ -94,6 +94,17 @@ def test_union_of_every_row_keeps_a_files_repeated_keys(first, second):
         assert len(read_rows(f"{d}/s0.jsonl", unique=False)) == len(first)
 
 
+def test_union_of_every_row_keeps_rows_without_a_key_and_refuses_a_non_object(tmp_path):
+    """Rows without a key (logs) are under no key: every file's are kept; a line that is not an object is named."""
+    (tmp_path / "a.jsonl").write_text('{"step": 1}\n{"key": "k", "x": 1}\n')
+    (tmp_path / "b.jsonl").write_text('{"step": 1}\n{"key": "k", "x": 2}\n')
+    rows = union_rows([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], unique=False)
+    assert rows == [{"step": 1}, {"key": "k", "x": 1}, {"step": 1}]
+    (tmp_path / "c.jsonl").write_text('{"key": "k"}\n[1, 2]\n')
+    with pytest.raises(ValueError, match="c.jsonl line 2: not a result row"):
+        read_rows(tmp_path / "c.jsonl", unique=False)
+
+
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_atomic_write_failure_keeps_old_file_and_leaves_no_temp(tmp_path, error):
     path = tmp_path / "sub" / "x.txt"

@@ -17,8 +17,9 @@ def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "", *,
               unique: bool = True) -> list[dict[str, Any]]:
     """Rows of a JSONL file, the first of each `key` kept (`unique=False`: every row, for files that record several
     rows under one key); a torn last line is skipped, a corrupt middle one is an
-    error. With `fields`, every row must be a JSON object holding them: otherwise a ValueError naming the file and
-    line, "not a `what` row". A symbolic link is refused (`refuse_link`): results are never read from elsewhere."""
+    error. With `fields` (or `unique=False`), every row must be a JSON object holding them: otherwise a ValueError
+    naming the file and line, "not a `what` row". A symbolic link is refused (`refuse_link`): results are never read
+    from elsewhere."""
     path = Path(path)
     refuse_link(path)
     if not path.exists():
@@ -37,7 +38,7 @@ def read_rows(path: PathLike, fields: Iterable[str] = (), what: str = "", *,
             if i == len(lines) - 1:  # torn last line (no newline yet): an interrupted write
                 break
             raise ValueError(f"{path}: line {i + 1} is not valid JSON") from None
-        if fields and (problem := _row_problem(row, fields)):
+        if (fields or not unique) and (problem := _row_problem(row, fields)):  # every row an object: keys read
             raise ValueError(f"{path} line {i + 1}: not a {what or 'result'} row ({problem})")
         key = row.get("key") if isinstance(row, dict) else None
         if unique and key is not None and key in seen:
@@ -58,14 +59,15 @@ def _row_problem(row: Any, fields: tuple[str, ...]) -> str:
 def union_rows(paths: Iterable[PathLike], fields: Iterable[str] = (), what: str = "", *,
                unique: bool = True) -> list[dict[str, Any]]:
     """Rows of several JSONL files (e.g. shards), deduplicated by key, in file order (`fields`, `what`: as
-    `read_rows`; `unique=False`: every row of the first file holding a key, none of a later file's rows under it)."""
+    `read_rows`; `unique=False`: every row of the first file holding a key, none of a later file's rows under it,
+    and every row without a key)."""
     rows, seen = [], set()
     fields = tuple(fields)
     for p in paths:
         mine = read_rows(p, fields, what, unique=unique)
         if not unique:  # a file's rows under one key all kept; a later file's rows under a key seen left out
             rows += [r for r in mine if r.get("key") not in seen]
-            seen |= {r.get("key") for r in mine}
+            seen |= {r.get("key") for r in mine} - {None}
             continue
         for r in mine:
             if r.get("key") not in seen:

@@ -32,7 +32,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable
 
-from ...io import PathLike, claim_run, refuse_link, union_rows, write_lines
+from ...io import PathLike, claim_run, union_rows, write_lines
 
 
 @dataclass(frozen=True)
@@ -132,36 +132,11 @@ def merge_units(out: PathLike, units: list[Unit], names: tuple[str, ...]) -> int
                 held.enter_context(claim_run(path, shard=(i, len(units)), command=f"the merge of unit {i}"))
         for name, files in found.items():
             if files:
-                rows = _all_rows(path / name)
-                for f in files:
-                    seen = {r.get("key") for r in rows} - {None}
-                    rows += [r for r in _all_rows(f) if r.get("key") not in seen]
+                rows = union_rows([path / name, *files], unique=False)
                 write_lines(path / name, (json.dumps(r, sort_keys=True, allow_nan=False, default=str) for r in rows))
                 for f in files:
                     f.unlink()
     return sum(map(len, found.values()))
-
-
-def _all_rows(path: Path) -> list[dict]:
-    """Every row of JSONL file `path`, repeated keys included (`read_rows` keeps the first of each key); a torn last
-    line (an interrupted append) is skipped; ValueError naming the file and line of a corrupt one."""
-    refuse_link(path)
-    if not path.exists():
-        return []
-    lines = path.read_bytes().split(b"\n")
-    rows = []
-    for i, line in enumerate(lines):
-        if line.strip():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                if i == len(lines) - 1:
-                    break
-                raise ValueError(f"{path}: line {i + 1} is not valid JSON") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}: line {i + 1} is not a JSON object")
-            rows.append(row)
-    return rows
 
 
 @dataclass(frozen=True)
