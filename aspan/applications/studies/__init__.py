@@ -67,10 +67,12 @@ class Study:
         text = str(which)
         if text.isdigit() and int(text) < len(units):
             return int(text), units[int(text)]
-        for i, u in enumerate(units):
-            if u.key == text:
-                return i, u
-        raise KeyError(f"no unit {text!r} in study {self.name}: 0-{len(units) - 1} or a key of --list-units")
+        try:
+            index = unit_index(units, text)
+        except KeyError:
+            raise KeyError(f"no unit {text!r} in study {self.name}: 0-{len(units) - 1} or a key of --list-units") \
+                from None
+        return index, units[index]
 
     def run(self, config: Any, out: str | Path, *, progress: bool = True, unit: str | None = None,
             **options: Any) -> Any:
