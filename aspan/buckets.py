@@ -10,9 +10,11 @@ its batches from seeds with bit 62 set (`training.batch_seed`), so these sets ne
 """
 from __future__ import annotations
 
-from typing import Sequence
+from itertools import islice
+from typing import Collection, Sequence
 
 from .tasks.base import Sample, Task
+from .tasks.split import unseen
 
 Bucket = tuple[int, int]  # inclusive (lo, hi) range of lengths
 
@@ -62,9 +64,18 @@ def bucket_task(task: Task, bucket: Bucket) -> Task:
     return type(task)(**{**task.params(), task.length_param: bucket})
 
 
-def bucket_sets(task: Task, buckets: Sequence[Bucket], n: int, seed: int) -> dict[str, list[Sample]]:
-    """{bucket name: n samples of `task` with lengths in that bucket}, generated from `seed` (per bucket)."""
-    return {bucket_name(b): bucket_task(task, b).generate(n, seed=seed) for b in buckets}
+def bucket_sets(task: Task, buckets: Sequence[Bucket], n: int, seed: int, exclude: Collection[str] = (),
+                names: tuple[str, str] = ("set", "the sets drawn before")) -> dict[str, list[Sample]]:
+    """{bucket name: n samples of `task` with lengths in that bucket}, generated from `seed` (per bucket). With
+    `exclude` (texts of other sets), each bucket's draw skips the samples whose text is in it (`tasks.split.unseen`),
+    so the sets share none with those by construction; a bucket whose seed-only draw held none of them is that draw,
+    sample for sample. `names`: (what these sets are, what `exclude` holds) for the error of a bucket with too few
+    distinct samples for both."""
+    if not exclude:
+        return {bucket_name(b): bucket_task(task, b).generate(n, seed=seed) for b in buckets}
+    return {bucket_name(b): list(islice(unseen(bucket_task(task, b).stream(seed), exclude,
+                                               f"the {names[0]} of {bucket_name(b)}", names[1]), n))
+            for b in buckets}
 
 
 def bucket_table(result, names: Sequence[str]):

@@ -11,9 +11,11 @@ the ID set, both with and without the intervention on the same samples, and retu
 
 `id_cost` is the drop of ID exact accuracy (baseline minus intervened; negative when the edit helps ID).
 The named sets are drawn from the task presets with fixed seed offsets: the ID set (`seed + 1`), the OOD
-selection set (`seed + 2`) and the held-out OOD set (`seed + 3`). A point on the held-out set has its ID cost
-measured on a second ID set (`seed + 4`, "id_report", its row's `id_set`), so the ID samples that let an edit pass
-the selection rule's budget never report its ID cost.
+selection set (`seed + 2`) and the held-out OOD set (`seed + 3`), which skips every draw whose text is in the
+selection set of the same seed and size, so the two share no sample by construction. A point on the held-out set
+has its ID cost measured on a second ID set (`seed + 4`, "id_report", its row's `id_set`) that skips the texts of
+the ID set the same way, so the ID samples that let an edit pass the selection rule's budget never report its ID
+cost. A held-out set whose seed-only draw shared no text with the set it skips is that draw, sample for sample.
 
 One selection rule (`select`): among the rows on the selection set whose ID cost is within the budget (default
 1 pp), the largest OOD gain in exact accuracy (ties: per-token accuracy, then lower ID cost, then grid order);
@@ -44,14 +46,20 @@ from ..evaluation import SCORE_COLUMNS
 from ..io import RowWriter, read_rows, settings_key, union_rows
 from ..methods import check_method
 from ..options import CONVENTIONS, EOS_REFS, ID_BUDGET, Convention, check_option
+from ..tasks.split import unseen
 from ..tokenization import require_tokenizer
 from .edit import Edit, beyond_row, parse_gate
 
 Head = tuple[int, int]
 SetName = Literal["selection", "held_out", "id"]
 SETS: tuple[SetName, ...] = get_args(SetName)
-ID_REPORT = "id_report"  # the ID set of held-out points (disjoint seed from "id", which the selection rule reads)
+ID_REPORT = "id_report"  # the ID set of held-out points (apart from "id", which the selection rule reads)
 SEED_OFFSET: dict[str, int] = {"id": 1, "selection": 2, "held_out": 3, ID_REPORT: 4}
+# set -> (the set whose texts its draw skips, both sets in words for the error of a preset too small for both)
+APART: dict[str, tuple[str, str, str]] = {
+    "held_out": ("selection", "the held-out OOD set (held_out)", "the OOD selection set (selection)"),
+    ID_REPORT: ("id", "the held-out ID set (id_report)", "the ID set (id)"),
+}
 ANY_TASK_HINT = "set any_task = true in the sweep config to run it anyway"
 ATOMS = "atoms"  # a point's method when its edit is a list of atoms (an `Edit` of one head each: the causal search)
 
@@ -76,8 +84,10 @@ class Data:
         if name not in SEED_OFFSET:
             raise ValueError(f"unknown evaluation set {name!r}; choose one of {', '.join(SETS)} (or {ID_REPORT})")
         stream = _task(self, name).stream(seed + SEED_OFFSET[name])
-        if name == ID_REPORT:  # disjoint from the ID set the selection rule reads, sample for sample
-            stream = _unseen(stream, {x.text for x in self.stream("id", seed)})
+        if name in APART:  # apart from the set the selection rule reads, sample for sample
+            other, this, that = APART[name]
+            stream = unseen(stream, {x.text for x in self.stream(other, seed)}, this, that,
+                            "lower the samples per set (n)")
         return itertools.islice(stream, self.n)
 
 
@@ -291,23 +301,6 @@ ROW_ONLY = {"key", "heads_list", "n_heads", "exact", "partial", "n", "baseline_e
 ROW_FIELDS = ("key", "set", "mode", "method", "heads", "strength", "threshold", "renormalize", "delta", "seed", "n",
               "exact", "partial", "baseline_exact", "baseline_partial", "id_exact", "id_partial", "id_baseline_exact",
               "id_baseline_partial")
-
-
-MAX_REDRAWS = 100_000  # draws in a row that all fall in the ID set before "id_report" gives up
-
-
-def _unseen(stream: Iterator, seen: set[str]) -> Iterator:
-    """The samples of `stream` whose text is not in `seen`; ValueError once MAX_REDRAWS draws in a row were."""
-    misses = 0
-    for x in stream:
-        if x.text not in seen:
-            misses = 0
-            yield x
-            continue
-        misses += 1
-        if misses > MAX_REDRAWS:
-            raise ValueError(f"the ID preset has too few distinct samples for a held-out ID set apart from the "
-                             f"{len(seen)} of the ID set: lower the samples per set (n)")
 
 
 def id_set(name: str) -> str:

@@ -10,7 +10,7 @@ drawn on it (a length of 1 bit has two inputs: both may fall on one side).
 
 The held-out side can be cut further into `parts` equal slices of the same hash fraction (`part`), so that
 several held-out sets (selection, learning curve, report) draw from disjoint pools; `distinct` draws a set without
-repeats and outside given keys."""
+repeats and outside given keys; `unseen` filters a stream of the texts of sets drawn before."""
 from __future__ import annotations
 
 import hashlib
@@ -135,3 +135,21 @@ def distinct(task: Task, n: int, seed: int, key: Callable[[Sample], str] = promp
         out.append(sample)
         misses = 0
     return out
+
+
+def unseen(stream: Iterator[Sample], seen: Collection[str], this: str, other: str,
+           hint: str = "lower the samples per set") -> Iterator[Sample]:
+    """The samples of `stream` whose text is not in `seen` (the texts of the sets `other` names): a set drawn
+    apart from those sets by construction, sample for sample the stream's own draw where none of its samples falls
+    in them (repeats within the stream are kept). ValueError naming `this` (the set being drawn) and `other` once
+    `MAX_REDRAWS` draws in a row fell in `seen` (a preset with too few distinct samples for both), ending in `hint`."""
+    misses = 0
+    for sample in stream:
+        if sample.text not in seen:
+            misses = 0
+            yield sample
+            continue
+        misses += 1
+        if misses > MAX_REDRAWS:
+            raise ValueError(f"too few distinct samples for {this} apart from the {len(seen)} texts of {other} "
+                             f"({MAX_REDRAWS:,} draws in a row fell among them): {hint}")

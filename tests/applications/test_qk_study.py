@@ -466,9 +466,9 @@ def test_bad_stop_and_grid_settings_are_refused(extra, message):
 
 @pytest.mark.parametrize("curves", [False, True], ids=["budget", "curves"])
 def test_quick_selection_report_and_curve_sets_share_no_prompt_and_repeat_none(curves):
-    """The --quick sets, built only (no training). Their seeds differ, but nothing in the draw excludes one set's
-    prompts from another's: this holds on these settings, not by construction (short reversal strings can collide
-    in larger sets)."""
+    """The --quick sets as `setup` builds them (no training): no two share a prompt (by construction: each set's
+    draw skips the texts of the sets drawn before it, test_qk_study_sets.py), and none repeats a prompt (on these
+    settings, not by construction: a set may repeat a short string)."""
     from aspan.applications.studies.qk import setup
 
     cfg = QKStudyConfig.curves(quick=True) if curves else QKStudyConfig.quick()

@@ -1,6 +1,7 @@
 """Length buckets: parsing, each bucket's own samples inside its range, per-bucket tables equal to evaluating each
 bucket alone, and `aspan eval --buckets` / `aspan train --buckets` outputs."""
 import json
+from unittest import mock
 
 import pandas as pd
 import pytest
@@ -47,6 +48,20 @@ def test_bucket_sets_hold_their_own_lengths():
     assert bucket_task(tasks.preset("reversal", "ood", charset="ab"), (2, 2)).params()["charset"] == "ab"
     with pytest.raises(ValueError, match="length"):
         bucket_sets(tasks.preset("addition", "id"), buckets, n=2, seed=0)
+
+
+def test_bucket_sets_skip_the_texts_they_exclude():
+    task = tasks.preset("reversal", "id", charset="ab")
+    taken = {x.text for v in bucket_sets(task, [(1, 2)], n=3, seed=0).values() for x in v}  # of 6 strings
+    apart = bucket_sets(task, [(1, 2), (3, 3)], 10, 1, taken, ("curve set", "the report sets"))
+    assert all(len(v) == 10 and taken.isdisjoint(x.text for x in v) for v in apart.values())
+    alone = bucket_sets(task, [(1, 2), (3, 3)], n=10, seed=1)
+    assert apart["length 3-3"] == alone["length 3-3"]  # no text of those lengths excluded: the seed-only draw
+    assert apart["length 1-2"] != alone["length 1-2"]  # 10 draws of 6 strings: some were excluded
+    with mock.patch("aspan.tasks.split.MAX_REDRAWS", 500), pytest.raises(
+            ValueError, match="^too few distinct samples for the curve set of length 1-1 apart from the 2 texts of "
+                              "the report sets .*: lower the samples per set$"):
+        bucket_sets(task, [(1, 1)], 3, 0, {"a=a", "b=b"}, ("curve set", "the report sets"))
 
 
 def test_bucket_table_equals_each_bucket_alone(trained, tok):

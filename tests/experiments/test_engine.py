@@ -1,12 +1,17 @@
-"""The experiment engine: the selection rule on synthetic rows, rows against brute force, resume and shards."""
+"""The experiment engine: the selection rule on synthetic rows, rows against brute force, resume and shards, the
+held-out sets apart from the sets they report beside."""
 import random
+from functools import lru_cache
+from itertools import islice
+from unittest import mock
 
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import hooks
+from aspan import tasks
 from aspan.evaluation import evaluate
 from aspan.experiments import engine
 from aspan.experiments.engine import Data, Engine, Job, point, run_grid, select
@@ -69,6 +74,54 @@ def test_sets_are_disjoint_draws_and_reproducible():
     tiny = Data("reversal", id_params={"length": [1, 1], "charset": "ab"}, n=40)  # both strings are in the ID set
     with pytest.raises(ValueError, match="too few distinct samples"):
         tiny.samples("id_report", 0)
+
+
+@lru_cache(maxsize=None)
+def _every_text(charset: str, length: tuple[int, int]) -> frozenset[str]:
+    """Every text of a small reversal preset (20,000 draws: each of its at most 39 texts has p >= 1/81)."""
+    task = tasks.preset("reversal", "id", length=length, charset=charset)
+    return frozenset(x.text for x in islice(task.stream(99), 20_000))
+
+
+LENGTHS = st.tuples(st.integers(1, 3), st.integers(0, 2)).map(lambda t: (t[0], min(t[0] + t[1], 3)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["ab", "abc"]), LENGTHS, LENGTHS, st.integers(1, 30), st.integers(0, 10**6))
+def test_held_out_sets_are_apart_from_the_sets_they_skip_or_refused(charset, ood_len, id_len, n, seed):
+    """Small presets, where seed-only draws collide: each held-out set (held_out, id_report) has its n samples and
+    shares no text with the set it skips (selection, id), and is the seed-only draw wherever that shared none; a
+    one-line error naming both sets exactly when the set it skips holds every text of the preset."""
+    data = Data("reversal", ood_params={"length": list(ood_len), "charset": charset},
+                id_params={"length": list(id_len), "charset": charset}, n=n)
+    for skipped, name, length, offset in (("selection", "held_out", ood_len, 3), ("id", "id_report", id_len, 4)):
+        seen = {x.text for x in data.samples(skipped, seed)}
+        task = tasks.preset("reversal", "id", length=length, charset=charset)
+        if seen >= _every_text(charset, length):
+            with mock.patch("aspan.tasks.split.MAX_REDRAWS", 2_000), pytest.raises(ValueError) as err:
+                data.samples(name, seed)
+            message = str(err.value)
+            assert "\n" not in message and f"({name})" in message and f"({skipped})" in message, message
+            event(f"{name}: refused")
+            continue
+        with mock.patch("aspan.tasks.split.MAX_REDRAWS", 2_000):  # a left text has p >= 1/81: never 2,000 misses
+            got = data.samples(name, seed)
+        assert len(got) == n and seen.isdisjoint(x.text for x in got)
+        old = list(islice(task.stream(seed + offset), n))  # the seed-only draw, computed here
+        if seen.isdisjoint(x.text for x in old):
+            assert got == old
+        event(f"{name}: " + ("seed-only draw" if got == old else "overlapping draws skipped"))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 5, 1_000])
+def test_held_out_set_of_large_presets_is_the_seed_only_draw(seed):
+    """Where the selection and held-out draws of a preset never share a text (the reversal OOD preset: strings of
+    11-20 of 62 symbols), the held-out set is the first n of its seed's stream, so points and rows keep their
+    samples."""
+    data = Data("reversal", n=300)
+    ood = tasks.preset("reversal", "ood")
+    assert data.samples("selection", seed) == list(islice(ood.stream(seed + 2), 300))
+    assert data.samples("held_out", seed) == list(islice(ood.stream(seed + 3), 300))
 
 
 def test_row_equals_brute_force_evaluation(tiny_model, tok):

@@ -61,7 +61,7 @@ from .qk_tables import (  # noqa: F401 (re-exported: the study's tables, importe
 
 def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> Setup:
     """Load the checkpoint (with `base`: train it into `out`/base first), build the fine-tuning task and the
-    selection and report sets (disjoint seeds)."""
+    selection, report and curve sets (`held_out_sets`: pairwise apart by construction)."""
     from ... import models
 
     cfg.check()
@@ -71,18 +71,50 @@ def setup(cfg: QKStudyConfig, device: str = "cpu", out: Path | None = None) -> S
         model, tokenizer, _ = base_model(cfg, Path(out) / "base", device)
     else:
         model, tokenizer, _ = models.load(cfg.init, device=device)
-    ft_task = tasks.preset(cfg.task, "id", length=cfg.finetune)
-    id_length = base_spec(cfg).length if cfg.base else cfg.id_length
-    id_task = tasks.preset(cfg.task, "id", **({"length": tuple(id_length)} if id_length else {}))
-    report = bucket_sets(id_task, cfg.buckets, cfg.n_report, cfg.report_seed)
+    ft_task, id_task = study_tasks(cfg)
     for t in (ft_task, id_task, *(tasks.preset(cfg.task, "id", length=b) for b in cfg.buckets)):
         check_tokenizer(tokenizer, t.alphabet)
         models.check_context(model, t, tokenizer.offset)
-    select = ft_task.generate(cfg.n_select, seed=cfg.select_seed)
+    select, report, curves = held_out_sets(cfg, ft_task, id_task)
     base = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    curves = bucket_sets(id_task, curve_buckets(cfg), cfg.n_curve, cfg.curve_seed) if cfg.protocol == "curves" else {}
     return Setup(cfg, model, tokenizer, base, ft_task, id_task, select, report, conditions(cfg, model), curves,
                  None if out is None else Path(out))
+
+
+def study_tasks(cfg: QKStudyConfig):
+    """(fine-tuning task, ID task): the task at the `finetune` lengths, and at the model's training lengths
+    (`id_length`, the base's lengths with a base, else the ID preset's); the buckets are the ID task's."""
+    id_length = base_spec(cfg).length if cfg.base else cfg.id_length
+    return (tasks.preset(cfg.task, "id", length=cfg.finetune),
+            tasks.preset(cfg.task, "id", **({"length": tuple(id_length)} if id_length else {})))
+
+
+def held_out_sets(cfg: QKStudyConfig, ft_task, id_task) -> tuple[list, dict[str, list], dict[str, list]]:
+    """The study's held-out sets: the selection set (`n_select` samples of `ft_task`, seed `select_seed`), the
+    report sets (`n_report` per bucket of `id_task`, seed `report_seed`) and, with the curves protocol, the curve
+    sets (`n_curve` per curve bucket, seed `curve_seed`; {} otherwise). Each set's draw skips every text of the sets
+    drawn before it (report sets: the selection set; curve sets: the selection set, the report sets and the curve
+    sets before them), so no two sets share a sample; a set whose seed-only draw shared no text with those is that
+    draw, sample for sample (so are sets of lengths no earlier set holds)."""
+    select = ft_task.generate(cfg.n_select, seed=cfg.select_seed)
+    taken = {x.text for x in select}
+    report = _drawn_apart(id_task, cfg.buckets, (cfg.n_report, cfg.report_seed), taken,
+                          ("report set", "the selection set and the report sets before it"))
+    if cfg.protocol != "curves":
+        return select, report, {}
+    curves = _drawn_apart(id_task, curve_buckets(cfg), (cfg.n_curve, cfg.curve_seed), taken,
+                          ("curve set", "the selection set, the report sets and the curve sets before it"))
+    return select, report, curves
+
+
+def _drawn_apart(task, buckets: list[Bucket], spec: tuple[int, int], taken: set[str], names: tuple[str, str]):
+    """`bucket_sets` of `spec` = (n, seed), one bucket at a time: each skips the texts in `taken`, then adds its own
+    (so two buckets sharing lengths share no sample either)."""
+    out: dict[str, list] = {}
+    for b in buckets:
+        out.update(bucket_sets(task, [b], *spec, taken, names))
+        taken |= {x.text for x in out[bucket_name(b)]}
+    return out
 
 
 BASE_RECORD = "base.json"  # in RUN_DIR/base: the base's settings, where and why its training stopped, its fit
@@ -107,7 +139,7 @@ def base_model(cfg: QKStudyConfig, path: Path, device: str):
                                      seed=spec.seed, device=device, log_every=max(1, spec.cap // 20),
                                      curve_every=spec.curve_every, stop="target", stop_bucket="id",
                                      target=spec.fit_exact, ckpt_every=spec.curve_every)
-        held_out = task.generate(spec.n_curve, seed=cfg.curve_seed + 1)  # apart from every set of the study
+        held_out = task.generate(spec.n_curve, seed=cfg.curve_seed + 1)  # its own seed (not filtered by texts)
         work = base_training_dir(path)  # checkpointed as it trains: a study stopped mid-base resumes it exactly
         result = train(model, tok, task, config, out_dir=work, resume=latest_checkpoint(work) is not None,
                        progress=False, curve_data={"id": held_out})

@@ -35,14 +35,16 @@ class QKStudyConfig:
     lr_extend: int = 0  # rates a grid may add past each edge while its best rate sits there (0: the grid as given)
     n_select: int = 64  # selection samples (lengths `finetune`)
     n_report: int = 50  # report samples per bucket
-    select_seed: int = 1_000_003  # seeds of the held-out sets (training batches use seeds with bit 62 set)
+    # seeds of the held-out sets (training batches use seeds with bit 62 set); the report sets skip the texts of
+    # the selection set (`qk.held_out_sets`)
+    select_seed: int = 1_000_003
     report_seed: int = 2_000_003
     eval_batch_size: int = 100
     # protocol "budget": every run trains `steps` steps; "curves": every run trains until its stop rule (`stop`)
     # fires on the learning curve of the fine-tuned lengths, or `cap` steps (one schedule over `cap`), scored every
-    # `curve_every` steps on `n_curve` held-out samples per bucket (seed `curve_seed`, apart from the selection and
-    # report sets). Whatever stopped it, a run fits when its fine-tuned exact at its last evaluation reaches
-    # `fit_exact`, and not otherwise: the label never depends on the rule
+    # `curve_every` steps on `n_curve` held-out samples per bucket (seed `curve_seed`; the draw skips the texts of
+    # the selection and report sets). Whatever stopped it, a run fits when its fine-tuned exact at its last
+    # evaluation reaches `fit_exact`, and not otherwise: the label never depends on the rule
     protocol: str = "budget"
     cap: int = 3000
     curve_every: int = 100
