@@ -1,12 +1,14 @@
 """`aspan demo`: end to end on the shipped checkpoint (quick sizes), numbers consistent with the files it writes."""
 import json
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
+from aspan import tasks
 from aspan.applications import demo
 from aspan.cli import main
-from aspan.experiments.engine import select
+from aspan.experiments.engine import Data, select
 from aspan.io import read_rows
 
 
@@ -23,6 +25,18 @@ def test_best_delta():
     assert demo.best_delta(off, 1) == -1
     tie = _offsets({(0, 0, 0): 0.5, (1, 0, 0): 0.5, (-1, 0, 0): 0.5})
     assert demo.best_delta(tie, 1) == 0
+
+
+def test_held_out_id_set_shares_no_sample_with_the_id_set():
+    """The demo's held-out ID set is drawn apart from the engine's ID set (which ranks heads and prices ID cost),
+    sample for sample, where the ID preset's draws repeat (here the 14 strings of 1-3 letters over "ab")."""
+    data = Data("reversal", id_params={"length": [1, 3], "charset": "ab"}, n=6)
+    s, cfg = SimpleNamespace(engine=SimpleNamespace(data=data)), SimpleNamespace(seed=3, samples=6)
+    held = demo.id_held_out(s, cfg)
+    seen = {x.text for x in data.samples("id", cfg.seed)}
+    assert len(held) == 6 and not {x.text for x in held} & seen
+    plain = tasks.preset("reversal", "id", length=[1, 3], charset="ab").generate(6, seed=cfg.seed + 4)
+    assert {x.text for x in plain} & seen  # the seed-only draw would have shared samples with the ID set
 
 
 def test_config_errors_come_first(tmp_path):

@@ -29,7 +29,6 @@ from ..experiments.search import Proposal, SearchConfig, decode_atoms, describe,
 
 NAMES = ("baseline", "paper_recipe", "selected", "upper_bound")  # the conditions of summary.json
 S_KEYS = ("id_exact", "id_partial", "ood_exact", "ood_partial", "method", "heads", "rule")  # each condition's keys
-ID_HELD_OUT = 4  # seed offset of the held-out ID set (the engine's sets use 1, 2, 3)
 
 # variants tried on the heads and offsets the search proposes: name -> Edit fields
 VARIANTS: dict[str, dict[str, Any]] = {

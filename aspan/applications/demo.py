@@ -29,6 +29,8 @@ from ..environment import run_environment
 from ..experiments import ranking
 from ..experiments.engine import (
     ID_BUDGET,
+    ID_REPORT,
+    SEED_OFFSET,
     Data,
     Engine,
     Ranking,
@@ -216,8 +218,9 @@ def baseline(s: Setup, r: Ranked, cfg: DemoConfig) -> Baseline:
 
 
 def id_held_out(s: Setup, cfg: DemoConfig) -> list:
-    """The held-out ID set: ID samples no choice saw (the engine's ID set prices the ID cost of every edit)."""
-    return s.id_task.generate(cfg.samples, seed=cfg.seed + causal.ID_HELD_OUT)
+    """The held-out ID set: ID samples no choice saw, none of them in the engine's ID set (which prices the ID cost
+    of every edit and ranks the heads): the engine's `id_report` set."""
+    return s.engine.data.samples(ID_REPORT, cfg.seed)
 
 
 def search_config(cfg: DemoConfig) -> tuple[SearchConfig, tuple[str, ...]]:
@@ -339,7 +342,7 @@ def run_info(cfg: DemoConfig, s: Setup, command: str, t0: float) -> dict[str, An
         "eos": list(cfg.eos),
         **run_environment(s.model, extra=("circuitsvis", "plotly")),
         "data_seeds": {"id": cfg.seed + 1, "ood_selection": cfg.seed + 2, "ood_held_out": cfg.seed + 3,
-                       "id_held_out": cfg.seed + causal.ID_HELD_OUT},
+                       "id_held_out": cfg.seed + SEED_OFFSET[ID_REPORT]},
     }
     if "trained here" in s.source:
         models.save(s.model, Path(cfg.out) / "model", s.tokenizer, **s.meta)
