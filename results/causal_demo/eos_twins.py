@@ -1,9 +1,11 @@
 """Held-out diagnostics of the end-of-sequence option (not a selection): the demo's selected edit, its twin that
 leaves the EOS row alone on every atom, and its version that extrapolates the EOS row on every atom, on the demo's
-held-out OOD set (seed 3) and held-out ID set (seed 4): exact and per-token accuracy, the share of samples with every
-target character right, and EOS accuracy overall and per input length; and, unedited, the mean attention of each
-selected layer-1 head at the EOS row on columns 0-3 (BOS and the first three characters); and the paired held-out
-OOD comparison of the selected edit with its twin (samples made exact, samples lost, two-sided sign test).
+held-out OOD set and held-out ID set (the engine's `held_out` and `id_report` sets of data seed 0, each drawn apart
+from the set the selection rule reads, as `aspan demo` draws them): exact and per-token accuracy, the share of
+samples with every target character right, and EOS accuracy overall and per input length; and, unedited, the mean
+attention of each selected layer-1 head at the EOS row on columns 0-3 (BOS and the first three characters); and the
+paired held-out OOD comparison of the selected edit with its twin (samples made exact, samples lost, two-sided sign
+test).
 
     python results/causal_demo/eos_twins.py RUN_DIR OUT.json     # RUN_DIR: an `aspan demo --samples 200` run
 """
@@ -18,12 +20,12 @@ from scipy.stats import binomtest
 
 from aspan import evaluation, models, tasks
 from aspan.batching import make_batch
-from aspan.experiments import profiling as P
+from aspan.experiments.engine import ID_REPORT, Data
 from aspan.experiments.search import decode_atoms, describe
 
 
 def measure(model, tok, samples, atoms) -> dict:
-    fwd = (lambda b: P.atom_hooks(atoms, b.ref_mask, model)) if atoms else ()
+    fwd = (lambda b: [h for e in atoms for h in e.batch_hooks(b, model)]) if atoms else ()  # as the engine does
     res = evaluation.evaluate(model, tok, samples, fwd_hooks=fwd, attn=False)
     rec, summary = res.records, res.summary()
     eos = rec[rec.eos]
@@ -55,11 +57,11 @@ def main(run: str, out: str) -> None:
     chosen = [r for r in rows if r["method"] == "atoms" and r["heads"] == heads and r["key"] != key]
     selected = [decode_atoms(r["atoms"]) for r in chosen if describe(decode_atoms(r["atoms"])) ==
                 summary["selected"]["method"]][0]
-    every = lambda eos: [(h, dataclasses.replace(e, eos=eos)) for h, e in selected]  # noqa: E731
+    every = lambda eos: [dataclasses.replace(e, eos=eos) for e in selected]  # noqa: E731
     variants = {"selected": selected, "EOS row left alone": every("none"),
                 "EOS row extrapolated on every atom": every("extrapolate"), "baseline": []}
-    sets = {"held_out_ood": tasks.preset("reversal", "ood", length=(11, 20)).generate(200, seed=3),
-            "held_out_id": tasks.preset("reversal", "id").generate(200, seed=4)}
+    data = Data("reversal", ood_params=tasks.preset("reversal", "ood", length=(11, 20)).params(), n=200)
+    sets = {"held_out_ood": data.samples("held_out", 0), "held_out_id": data.samples(ID_REPORT, 0)}
     result = {"selected_edit": describe(selected)}
     for name, atoms in variants.items():
         result[name] = {s: measure(model, tok, samples, atoms) for s, samples in sets.items()}
@@ -70,7 +72,7 @@ def main(run: str, out: str) -> None:
     gained, lost = sum(a and not b for a, b in zip(x, y)), sum(b and not a for a, b in zip(x, y))
     result["paired_selected_vs_left_alone"] = {"gained": gained, "lost": lost,
                                                "sign_test_p": binomtest(gained, gained + lost).pvalue}
-    layer1 = [h for h, _ in selected if h[0] == 1]
+    layer1 = [h for e in selected for h in e.heads if h[0] == 1]
     result["eos_row_attention_columns_0_3"] = {s: eos_row_attention(model, tok, samples, layer1)
                                                for s, samples in sets.items()}
     with open(out, "w") as f:
