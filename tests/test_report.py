@@ -121,13 +121,13 @@ def test_demo_report_opens_with_question_answer_and_headline(demo_dir):
     # the answer is written from the summary's numbers, to 3 significant figures
     assert ("Partly. The edit the selection rule picks raises held-out OOD exact accuracy from 0.00 to 0.435 and "
             "per-token accuracy from 0.271 to 0.954, at an ID cost of 0 pp.") in top
-    assert "The paper's recipe reaches 0.0950 exact / 0.895 per-token at an ID cost of 78.5 pp." in top
+    assert "The paper's recipe reaches 0.0950 exact / 0.895 per-token at an ID cost of 78.0 pp." in top
     table = body[body.index('<table'):body.index("</table>")]
     assert 'id="headline"' in table
     rows = [[_text(c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)]
             for r in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)]
     assert rows[0] == ["condition", "mode", "ID exact", "ID per-token", "OOD exact", "OOD per-token", "ID cost (pp)"]
-    assert rows[2] == ["paper's recipe", "teacher-forced", "0.215", "0.968", "0.0950", "0.895", "78.5"]
+    assert rows[2] == ["paper's recipe", "teacher-forced", "0.220", "0.968", "0.0950", "0.895", "78.0"]
     assert rows[6] == ["selected (within budget)", "generated (32 samples)", "–", "–", "0.438", "0.913", "–"]
     assert "Selection rule: largest OOD exact gain" in top
     # the claims in order, each before the folded data; the figure a claim names sits in its section
