@@ -68,9 +68,9 @@ def qk(summary: dict, settings: dict) -> Finding:
     table = pd.DataFrame(summary["table"])
     headline = pd.DataFrame([_qk_row(table, cond, replay, buckets, id_bucket) for cond, replay in dict.fromkeys(rows)])
     curves = (settings.get("config") or {}).get("protocol") == "curves"
-    claims = [_qk_groups(f, ft, summary["runs"], curves), _qk_frequency(f), _qk_replay(f, ft, id_bucket),
-              _qk_beyond(table, beyond)] + ([_qk_curves(table, f, ft, settings["config"])]
-                                            if curves and "fit" in table else [])
+    claims = [_qk_groups(f, ft, summary["runs"], curves), _qk_frequency(f), *_qk_spectrum(f, table, ft),
+              _qk_replay(f, ft, id_bucket), _qk_beyond(table, beyond)] + (
+        [_qk_curves(table, f, ft, settings["config"])] if curves and "fit" in table else [])
     return Finding(
         question=(f"Does fine-tuning one column (or one RoPE pair) of W_Q and W_K on lengths {ft} make the model work "
                   "at those lengths, as the later abstract of Spiegel et al. claims?"),
@@ -122,6 +122,29 @@ def _qk_frequency(f: dict) -> Claim:
         "Per-token accuracy after fine-tuning one RoPE pair, against the pair's rotation frequency"
         + (f" (Spearman correlation of frequency with per-token accuracy, {said})." if said else ".")),
         [f"pair_frequency_{_replay_stem(k)}" for k in f["by_replay"]])
+
+
+SPECTRUM_POINTS = 4  # pairs and columns a run must try, each, for its exact and column frequency figures to be key
+
+
+def _qk_spectrum(f: dict, table: pd.DataFrame, ft: str) -> list[Claim]:
+    """A run that spans the rotary spectrum (at least SPECTRUM_POINTS pairs and as many columns): exact accuracy
+    against rotation frequency for the pairs and for the columns, each a claim of its own so that its figure is a key
+    one (with fewer points a frequency figure says little)."""
+    groups = table.condition.astype(str)
+    if min(groups.str.startswith(kind).sum() for kind in ("qk-pair:", "qk-column:")) < SPECTRUM_POINTS:
+        return []
+    replay = _headline_replay(f)
+    rho = f["by_replay"][replay].get("spearman_frequency_vs_exact")
+    stem = _replay_stem(replay)
+    return [Claim("Exact accuracy across the rotary spectrum", (
+        f"Exact accuracy on {ft} after fine-tuning one RoPE pair, against the pair's rotation frequency, with 95 % "
+        "intervals" + (f" (Spearman correlation with frequency {sig(rho)})." if rho is not None else ".")),
+        [f"pair_frequency_exact_{stem}"]),
+        Claim("One column per pair", (
+            f"Exact accuracy on {ft} after fine-tuning one column of W_Q and W_K (the first of a pair's two), "
+            "against the pair's rotation frequency, with 95 % intervals (per token: the report's figure "
+            f"column_frequency_{stem})."), [f"column_frequency_exact_{stem}", f"column_frequency_{stem}"])]
 
 
 def _qk_replay(f: dict, ft: str, id_bucket: str) -> Claim:

@@ -1,0 +1,126 @@
+"""results/qk_study/spectrum: its README's table, answer and labels, and the pages that quote it, recomputed from the
+committed rows (runs.jsonl, learning_curves.jsonl, table.csv)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from aspan.intervals import seed_interval
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN = ROOT / "results" / "qk_study" / "spectrum"
+N_REPORT = 500  # report strings per bucket and seed
+FIT = 0.9  # the study's target: exact on the 21-40 curve set at the last evaluation
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def _cell(values: list[float]) -> str:
+    lo, hi = seed_interval(values, N_REPORT)
+    return f"{sum(values) / len(values):.2f} [{lo:.2f}, {hi:.2f}]"
+
+
+TABLE = pd.read_csv(RUN / "table.csv")
+ROWS = _jsonl(RUN / "runs.jsonl")
+README = (RUN / "README.md").read_text(encoding="utf-8")
+
+
+def _chosen(condition: str) -> list[dict]:
+    """The three seeds' rows of `condition` at its chosen learning rate."""
+    lr = TABLE.set_index("condition").loc[condition, "lr"]
+    rows = sorted((r for r in ROWS if r["condition"] == condition and r["lr"] == lr), key=lambda r: r["seed"])
+    assert [r["seed"] for r in rows] == [0, 1, 2], condition
+    return rows
+
+
+def _exact(condition: str, bucket: str = "21-40") -> float:
+    return sum(r[f"exact_{bucket}"] for r in _chosen(condition)) / 3
+
+
+def test_every_condition_of_the_design_ran_with_three_seeds_and_bracketing_grids():
+    spectrum = [0, 8, 16, 24, 32, 40, 48, 56, 63]
+    want = {"none", "all", "attn", "qk"} | {f"qk-{kind}:{i}" for kind in ("pair", "column") for i in spectrum}
+    assert set(TABLE.condition) == want
+    assert TABLE.lr_edge.isna().all()  # no chosen rate at an edge of its (extended) grid
+    for condition in want - {"none"}:
+        _chosen(condition)
+    assert {r["report"][1] for r in ROWS} == {N_REPORT}  # [buckets, strings per bucket, seed]
+
+
+def test_labels_come_from_accuracy_at_the_last_evaluation():
+    curves = _jsonl(RUN / "learning_curves.jsonl")
+    for t in TABLE[TABLE.condition != "none"].itertuples():
+        last = []
+        for seed in (0, 1, 2):
+            mine = [c for c in curves if c["condition"] == t.condition and c["lr"] == t.lr and c["seed"] == seed
+                    and c["bucket"] == "length 21-40"]
+            last.append(max(mine, key=lambda c: c["step"])["exact"])
+        fits = sum(v >= FIT for v in last)
+        assert int(t.n_fit) == fits and t.fit == ("fit" if fits == 3 else "did not fit"), t.condition
+
+
+def test_readme_table_rows():
+    for t in TABLE[TABLE.condition != "none"].itertuples():
+        rows = _chosen(t.condition)
+        reasons = "/".join(sorted({r["stop_reason"] for r in rows}))
+        cells = [f"{t.fit} ({int(t.n_fit)}/3)", f"{reasons} ({sum(r['stop_step'] for r in rows) / 3:,.0f})",
+                 _cell([r["exact_1-20"] for r in rows]), _cell([r["exact_21-40"] for r in rows]),
+                 f"{sum(r['partial_21-40'] for r in rows) / 3:.2f}",
+                 _cell([r["exact_41-60"] for r in rows]) if t.fit == "fit" else "–"]
+        line = next(line for line in README.splitlines() if line.startswith(f"| {t.condition} |"))
+        assert all(f"| {c} |" in line + " |" for c in cells), (t.condition, cells, line)
+        assert line.split(" | ")[3].startswith(f"{t.lr:g} ({t.lr_grid})"), line
+
+
+def test_answer_no_single_group_within_5pp_and_the_peak_in_the_middle():
+    flat = _flat(README)
+    singles = TABLE[TABLE.condition.str.startswith("qk-")].condition
+    best = max(singles, key=_exact)
+    full = _exact("all")
+    assert best == "qk-pair:24" and full - _exact(best) > 0.05
+    assert f"Full fine-tuning reaches {_cell([r['exact_21-40'] for r in _chosen('all')])} exact on 21–40" in flat
+    gap = round(100 * (full - _exact(best)))
+    assert f"reaches {_cell([r['exact_21-40'] for r in _chosen(best)])}: {gap} pp short" in flat
+    columns = [c for c in singles if c.startswith("qk-column:")]
+    best_column = max(columns, key=_exact)
+    assert f"column 24, 0.13 %) reaches {_cell([r['exact_21-40'] for r in _chosen(best_column)])}" in flat
+    pairs = [f"qk-pair:{i}" for i in (0, 8, 16, 24, 32, 40, 48, 56, 63)]  # fastest to slowest
+    exact = [_exact(p) for p in pairs]
+    peak = exact.index(max(exact))
+    assert 0 < peak < len(pairs) - 1  # neither the fastest nor the slowest pair
+    untrained = TABLE.set_index("condition").loc["none", "exact_21-40"]
+    assert all(e < untrained for e in exact[-3:])  # the slowest quarter ends below the untrained model
+    assert f"0.{round(100 * min(exact[-3:])):02d}–0.{round(100 * max(exact[-3:])):02d} for the slowest quarter" in flat
+    id_slow = [_exact(p, "1-20") for p in pairs[-3:]]
+    assert f"(1–20 exact {min(id_slow):.2f}–{max(id_slow):.2f}, from 0.99)" in flat
+
+
+def test_the_pages_quote_the_answer():
+    best = _cell([r["exact_21-40"] for r in _chosen("qk-pair:24")])
+    full = _cell([r["exact_21-40"] for r in _chosen("all")])
+    for text in ((ROOT / "README.md").read_text(encoding="utf-8"),
+                 (ROOT / "docs" / "studies" / "qk_study.md").read_text(encoding="utf-8"),
+                 (ROOT / "results" / "qk_study" / "README.md").read_text(encoding="utf-8")):
+        flat = _flat(text)
+        assert "pair 24" in flat and best in flat and full in flat
+
+
+def test_frequency_figures_are_key_figures_of_a_run_that_spans_the_spectrum():
+    """The exact-accuracy frequency figures (pairs and columns) carry claims of the spectrum's finding, so its images
+    show them; a run with three pairs and one column keeps its per-token pair figure only."""
+    from aspan.report import key_figures
+
+    spectrum = {p.stem for p in key_figures(RUN)}
+    assert {"pair_frequency_exact_replay0", "column_frequency_exact_replay0", "pair_frequency_replay0"} <= spectrum
+    shaped = {p.stem for p in key_figures(RUN.parent / "paper_shape")}
+    assert "pair_frequency_replay0" in shaped and not {"pair_frequency_exact_replay0",
+                                                       "column_frequency_exact_replay0"} & shaped
