@@ -86,12 +86,18 @@ def test_every_page_with_code_is_run():
 
 
 def test_every_results_readme_has_its_page():
-    """Each study's results README is shown on its own page of docs/studies/, included from where it lies."""
+    """Each study's results README is shown on its own page of docs/studies/, included from where it lies, first;
+    a README of one of the study's runs (results/<study>/<run>/README.md) may follow it on the same page, and every
+    such README is shown."""
+    shown = set()
     for page in STUDY_PAGES:
         study = Path(page).stem
         assert (ROOT / page).is_file(), f"{page} is missing for results/{study}/README.md"
         includes = re.findall(r"^```\{include\}\s+(\S+)", text(page), re.M)
-        assert includes == [f"../../results/{study}/README.md"], page
+        assert includes[:1] == [f"../../results/{study}/README.md"], page
+        assert all(re.fullmatch(rf"\.\./\.\./results/{study}/[\w-]+/README\.md", i) for i in includes[1:]), page
+        shown |= {(ROOT / "docs" / "studies" / i).resolve() for i in includes}
+    assert {p.resolve() for p in (ROOT / "results").glob("*/*/README.md")} <= shown
 
 
 @pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[f"{page}:L{line}-{lang}" for page, lang, _, line in BLOCKS])
