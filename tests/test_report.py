@@ -183,9 +183,9 @@ def test_pretrained_report_states_its_finding(tmp_path):
      r"qk-pair:1\s+0\s+1\.97\s+0\.0933 \[0\.00, 0\.218\]"),
     ("abc_study", "Do models trained on up to 6 digits extrapolate to 60 digits once their attention is biased",
      "Partly. Exact accuracy at 60 digits: successor: vanilla at most 0.00, ABS 0.897, ABC 0.820; addition: vanilla "
-     "at most 0.00, ABS 0.577, ABC 0.00; parity: vanilla at most 0.00, ABS 1.00, ABC 0.157.",
-     r"parity\s+abc\s+3\s+0\.850 \[0\.573, 1\.000\]\s+0\.633 \[0\.036, 1\.000\]\s+0\.390 \[0\.000, 1\.000\]"
-     r"\s+0\.157 \[0\.000, 0\.809\]"),
+     "at most 0.00, ABS 0.577, ABC 0.00; parity: vanilla at most 0.00, ABS 1.00, ABC 0.333.",
+     r"parity\s+abc\s+3\s+0\.853 \[0\.524, 1\.000\]\s+0\.630 \[0\.000, 1\.000\]\s+0\.487 \[0\.000, 1\.000\]"
+     r"\s+0\.333 \[0\.000, 1\.000\]"),
     ("parity_study", "Does the scratchpad's format decide length generalization on parity",
      "No. Exact accuracy at 5x the training length: plain 0.407, scratchpad 0.00, interleaved 0.00, mnemonic 0.00",
      r"mnemonic\s+0\.113 \[0\.00, 0\.269\](\s+0\.00 \[0\.00, 0\.00636\]){3}\s+0\.835\s+0\.268\s+0\.241\s+0\.235"),

@@ -349,65 +349,147 @@ def test_parity_curves_selection_table():
 
 
 # ----------------------------------------------------------------------------------------------- abc study
-def test_abc_study_overlapping_parity_sets_as_described():
-    """The README's counts of the parity sets its rows were drawn with (independent draws), and of the current
-    disjoint draw, recomputed from the run's settings."""
-    from dataclasses import fields, replace
+def _abc_config(run: str = "abc_study"):
+    """The study's settings as `run.json` records them (rows written before `set_draw` existed: the former draw)."""
+    from dataclasses import fields
 
     from aspan.applications.studies import abc as study
 
-    run = json.loads((RESULTS / "abc_study" / "run.json").read_text(encoding="utf-8"))
+    recorded = json.loads((RESULTS / run / "run.json").read_text(encoding="utf-8"))["config"]
     known = {f.name for f in fields(study.AbcStudyConfig)}
-    cfg = study.AbcStudyConfig(**{"set_draw": "with_replacement",  # the draw of rows whose run.json names none
-                                  **{k: tuple(v) if isinstance(v, list) else v
-                                     for k, v in run.get("config", run).items() if k in known}})
+    return study.AbcStudyConfig(**{"set_draw": "with_replacement",
+                                   **{k: tuple(v) if isinstance(v, list) else v
+                                      for k, v in recorded.items() if k in known}})
+
+
+def _prompts(samples) -> list[str]:
+    return [s.text[: s.prompt_len] for s in samples]
+
+
+def _abc_sets(cfg) -> dict:
+    from aspan.applications.studies import abc as study
+
+    return {name: study._task_sets(name, cfg) for name in cfg.tasks}
+
+
+def test_abc_study_sets_are_the_disjoint_ones_as_described():
+    """The committed rows were drawn with the disjoint sets: run.json and every row say so, the sets that draw gives
+    repeat nothing and share nothing, have the sizes the README states (parity at 6 bits: 21 and 43), and the rows'
+    rates are counts over those sizes; table.csv's n_test is each test set's size. The README's account of the
+    earlier, independent draw is recomputed too."""
+    from dataclasses import replace
+
+    cfg = _abc_config()
+    rows = _jsonl(RESULTS / "abc_study" / "runs.jsonl")
+    assert cfg.set_draw == "disjoint" and {r.get("set_draw") for r in rows} == {"disjoint"}
     assert (cfg.n_select, cfg.n_test, cfg.select_buckets) == (50, 100, (6, 10))
-
-    def prompts(samples):
-        return [s.text[: s.prompt_len] for s in samples]
-
-    for name in ("successor", "addition"):
-        old, now = study._task_sets(name, cfg), study._task_sets(name, replace(cfg, set_draw="disjoint"))
-        assert all(prompts(old.select[n]) == prompts(now.select[n]) for n in old.select)
-        assert all(prompts(old.test[n]) == prompts(now.test[n]) for n in old.test)
-    old, now = study._task_sets("parity", cfg), study._task_sets("parity", replace(cfg, set_draw="disjoint"))
-    sel6, test6 = prompts(old.select[6]), prompts(old.test[6])
-    shared10 = set(prompts(old.select[10])) & set(prompts(old.test[10]))
+    sets = _abc_sets(cfg)
+    for name, s in sets.items():
+        for n in cfg.buckets:
+            test = _prompts(s.test[n])
+            assert len(set(test)) == len(test) and not set(test) & set(_prompts(s.select.get(n, [])))
+            assert len(test) == (43 if (name, n) == ("parity", 6) else 100), (name, n)
+        for n in cfg.select_buckets:
+            assert len(set(_prompts(s.select[n]))) == (21 if (name, n) == ("parity", 6) else 50), (name, n)
+    parity = [r for r in rows if r["task"] == "parity" and r["status"] == "ok"]
+    for split, size in (("select", 21), ("test", 43)):  # every 6-bit rate is a count over 21 or 43 inputs
+        assert all(abs(r[f"{split}_exact_6"] * size - round(r[f"{split}_exact_6"] * size)) < 1e-9 for r in parity)
+    assert any(abs(r["test_exact_6"] * 100 - round(r["test_exact_6"] * 100)) > 1e-6 for r in parity)
+    table = pd.read_csv(RESULTS / "abc_study" / "table.csv")
+    assert all(t.n_test == len(sets[t.task].test[t.digits]) for t in table.itertuples())
     flat = _flat(_readme("abc_study"))
-    assert f"the 50 selection draws hold {len(set(sel6))} distinct inputs and the 100 test draws {len(set(test6))}, " \
+    n_sel, n_test = len(sets["parity"].select[6]), len(sets["parity"].test[6])
+    assert f"its selection set holds {n_sel} of them and its test set the other {n_test}" in flat
+    assert f"are split in proportion 50 : 100, {n_sel} selection and {n_test} test inputs" in flat
+    assert f"the pooled answers (300; {3 * n_test} for parity at 6 bits)" in flat
+    # the earlier rows' independent draw: the same sets for successor and addition (also for the supplementary runs,
+    # which were drawn so), overlapping ones for parity
+    old = _abc_sets(replace(cfg, set_draw="with_replacement"))
+    for name in ("successor", "addition"):
+        assert all(_prompts(old[name].test[n]) == _prompts(sets[name].test[n]) for n in cfg.buckets)
+        assert all(_prompts(old[name].select[n]) == _prompts(sets[name].select[n]) for n in cfg.select_buckets)
+    for sub in ("long_successor", "long_addition"):
+        long = _abc_config(f"abc_study/{sub}")
+        assert long.set_draw == "with_replacement" and (long.n_select, long.n_test) == (50, 100)
+        name = long.tasks[0]
+        assert _prompts(_abc_sets(long)[name].test[60]) == _prompts(sets[name].test[60])
+    sel6, test6 = _prompts(old["parity"].select[6]), _prompts(old["parity"].test[6])
+    shared10 = set(_prompts(old["parity"].select[10])) & set(_prompts(old["parity"].test[10]))
+    assert f"the 50 selection draws held {len(set(sel6))} distinct inputs and the 100 test draws {len(set(test6))}, " \
            f"{len(set(sel6) & set(test6))} of them shared, so {sum(p in set(sel6) for p in test6)} of the 100 test " \
-           f"samples are selection inputs; at 10 bits the two sets share {len(shared10)} inputs" in flat
-    assert f"parity at 6 bits then gets {len(now.select[6])} selection and {len(now.test[6])} test inputs" in flat
+           f"samples were selection inputs; at 10 bits the two sets shared {len(shared10)} inputs" in flat
+
+
+def _short(x: float) -> str:
+    """0 and 1 as the prose writes interval ends: '0', '1'; others to 3 digits."""
+    return {0.0: "0", 1.0: "1"}.get(round(x, 3), f"{x:.3f}")
 
 
 def test_abc_study_tables():
+    """The README's table (each length's interval over the answers its test set holds), the supplementary one-seed
+    tables, and the numbers its prose and the study page quote, from the rows."""
     table = pd.read_csv(RESULTS / "abc_study" / "table.csv")
     runs = pd.DataFrame(_jsonl(RESULTS / "abc_study" / "runs.jsonl"))
-    readme = _readme("abc_study")
+    sets = _abc_sets(_abc_config())
+    readme, flat = _readme("abc_study"), _flat(_readme("abc_study"))
+    cells = {}
     for (task, cond), g in table.groupby(["task", "condition"], sort=False):
         r = runs[(runs.task == task) & (runs.condition == cond) & (runs.lr == g.lr.iloc[0])
-                 & (runs.steps == g.steps.iloc[0])]
+                 & (runs.steps == g.steps.iloc[0])].sort_values("seed")
         assert len(r) == 3
-        _row(readme, f"| {task} | {cond} | {g.lr.iloc[0]:g} | {g.steps.iloc[0]} |",
-             [_cell(r[f"test_exact_{d}"].tolist(), 100, 3) for d in (6, 10, 20, 60)])
+        cells[task, cond] = {d: _cell(r[f"test_exact_{d}"].tolist(), len(sets[task].test[d]), 3)
+                             for d in (6, 10, 20, 60)}
+        _row(readme, f"| {task} | {cond} | {g.lr.iloc[0]:g} | {g.steps.iloc[0]} |", list(cells[task, cond].values()))
     for sub, task in (("long_successor", "successor"), ("long_addition", "addition")):
         for r in _jsonl(RESULTS / "abc_study" / sub / "runs.jsonl"):
-            cells = []
+            row = []
             for d in (6, 10, 20, 60):
                 k = round(r[f"test_exact_{d}"] * 100)
                 lo, hi = wilson(k, 100)
-                cells.append(f"{k / 100:.2f} [{lo:.2f}, {hi:.2f}]".replace("[0.00,", "[0,").replace("1.00]", "1]")
-                             if k in (0, 100) else f"{k / 100:.2f} [{lo:.2f}, {hi:.2f}]")
-            _row(readme, f"| {task} | {r['condition']} |", cells)
+                row.append(f"{k / 100:.2f} [{lo:.2f}, {hi:.2f}]".replace("[0.00,", "[0,").replace("1.00]", "1]")
+                           if k in (0, 100) else f"{k / 100:.2f} [{lo:.2f}, {hi:.2f}]")
+            _row(readme, f"| {task} | {r['condition']} |", row)
     lo, hi = wilson(99, 100)
-    assert f"99 of 100 answers, 95 % interval [{lo:.3f}, {hi:.3f}]" in _flat(readme)
+    assert f"99 of 100 answers, 95 % interval [{lo:.3f}, {hi:.3f}]" in flat
     assert f"(0.99 on 100 samples, 95 % interval [{lo:.3f}, {hi:.3f}], one seed)" in _quoted("abc_study")
     parity_abs = runs[(runs.task == "parity") & (runs.condition == "abs") & (runs.lr == 0.001)]
     low = wilson(300, 300)[0]
-    assert (parity_abs.test_exact_60 == 1).all() and f"[{low:.3f}, 1]" in _flat(readme)
+    assert (parity_abs.test_exact_60 == 1).all() and f"[{low:.3f}, 1]" in flat
     # all 300 right, yet the interval's lower end is below the 99 % goal: the wording says so, not "goal met"
-    assert low < 0.99 and f"the interval's lower end ({low:.3f}) lies just below it" in _flat(readme)
+    assert low < 0.99 and f"the interval's lower end ({low:.3f}) lies just below it" in flat
     assert "(the ≥ 99 % goal met by the point estimate, the interval reaching just below it)" in _quoted("abc_study")
+    # what the disjoint sets changed, on the new side of each arrow
+    for cond, name in (("learned", "learned"), ("alibi", "ALiBi"), ("none", "NoPE")):
+        assert re.search(rf"{name} 0\.\d{{3}} -> {re.escape(cells['parity', cond][6].split(' [')[0])}[,;]", flat), cond
+    assert f"rotary 0.810 -> {cells['parity', 'rotary'][6]}" in flat
+    nope = runs[(runs.task == "parity") & (runs.condition == "none") & (runs.lr == 0.003)].test_exact_10
+    lo, hi = seed_interval(nope.tolist(), 100)
+    assert f"NoPE at 10 bits 0.013 -> {nope.mean():.3f}" in flat
+    assert f"(parity with NoPE: {nope.mean():.3f} [{_short(lo)}, {_short(hi)}] at 10 bits, " \
+           f"{round(100 * nope.sum())} of 300 answers)" in flat
+    _abc_parity_prose(runs, flat)
+
+
+def _abc_parity_prose(runs: pd.DataFrame, flat: str) -> None:
+    """ABC on parity: the rate its selection chose, the per-seed scores at 60 bits and their interval."""
+    from aspan.applications.studies.abc import select_score
+
+    chosen = json.loads((RESULTS / "abc_study" / "run.json").read_text(encoding="utf-8"))["chosen_lr"]
+    abc = runs[(runs.task == "parity") & (runs.condition == "abc")]
+    first = {lr: select_score(r, (6, 10)) for lr, r in
+             ((r["lr"], r) for r in abc[abc.seed == 0].to_dict("records"))}
+    assert chosen["parity/abc"] == max(first, key=first.get) == 0.003
+    assert f"(mean selection exact {first[0.001]:.2f} at 1e-3, {first[0.003]:.2f} at 3e-3;" in flat
+    r = abc[abc.lr == 0.003].sort_values("seed")
+    assert list(r.seed) == [0, 1, 2] and list(r.test_exact_60) == [0.0, 0.0, 1.0]
+    assert all(r.iloc[2][f"test_exact_{d}"] == 1.0 for d in (6, 10, 20, 60))  # seed 2: 1.00 at every length
+    lo, hi = seed_interval(r.test_exact_60.tolist(), 100)
+    mean = r.test_exact_60.mean()
+    assert f"-> {mean:.3f} [{lo:.3f}, {hi:.3f}] (seeds 0, 0, 1.00)" in flat
+    assert f"at 60 bits {mean:.2f} [{_short(lo)}, {_short(hi)}], one seed of three exact on all 100 samples " \
+           "(seed 2, 1.00 at every length) and the other two at 0" in flat
+    assert f"and {mean:.2f} [{_short(lo)}, {_short(hi)}] on parity (one seed of three exact on every 60-bit " \
+           "sample, the other two at 0;" in _quoted("abc_study")
 
 
 def test_abc_paper_tables():

@@ -139,3 +139,24 @@ def test_inputs_of_length_counts_every_prompt_a_length_task_draws():
     for name, n in (("successor", 1), ("successor", 2), ("addition", 1), ("parity", 4)):
         seen = {p for p in _prompts(length_task(name, n).generate(4000, seed=1))}
         assert len(seen) == inputs_of_length(name, n), (name, n)
+
+
+def test_summary_intervals_count_the_answers_each_test_set_holds():
+    """Parity at 6 bits has 64 inputs, so its disjoint test set holds 43 (the selection set 21): the table's n_test
+    and the Wilson part of its interval count those, not the n_test setting (100) the longer lengths get."""
+    from types import SimpleNamespace
+
+    from aspan.applications.studies.abc import summary_table
+    from aspan.intervals import wilson
+
+    cfg = AbcStudyConfig(tasks=("parity",), conditions=("abs",), lrs=(1e-3,))
+    sets = {"parity": _task_sets("parity", cfg)}
+    assert (len(sets["parity"].select[6]), len(sets["parity"].test[6]), len(sets["parity"].test[10])) == (21, 43, 100)
+    rows = {str(seed): {"task": "parity", "condition": "abs", "lr": 1e-3, "seed": seed, "status": "ok", "steps": 160,
+                        **{f"test_{m}_{n}": 1.0 for m in ("exact", "partial") for n in cfg.buckets}}
+            for seed in cfg.seeds}
+    ctx = SimpleNamespace(cfg=cfg, sets=sets, rows=rows, chosen={("parity", "abs"): 1e-3})
+    table = summary_table(ctx).set_index("digits")
+    assert table.n_test.to_dict() == {6: 43, 10: 100, 20: 100, 60: 100}
+    assert table.exact_lo[6] == pytest.approx(wilson(129, 129)[0])  # 0.971: every answer of the 3 seeds right
+    assert table.exact_lo[60] == pytest.approx(wilson(300, 300)[0])  # 0.987

@@ -80,9 +80,10 @@ class AbcStudyConfig:
     abc_correct_only: bool = True  # ABC averages over correctly solved samples only (False: all, for --quick)
     # how the selection and test sets are drawn. "disjoint": each without repeats, and a test set never holds an
     # input of the selection set of its length (`disjoint_sets`); where a length has fewer inputs than n_select +
-    # n_test (parity at 6 bits: 64), they are shared between the two in proportion to n_select : n_test, and the
-    # rows' n say how many each got. "with_replacement": the former independent draws (repeats, and overlaps
-    # where the inputs are few); rows written before this setting existed carry no such key and were drawn so
+    # n_test (parity at 6 bits: 64), they are shared between the two in proportion to n_select : n_test, and
+    # table.csv's n_test says how many each test set got. "with_replacement": the former independent draws
+    # (repeats, and overlaps where the inputs are few); rows written before this setting existed carry no such key
+    # and were drawn so
     set_draw: str = "disjoint"
     device: str = "cpu"
 
@@ -427,7 +428,8 @@ def _run_condition_seeds(ctx: _Ctx, name: str, condition: str) -> None:
 def summary_table(ctx: _Ctx) -> "pd.DataFrame":
     """One row per task, condition and test length: the chosen learning rate's seeds, exact mean, sd and 95 % interval
     (`exact_lo`, `exact_hi`: `intervals.seed_interval`, the wider of Student's t over the seeds and the Wilson
-    interval of their `n_test` answers each, pooled)."""
+    interval of their answers, pooled); `n_test`: the size of that length's test set (below the setting where the
+    length has fewer inputs, as parity at 6 bits)."""
     import pandas as pd
 
     out = []
@@ -435,13 +437,14 @@ def summary_table(ctx: _Ctx) -> "pd.DataFrame":
         rows = [r for r in ctx.rows.values() if r["task"] == name and r["condition"] == condition
                 and r["lr"] == lr and r["seed"] in ctx.cfg.seeds and r.get("status") == "ok"]
         for n in ctx.cfg.buckets:
+            n_test = len(ctx.sets[name].test[n])
             ex = pd.Series([r[f"test_exact_{n}"] for r in rows], dtype=float)
             pa = pd.Series([r[f"test_partial_{n}"] for r in rows], dtype=float)
             out.append({"task": name, "condition": condition, "lr": lr, "steps": rows[0]["steps"] if rows else None,
                         "seeds": len(rows), "digits": n, "exact_mean": ex.mean(),
                         "exact_sd": ex.std(ddof=1) if len(ex) > 1 else 0.0,
-                        **dict(zip(("exact_lo", "exact_hi"), seed_interval(ex.tolist(), ctx.cfg.n_test))),
-                        "partial_mean": pa.mean(), "n_test": ctx.cfg.n_test})
+                        **dict(zip(("exact_lo", "exact_hi"), seed_interval(ex.tolist(), n_test))),
+                        "partial_mean": pa.mean(), "n_test": n_test})
     return pd.DataFrame(out)
 
 
