@@ -183,43 +183,48 @@ def test_parity_headline_table():
     res = pd.read_csv(curves / "results.csv")
     conv = pd.read_csv(curves / "convergence.csv").set_index("format")
     readme, flat, page = _readme("parity_study"), _flat(_readme("parity_study")), _quoted("parity_study")
-    rows = _jsonl(curves / "rows.jsonl")  # every ID set came from the held-out side of the split
-    assert rows and all(r["held_out_share"] == 0.2 for r in rows)
+    rows = _jsonl(curves / "rows.jsonl")  # every ID set came from the held-out side, drawn disjoint
+    assert rows and all(r["held_out_share"] == 0.2 and r["set_draw"] == "disjoint" for r in rows)
     run = json.loads((curves / "run.json").read_text(encoding="utf-8"))
-    v = run["versions"]
+    v, target = run["versions"], run["config"]["fit_exact"]
     assert run["config"]["held_out_share"] == 0.2 and f"records {run['wall_seconds']:,.0f} s inside the study" in flat
     assert f"Python {v['python']}, torch {v['torch']}, TransformerLens {v['transformer_lens']}" in flat
-    assert "test_held_out_id_inputs_are_never_training_inputs" in flat and "Overlapping sets" not in flat
+    assert "test_held_out_id_inputs_are_never_training_inputs" in flat and "predate the disjoint sets" not in flat
+    # a run fit when its exact on the curve inputs where it stopped reached the target, whatever rule stopped it
+    assert all(r["fitted"] == (r["fit_curve_exact"] >= target) for r in rows)
     cell = {}
     for fmt, g in res.groupby("format"):
-        fit = bool(g.fitted.all())
-        assert (conv.loc[fmt, "fit"] == "fit") == fit and (g.stop_reason == "target").all() == fit
+        fit = bool((g.fit_curve_exact >= target).all())
+        assert (conv.loc[fmt, "fit"] == "fit") == fit == bool(g.fitted.all())
         for m in (1, 2, 5):
             e, p = g[g.multiple == m].exact.tolist(), g[g.multiple == m].partial.tolist()
-            cell[fmt, "exact", m] = _pct(sum(e) / 3, *seed_interval(e, 200))
+            cell[fmt, "exact", m] = _pct(sum(e) / 3, *seed_interval(e, int(g[g.multiple == m].n.iloc[0])))
             cell[fmt, "partial", m] = _pct(sum(p) / 3, *t_interval(p))
         if fit:
             cells = ["fit", f"{conv.loc[fmt, 'stop_step']:,.0f}"] + [cell[fmt, "exact", m] for m in (1, 2, 5)] \
                 + [cell[fmt, "partial", m] for m in (2, 5)]
         else:  # a format that did not fit claims nothing past 1x
-            cells = [f"did not fit ({int(conv.loc[fmt, 'n_fit'])} of 3 seeds)", "– (seed 1 at the cap)",
-                     cell[fmt, "exact", 1]] + ["–"] * 4
+            capped = g[(g.multiple == 1) & (g.fit_curve_exact < target)].seed.tolist()
+            cells = [f"did not fit ({int(conv.loc[fmt, 'n_fit'])} of 3 seeds)",
+                     f"– (seeds {' and '.join(map(str, capped))} at the cap)", cell[fmt, "exact", 1]] + ["–"] * 4
         lines = [x for x in readme.splitlines() if x.startswith(f"| `{fmt}` | {g.lr.iloc[0]:g} | ")]
         table = [[c.strip() for c in x.strip("| ").split("|")] for x in lines if len(x.split("|")) == 11]
         assert table == [[f"`{fmt}`", f"{g.lr.iloc[0]:g}", *cells]], (table, cells)  # every cell in its column
-    # interleaved did not fit: seed 1 at the cap, flat at 0.915-0.925 on the curve inputs from step 2,200 on
-    il = res[(res.format == "interleaved") & (res.multiple == 1)].set_index("seed")
-    assert conv.loc["interleaved", "stop_reason"] == "cap 1, target 2" and il.loc[1, "fit_curve_exact"] == 0.925
-    assert f"seeds 0 and 2 fit at {il.loc[0, 'stop_step']} and {il.loc[2, 'stop_step']} steps" in flat
-    curve = [r for r in _jsonl(curves / "learning_curves.jsonl") if r["format"] == "interleaved" and r["seed"] == 1
-             and r["lr"] == il.loc[1, "lr"] and r["bucket"] == "train" and r["step"] >= 2200]
-    assert len(curve) == 20 and (min(r["exact"] for r in curve), max(r["exact"] for r in curve)) == (0.915, 0.925)
-    assert "stayed at 0.915–0.925 exact on the curve inputs from step 2,200 on" in flat
-    assert f"`interleaved` did not (one of its 3 seeds stopped at the cap at {il.loc[1, 'fit_curve_exact']:g})" \
-        in page
-    fitted = res[res.fitted & (res.multiple == 1)].exact
-    assert f"they score {100 * fitted.min():.0f}–{100 * fitted.max():.0f} % per seed on the held-out test inputs" \
-        in flat
+    summary = pd.read_csv(curves / "summary.csv")  # the intervals as summary.csv prints them
+    for t in summary[summary.exact != "did not fit"].itertuples():
+        assert cell[t.format, "exact", t.multiple] == t.exact.replace("100.0]", "100]")
+    # mnemonic did not fit: seeds 0 and 2 at the cap, below the target there; seed 1 reached it
+    mn = res[(res.format == "mnemonic") & (res.multiple == 1)].set_index("seed")
+    assert conv.loc["mnemonic", "stop_reason"] == "cap 2, target 1" and list(mn.stop_reason) == ["cap", "target", "cap"]
+    assert f"only seed 1 reached the target (at step {mn.loc[1, 'stop_step']:,})" in flat
+    assert f"ended at {mn.loc[0, 'fit_curve_exact']:.3f} and {mn.loc[2, 'fit_curve_exact']:.3f} exact on the curve " \
+           "inputs" in flat
+    assert f"(two of its 3 seeds stopped at the cap, at {mn.loc[0, 'fit_curve_exact']:.3f} and " \
+           f"{mn.loc[2, 'fit_curve_exact']:.3f})" in page
+    fitted = res[res.fitted & (res.multiple == 1)]
+    assert (fitted.n == 66).all() and (fitted.exact * 66).round().min() == 65
+    assert f"each of their seeds gets at most one of the 66 held-out test inputs of exactly 10 bits wrong " \
+           f"({100 * fitted.exact.min():.1f}–{100 * fitted.exact.max():.0f} % per seed)" in flat
     # 5x: the scratchpad formats that fit are 0 %, plain is not above chance
     plain = res[(res.format == "plain") & (res.multiple == 5)].sort_values("seed").exact.tolist()
     m, lo, hi = (100 * v for v in (sum(plain) / 3, *seed_interval(plain, 200)))
@@ -240,72 +245,82 @@ def test_parity_headline_table():
     assert f"({whole}, one seed {100 * ab[2]:g} %" in page
     # per token, 2x / 5x
     per = {f: [cell[f, "partial", m].split(" [")[0] for m in (2, 5)]
-           for f in ("interleaved-ab", "scratchpad", "mnemonic")}
+           for f in ("interleaved-ab", "interleaved", "scratchpad")}
     assert f"`interleaved-ab` keeps {per['interleaved-ab'][0]} % of the characters right at 2x and " \
-           f"{per['interleaved-ab'][1]} % at 5x, the running `scratchpad` {' % / '.join(per['scratchpad'])} %" in flat
-    assert f"({' % / '.join(per['mnemonic'])} %, the lowest means" in flat
+           f"{per['interleaved-ab'][1]} % at 5x, `interleaved` {' % / '.join(per['interleaved'])} %, the running " \
+           f"`scratchpad` {' % / '.join(per['scratchpad'])} %" in flat
     assert f"({' % / '.join(per['interleaved-ab'])} % at 2x / 5x, against {' % / '.join(per['scratchpad'])} % for " \
-           "the running scratchpad, intervals overlapping" in _flat(page)
-    sp2, ab2 = (cell[f, "partial", 2].split(" [")[1].rstrip("]") for f in ("scratchpad", "interleaved-ab"))
-    assert float(ab2.split(", ")[0]) < float(sp2.split(", ")[1]) and f"[{ab2}] against [{sp2}]" in flat
-    mn5, sp5 = (cell[f, "partial", 5] for f in ("mnemonic", "scratchpad"))
-    assert float(mn5.split(", ")[1].rstrip("]")) < float(sp5.split(" [")[1].split(",")[0])
-    assert f"({_prose(mn5)} against [{sp5.split(' [')[1]})" in flat
-    steps = conv.loc["mnemonic", "stop_step"]
-    mn = res[(res.format == "mnemonic") & (res.multiple == 1)].stop_step
-    assert f"({steps:,.0f} steps; {mn.min():,}–{mn.max():,} per seed)" in flat
-    assert f"after {steps:,.0f} steps on average" in flat and f"slowest to fit ({steps:,.0f} steps" in page
+           "the running scratchpad; over 3 seeds the intervals just miss each other at 2x and overlap at 5x), " \
+           f"`interleaved` between them ({' % / '.join(per['interleaved'])} %" in page
+
+    def bounds(fmt, m):
+        return [float(x) for x in cell[fmt, "partial", m].split(" [")[1].rstrip("]").split(", ")]
+
+    (ab2, sp2), (ab5, sp5) = ((bounds("interleaved-ab", m), bounds("scratchpad", m)) for m in (2, 5))
+    assert ab2[0] > sp2[1] and ab5[0] <= sp5[1]  # apart at 2x (just), overlapping at 5x
+    assert all(bounds("interleaved", m)[0] <= bounds("scratchpad", m)[1] for m in (2, 5))
+    iv = {m: (cell["interleaved-ab", "partial", m].split(" [")[1], cell["scratchpad", "partial", m].split(" [")[1])
+          for m in (2, 5)}
+    assert f"just miss each other at 2x ([{iv[2][0]} against [{iv[2][1]}) and overlap at 5x ([{iv[5][0]} against " \
+           f"[{iv[5][1]})" in flat
+    steps = conv.loc["interleaved", "stop_step"]
+    assert f"(after {steps:,.0f} steps on average)" in flat
+    pl = res[(res.format == "plain") & (res.multiple == 1)].stop_step
+    assert f"({conv.loc['plain', 'stop_step']:,.0f} steps on average; {pl.min():,}–{pl.max():,} per seed)" in flat
+    assert conv.stop_step[conv.fit == "fit"].idxmax() == "plain"
 
 
 def test_parity_curves_held_out_sets_as_described():
-    """The README's account of the held-out side and the repeats in the sets drawn from it, recomputed from the
-    run's settings (the sets are deterministic in them)."""
-    from dataclasses import fields, replace
+    """The README's account of the held-out side and of the disjoint sets drawn from it, recomputed from the run's
+    settings (the sets are deterministic in them): sizes, no repeats, pairwise disjoint, and the rows' n."""
+    from dataclasses import fields
     from itertools import product
 
     from aspan.applications.studies import parity as study
     from aspan.tasks.split import held_out
 
-    run = json.loads((RESULTS / "parity_study" / "curves" / "run.json").read_text(encoding="utf-8"))
+    curves = RESULTS / "parity_study" / "curves"
+    run = json.loads((curves / "run.json").read_text(encoding="utf-8"))
     known = {f.name for f in fields(study.ParityStudyConfig)}
-    cfg = study.ParityStudyConfig(**{"set_draw": "with_replacement",  # the draw of rows whose run.json names none
-                                     **{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
-                                        if k in known}})
-    share = cfg.held_out_share
+    cfg = study.ParityStudyConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
+                                     if k in known})
+    assert cfg.set_draw == "disjoint" and cfg.held_out_share == 0.2
     side = [b for n in range(1, cfg.train_length + 1) for b in map("".join, product("01", repeat=n))
-            if held_out(b, share)]
-    n_full = sum(len(b) == cfg.train_length for b in side)
-    counts = {}
-    for fmt in cfg.formats:
-        task, sets = study.make_task(cfg, fmt, cfg.train_length), study.eval_sets(cfg, fmt)
-
-        def bits(samples, task=task):
-            return {task.bits(s.text[: s.prompt_len]) for s in samples}
-
-        test1, select1, curve = bits(sets["test", "1"]), bits(sets["select", "id"]), \
-            bits(study.curve_sets(cfg, fmt)[study.FIT_SET])
-        counts[fmt] = [len(test1), len(curve), len(select1), len(select1 & test1), len(curve & test1)]
-        assert not bits(sets["select", "ood"]) & bits(sets["test", "2"])
-    assert all(counts[f] == counts["scratchpad"] for f in cfg.formats if f != "mnemonic")  # anchors alone differ
-    flat = _flat(_readme("parity_study"))
-    assert f"{len(side)} of the 2,046 inputs, {n_full} of the 1,024 of exactly 10 bits" in flat
-    n = counts["scratchpad"]
-    assert f"the 200 test inputs of 10 bits hold {n[0]} distinct strings, the 200 fit curve inputs {n[1]}, and the " \
-           f"100 selection inputs at 1x {n[2]}, of which {n[3]} are also test inputs at 1x (the curve set shares " \
-           f"{n[4]} with them)" in flat
-    assert f"the same counts by bits are {', '.join(map(str, counts['mnemonic'][:4]))} and {counts['mnemonic'][4]}" \
-        in flat
-    assert f"at 1x they share {n[3]} strings" in flat
-    now = replace(cfg, set_draw="disjoint")  # the sets a rerun draws: the whole third where it asks for more
+            if held_out(b, cfg.held_out_share)]
+    n_full, share = sum(len(b) == cfg.train_length for b in side), cfg.held_out_share
     sizes = set()
     for fmt in cfg.formats:
-        sets, before = study.eval_sets(now, fmt), study.eval_sets(cfg, fmt)
-        sizes.add((len(sets["test", "1"]), len(sets["select", "id"]), len(study.curve_sets(now, fmt)[study.FIT_SET]),
-                   *([s.text for s in sets["test", str(m)]] == [s.text for s in before["test", str(m)]]
-                     for m in cfg.multiples if m > 1)))
-    (test1, select1, curve, *long_same), = sizes
-    assert all(long_same) and f"the 1x test set has {test1} inputs, the 1x selection set {select1} and the fit curve " \
-        f"set {curve} (of 1–10 bits) instead of 200, 100 and 200 draws" in flat
+        key = study._bits_key(study.make_task(cfg, fmt, 1))
+        sets = {**study.eval_sets(cfg, fmt), **{("curve", k): v for k, v in study.curve_sets(cfg, fmt).items()}}
+        bits = {k: [key(s) for s in v] for k, v in sets.items()}
+        assert all(len(set(b)) == len(b) for b in bits.values())  # no repeats
+        names = list(bits)
+        assert all(not set(bits[a]) & set(bits[b]) for i, a in enumerate(names) for b in names[i + 1:])
+        id_sets = [bits["test", "1"], bits["select", "id"], bits["curve", study.FIT_SET]]
+        assert all(held_out(b, cfg.held_out_share) for v in id_sets for b in v)  # never a training input
+        sizes.add(tuple(len(bits[k]) for k in (("test", "1"), ("select", "id"), ("curve", study.FIT_SET),
+                                               ("test", "2"), ("select", "ood"), ("curve", "2x"), ("test", "5"))))
+    (test1, select1, curve, test2, select2, curve2, test5), = sizes  # the same sizes for every format
+    third = {name: study._pool(lo, cfg.train_length, share, study.ID_PARTS.index(name))
+             for name, lo in (("test", cfg.train_length), ("select", cfg.train_length), ("curve", 1))}
+    assert (test1, select1, curve) == tuple(len(third[k]) for k in ("test", "select", "curve"))  # each a whole third
+    assert test1 < cfg.n_test and select1 < cfg.n_select and curve < cfg.n_curve
+    assert (test2, select2, curve2, test5) == (cfg.n_test, cfg.n_select, cfg.n_curve, cfg.n_test)
+    rows = _jsonl(curves / "rows.jsonl")
+    want = {("test", 10): test1, ("select", 10): select1, ("test", 20): test2, ("select", 20): select2,
+            ("test", 50): test5}
+    assert len(rows) == 125 and all(r["n"] == want[r["split"], r["bits"]] for r in rows)
+    assert all(r["n"] == curve for r in _jsonl(curves / "learning_curves.jsonl") if r["bucket"] == study.FIT_SET)
+    flat = _flat(_readme("parity_study"))
+    assert f"{len(side)} of the 2,046 inputs, {n_full} of the 1,024 of exactly 10 bits" in flat
+    assert f"the 1x test set has {test1} inputs, the 1x selection set {select1} and the fit curve set {curve} (of " \
+           f"1–10 bits), where the configuration asks for {cfg.n_test}, {cfg.n_select} and {cfg.n_curve}; at 20 bits " \
+           f"the test, selection and curve sets hold {test2}, {select2} and {curve2} distinct inputs, at 50 bits the " \
+           f"test set {test5}, as asked" in flat
+    assert f"one input is {100 / test1:.1f} points of a seed's 1x exact, and the 1x intervals count {3 * test1} " \
+           f"answers" in flat and f"({test1} at 1x, {test2} at 2x and 5x" in flat
+    assert f"({3 * test1} at 1x, {3 * test2} at 2x and 5x" in flat and test2 == test5
+    assert f"the fit curve set ({curve} held-out inputs of 1–10 bits)" in flat
 
 
 def test_parity_budget_run_sets_as_described():
@@ -340,12 +355,21 @@ def test_parity_curves_selection_table():
     sel = pd.read_csv(curves / "selection.csv")
     fitted = {(r["format"], r["lr"]): r["fitted"] for r in _jsonl(curves / "rows.jsonl") if r["seed"] == 0}
     readme = _readme("parity_study")
+    any_fit = {f: any(v for (g, _), v in fitted.items() if g == f) for f, _ in fitted}
+    assert sel.groupby("format").chosen.sum().eq(1).all()
     for t in sel.itertuples():
-        label = "yes" if t.chosen else ("" if fitted[t.format, t.lr] else "(did not fit)")
-        assert not (t.chosen and not fitted[t.format, t.lr])  # a chosen rate fit on seed 0
+        fit = fitted[t.format, t.lr]
+        label = " ".join(filter(None, ["yes" if t.chosen else "", "" if fit else "(did not fit)"]))
+        assert not (t.chosen and not fit and any_fit[t.format])  # a rate that fit on seed 0 is chosen first
         cells = [f"{100 * t.exact_1x:.0f}", f"{100 * t.exact_select:.0f}", f"{100 * t.partial_select:.1f}"]
         line = f"| `{t.format}` | {t.lr:g} | {' | '.join(cells)} | {label} |"
         assert line in readme.splitlines() or line.replace("|  |", "| |") in readme.splitlines(), line
+    at_cap = {(r["format"], r["lr"]): r["fit_curve_exact"] for r in _jsonl(curves / "rows.jsonl") if r["seed"] == 0}
+    mn = [f"{at_cap[k]:.3f}" for k in sorted(at_cap) if k[0] == "mnemonic"]  # by rate
+    assert not any_fit["mnemonic"] and f"No `mnemonic` rate fit on seed 0 ({', '.join(mn[:-1])} and {mn[-1]} at " \
+        "the cap)" in _flat(readme)
+    assert f"(0.003 and 0.01 reached {at_cap['plain', 0.003]:.3f} and {at_cap['plain', 0.01]:.3f} by the cap)" \
+        in _flat(readme)
 
 
 # ----------------------------------------------------------------------------------------------- abc study
