@@ -187,8 +187,9 @@ def test_pretrained_report_states_its_finding(tmp_path):
      r"parity\s+abc\s+3\s+0\.853 \[0\.524, 1\.000\]\s+0\.630 \[0\.000, 1\.000\]\s+0\.487 \[0\.000, 1\.000\]"
      r"\s+0\.333 \[0\.000, 1\.000\]"),
     ("parity_study", "Does the scratchpad's format decide length generalization on parity",
-     "No. Exact accuracy at 5x the training length: plain 0.407, scratchpad 0.00, interleaved 0.00, mnemonic 0.00",
-     r"mnemonic\s+0\.113 \[0\.00, 0\.269\](\s+0\.00 \[0\.00, 0\.00636\]){3}\s+0\.835\s+0\.268\s+0\.241\s+0\.235"),
+     "No. Exact accuracy at 5x the training length: plain 0.500, scratchpad 0.00, interleaved 0.00, interleaved-ab "
+     "0.00, mnemonic 0.00",
+     r"mnemonic\s+0\.00 \[0\.00, 0\.299\](\s+0\.00 \[0\.00, 0\.00636\]){3}\s+0\.722\s+0\.241\s+0\.221\s+0\.210"),
 ])
 def test_study_report_states_its_finding(study, question, answer, row, tmp_path):
     """Each committed study's summary and run.json give the question, the answer and the headline rows."""

@@ -324,29 +324,51 @@ def test_parity_curves_held_out_sets_as_described():
 
 
 def test_parity_budget_run_sets_as_described():
-    """The README's counts of the budget run's sets (no split, drawn with replacement), from its settings."""
+    """The budget run's sets as the README states them: drawn disjoint and without repeats from the run's settings
+    (`held_out_share` 0.2), the 1x sets each the whole third of the held-out 6-bit inputs, and the rows' n."""
     from dataclasses import fields
+    from itertools import product
 
     from aspan.applications.studies import parity as study
+    from aspan.tasks.split import held_out
 
-    run = json.loads((RESULTS / "parity_study" / "run.json").read_text(encoding="utf-8"))
-    known = {f.name for f in fields(study.ParityStudyConfig)}
-    cfg = study.ParityStudyConfig(**{"held_out_share": 0.0, "set_draw": "with_replacement",  # what the run had
-                                     **{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
-                                        if k in known}})
-    counts = {}
-    for fmt in cfg.formats:
-        sets, key = study.eval_sets(cfg, fmt), study._bits_key(study.make_task(cfg, fmt, 1))
-        t1, s1, t2, s2 = ([key(x) for x in sets[k]] for k in (("test", "1"), ("select", "id"), ("test", "2"),
-                                                                 ("select", "ood")))
-        counts[fmt] = (len(set(t1)), len(set(t1) & set(s1)), sum(b in set(s1) for b in t1), len(set(t2)),
-                       len(set(t2) & set(s2)))
     flat = _flat(_readme("parity_study"))
-    n, m = counts["scratchpad"], counts["mnemonic"]
-    assert all(counts[f] == n for f in cfg.formats if f != "mnemonic")
-    assert f"the 200 test samples hold {n[0]} distinct inputs, {n[1]} of them also 1x selection inputs ({n[2]} of " \
-           f"the 200 test samples); at 2x they hold {n[3]} distinct inputs, {n[4]} of them also selection inputs " \
-           f"(for `mnemonic`, whose anchors change the draws: {m[0]}, {m[1]} and {m[2]}; {m[3]} and {m[4]})" in flat
+    for sub in ("", "interleaved_alibi", "interleaved_none"):
+        run = json.loads((RESULTS / "parity_study" / sub / "run.json").read_text(encoding="utf-8"))
+        known = {f.name for f in fields(study.ParityStudyConfig)}
+        cfg = study.ParityStudyConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in run["config"].items()
+                                         if k in known})
+        assert (cfg.set_draw, cfg.held_out_share, cfg.train_length) == ("disjoint", 0.2, 6)
+        rows = _jsonl(RESULTS / "parity_study" / sub / "rows.jsonl")
+        assert rows and all(r["set_draw"] == "disjoint" and r["held_out_share"] == 0.2 for r in rows)
+        share, L = cfg.held_out_share, cfg.train_length
+        sizes = set()
+        for fmt in cfg.formats:
+            key = study._bits_key(study.make_task(cfg, fmt, 1))
+            bits = {k: [key(s) for s in v] for k, v in study.eval_sets(cfg, fmt).items()}
+            assert all(len(set(b)) == len(b) for b in bits.values())  # no repeats
+            names = list(bits)
+            assert all(not set(bits[a]) & set(bits[b]) for i, a in enumerate(names) for b in names[i + 1:])
+            assert all(held_out(b, share) for k in (("test", "1"), ("select", "id")) for b in bits[k])
+            sizes.add(tuple(sorted((k, len(v)) for k, v in bits.items())))
+            by_bits = {(k[0], len(v[0])): len(v) for k, v in bits.items()}  # (split, bits) -> inputs
+            assert all(r["n"] == by_bits[r["split"], r["bits"]] for r in rows if r["format"] == fmt)
+        assert len(sizes) == 1  # the same sets, by bits, for every format
+        n = dict(sizes.pop())
+        thirds = [len(study._pool(L, L, share, study.ID_PARTS.index(p))) for p in ("select", "curve", "test")]
+        assert (n["select", "id"], n["test", "1"]) == (thirds[0], thirds[2]) == (5, 3)  # each a whole third
+        assert n["select", "ood"] == cfg.n_select and all(n["test", str(m)] == cfg.n_test for m in cfg.multiples[1:])
+    side = [b for k in range(1, L + 1) for b in map("".join, product("01", repeat=k)) if held_out(b, share)]
+    full = sum(len(b) == L for b in side)
+    assert f"({len(side)} of the 126, {full} of the 64 of exactly 6 bits)" in flat and sum(thirds) == full
+    assert f"the 1x selection set is {thirds[0]} inputs and the 1x test set {thirds[2]} (the whole thirds, where " \
+           f"{cfg.n_select} and {cfg.n_test} are asked for; the curve third, {thirds[1]} inputs, is not used by this " \
+           "protocol)" in flat
+    assert f"test inputs of exactly 6, 12, 30 and 60 bits (1x, 2x, 5x, 10x; seeds 20 001, 20 002, 20 005, 20 010): " \
+           f"{thirds[2]} at 6 bits, {cfg.n_test} at each other length" in flat
+    assert f"the intervals count {3 * thirds[2]} answers (all {3 * thirds[2]} right still gives " \
+           f"[{100 * wilson(3 * thirds[2], 3 * thirds[2])[0]:.1f}, 100])" in flat
+    assert f"ties broken by exact accuracy on the {thirds[0]} selection inputs at 1x" in flat
 
 
 def test_parity_curves_selection_table():
@@ -662,8 +684,8 @@ def test_parity_fixed_budget_tables():
             return f"{100 * m:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]".replace(", 100.0]", ", 100]").replace(
                 "[100.0, 100]", "[100, 100]")
         e, p = g.exact.tolist(), g.partial.tolist()
-        assert len(e) == 3
-        return f"{pct(sum(e) / 3, *seed_interval(e, 200))} / {pct(sum(p) / 3, *t_interval(p))}"
+        assert len(e) == 3 and g.n.nunique() == 1  # the answers each seed's rate counts (3 at 1x, 200 beyond)
+        return f"{pct(sum(e) / 3, *seed_interval(e, int(g.n.iloc[0])))} / {pct(sum(p) / 3, *t_interval(p))}"
 
     main = pd.read_csv(RESULTS / "parity_study" / "results.csv")
     chosen = json.loads((RESULTS / "parity_study" / "run.json").read_text())["chosen_lr"]
@@ -675,6 +697,30 @@ def test_parity_fixed_budget_tables():
         lr = json.loads((RESULTS / "parity_study" / sub / "run.json").read_text())["chosen_lr"]["interleaved"]
         g = res[res.lr == lr]
         _row(readme, f"| {name} | {lr:g} |", [cell(g[g.multiple == m]) for m in (1, 2, 5, 10)])
+        right = round((g[g.multiple == 1].exact * g[g.multiple == 1].n).sum())
+        said = {"alibi": f"gets only {right} of the 9 held-out 1x answers right", "none (NoPE)": f"(NoPE {right} of 9)"}
+        assert said[name] in _flat(readme)
+        if name == "alibi":
+            two = sorted(g[g.multiple == 2].exact)
+            assert min(two) > 0 and f"{100 * two[0]:g}–{100 * two[-1]:g} % per seed" in _flat(readme)
+    il = main[(main.format == "interleaved") & (main.lr == chosen["interleaved"])]
+    _row(readme, f"| rotary (main run) | {chosen['interleaved']:g} |",
+         [cell(il[il.multiple == m]) for m in (1, 2, 5, 10)])
+    flat = _flat(readme)
+    ab = main[(main.format == "interleaved-ab") & (main.multiple == 2)].sort_values("seed").exact.tolist()
+    assert f"(14.7 % [0.0, 45.5]; per seed {', '.join(f'{100 * v:g}' for v in ab[:2])} and {100 * ab[2]:g} %)" in flat
+    assert cell(main[(main.format == "interleaved-ab") & (main.multiple == 2)]).startswith("14.7 [0.0, 45.5] /")
+    plain = main[(main.format == "plain") & (main.multiple == 10)].sort_values("seed").exact.tolist()
+    assert (main[main.format == "plain"].exact == main[main.format == "plain"].partial).all()
+    assert f"seed 1, which gets {100 * plain[1]:g} % of the 60-bit answers right (the other seeds {100 * plain[0]:g} " \
+           f"and {100 * plain[2]:g} %)" in flat
+    one = main[main.multiple == 1].assign(right=lambda d: (d.exact * d.n).round()).groupby("format").right.sum()
+    assert (one["scratchpad"], one["interleaved"], one["interleaved-ab"], one["mnemonic"]) == (8, 8, 9, 0)
+    sel = pd.read_csv(RESULTS / "parity_study" / "selection.csv")
+    for t in sel.itertuples():
+        cells = [f"{100 * v:.1f}" for v in (t.exact_1x, t.exact_select, t.partial_select)]
+        line = f"| `{t.format}` | {t.lr:g} | {' | '.join(cells)} | {'yes' if t.chosen else ''} |"
+        assert line.replace("|  |", "| |") in readme.splitlines(), line
 
 
 @pytest.mark.parametrize("heading, run", [("## Results (`curves/table.csv`)", "curves"),
