@@ -124,3 +124,34 @@ def test_frequency_figures_are_key_figures_of_a_run_that_spans_the_spectrum():
     shaped = {p.stem for p in key_figures(RUN.parent / "paper_shape")}
     assert "pair_frequency_replay0" in shaped and not {"pair_frequency_exact_replay0",
                                                        "column_frequency_exact_replay0"} & shaped
+
+
+def _cap_curve(run: str) -> list[dict]:
+    path = RUN.parent / "spectrum_cap" / run / "curves.jsonl"
+    return [r for r in _jsonl(path) if r.get("kind") == "curve"]
+
+
+def test_cap_supplement_table_and_reading():
+    """The early-stopped conditions trained to the cap: every condition the plateau rule stopped at step 300 was run,
+    at the study's chosen rate, to step 2,000; the README's table and its reading come from their curves."""
+    stopped = TABLE[(TABLE.condition != "none") & (TABLE.stop_step == 300)]
+    flat, rising, flat_max = _flat(README), [], []
+    for t in stopped.itertuples():
+        curve = _cap_curve(f"{t.condition.replace(':', '')}-seed0")
+        run = json.loads((RUN.parent / "spectrum_cap" / f"{t.condition.replace(':', '')}-seed0" / "run.json")
+                         .read_text(encoding="utf-8"))
+        assert run["config"]["lr"] == t.lr and run["stop"]["reason"] == "cap" and run["stop"]["step"] == 2000
+
+        def at(step: int, bucket: str = "length 21-40", metric: str = "exact", curve=curve) -> float:
+            return next(r[metric] for r in curve if r["step"] == step and r["bucket"] == bucket)
+
+        later = [r for r in curve if r["bucket"] == "length 21-40" and r["step"] > 0]
+        best = max(later, key=lambda r: (r["exact"], -r["step"]))
+        cells = [" / ".join(f"{at(s):.2f}" for s in (300, 1000, 2000)), f"{best['exact']:.2f} ({best['step']:,})",
+                 f"{at(300, 'length 1-20'):.2f} / {at(2000, 'length 1-20'):.2f}",
+                 f"{at(2000, metric='partial'):.3f}"]
+        line = next(line for line in README.splitlines() if line.startswith(f"| {t.condition} | {t.lr:g} |"))
+        assert all(f"| {c} |" in line + " |" for c in cells), (t.condition, cells, line)
+        (rising if at(2000) > 0.2 else flat_max).append((t.condition, max(r["exact"] for r in later)))
+    assert len(stopped) == 12 and [c for c, _ in rising] == ["qk-pair:48", "qk-column:32"]
+    assert max(v for _, v in flat_max) <= 0.15 and "never exceed 0.15 on 21–40" in flat
