@@ -820,3 +820,32 @@ def test_qk_committed_tables_give_the_intervals(run):
     titles = _figure_titles(RESULTS / "qk_study" / run)
     drawn = [k for k in titles if k.startswith(("by_bucket", "pair_frequency", "column_frequency"))]
     assert drawn and all("95 % intervals" in titles[k] for k in drawn)
+
+
+def test_abc_study_kernel_and_set_effects_as_described():
+    """The README splits the parity changes into the kernels' part and the sets' part from two committed runs of the
+    earlier draw on this machine: one with its default kernels, one with the AVX2 pair (which equals the earlier
+    rows); every number it quotes for them comes from those rows."""
+    base = RESULTS / "abc_study" / "cpu_kernels"
+    flat = _flat(_readme("abc_study"))
+
+    def rotary6(run: Path) -> float:
+        t = pd.read_csv(run / "table.csv")
+        return float(t[(t.task == "parity") & (t.condition == "rotary") & (t.digits == 6)].exact_mean.iloc[0])
+
+    default, avx2, now = rotary6(base / "old_sets_default"), rotary6(base / "old_sets_avx2"), \
+        rotary6(RESULTS / "abc_study")
+    assert f"{avx2:.3f} -> {default:.3f} from the kernels and {default:.3f} -> {now:.3f} from the sets" in flat
+    for run in ("old_sets_default", "old_sets_avx2"):
+        assert json.loads((base / run / "run.json").read_text())["config"]["set_draw"] == "with_replacement"
+    rows = {name: {(r["condition"], r["seed"], r["lr"]): r for r in _jsonl(base / name / "runs.jsonl")}
+            for name in ("old_sets_default", "old_sets_avx2")}
+    assert rows["old_sets_default"].keys() == rows["old_sets_avx2"].keys() and len(rows["old_sets_avx2"]) == 24
+    def scores(name: str) -> dict:
+        return {k: {m: v for m, v in r.items() if m.startswith(("test_", "select_"))} for k, r in rows[name].items()}
+
+    assert scores("old_sets_default") != scores("old_sets_avx2")  # the kernels alone change the scores
+    abc = {lr: rows["old_sets_default"]["abc", 0, lr] for lr in (0.001, 0.003)}
+    score = {lr: (r["select_exact_6"] + r["select_exact_10"]) / 2 for lr, r in abc.items()}
+    assert score[0.001] > score[0.003]  # the earlier sets still choose 1e-3 on this machine
+    assert f"(mean selection exact {score[0.001]:.2f} against {score[0.003]:.2f} at 3e-3)" in flat
