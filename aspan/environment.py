@@ -60,7 +60,8 @@ def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...
     """`versions` (with `extra` distributions), `backend` ("hooked" or "bridge"), `dtype` and `device` of a run:
     `model`'s own when given, else the backend `aspan.models.load` uses now (`ASPAN_BACKEND`), `dtype` (float32, the
     precision models are trained and loaded in unless asked otherwise) and `device` as it resolves; `machine`: the
-    platform, its CPU count and torch's threads."""
+    platform, its CPU count, torch's threads and the CPU kernels torch selected (`cpu_kernels`: "AVX2", "AVX512",
+    ...; the same training can round differently, and so end differently, under different kernels)."""
     import os
     import platform
 
@@ -72,7 +73,8 @@ def run_environment(model: Any = None, device: Any = None, extra: tuple[str, ...
         backend, device, dtype = backend_of(model).name, model_device(model), model_dtype(model)
     else:
         backend = default_backend()
-    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    machine = {"platform": platform.platform(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+               "cpu_kernels": torch.backends.cpu.get_cpu_capability()}
     return {"versions": versions(*extra), "backend": backend, "dtype": dtype, "device": device_name(device),
             "machine": machine}
 

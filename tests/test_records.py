@@ -99,6 +99,8 @@ def test_every_run_json_records_versions_backend_and_the_device_used(command, ck
     assert run["backend"] == "hooked"  # TransformerLens 3 without ASPAN_BACKEND
     assert run["dtype"] == "float32"  # the default precision (`--dtype` changes it: tests/models/test_dtype.py)
     assert run["device"] == (auto_device() if device == "auto" else device)
+    # the CPU kernels torch chose: the same training rounds differently, and can end differently, under others
+    assert run["machine"]["cpu_kernels"] == torch.backends.cpu.get_cpu_capability()
     if command in BACKEND_ROWS:
         assert (tmp_path / "run" / BACKEND_ROWS[command]).stat().st_size > 0
         before = files_of(tmp_path / "run")
