@@ -19,10 +19,10 @@ already holds the slice's result): a slice older than the campaign, merged after
 in time, and is refused, naming the run.
 
 Then the merge is one step: the campaign is copied beside itself (hard links: no space, and the campaign's own files
-are never written), the archive applied to the copy, and the copy swapped in by one rename (`renameat2`'s exchange on
-Linux; elsewhere two renames). On any failure the campaign is as it was. A slice and a merge each hold the campaign's
-lock (`campaign_lock`), and a merge also holds the lock of every run directory in the campaign, so it never replaces
-a directory that a live job writes.
+are never written), the archive applied to the copy, and the copy swapped in (one atomic exchange, `renameat2`, on
+Linux; elsewhere two renames, undone when the second fails). On any failure the campaign is as it was. A slice and a
+merge each hold the campaign's lock (`campaign_lock`), and a merge also holds the lock of every run directory in the
+campaign, so it never replaces a directory that a live job writes.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, Iterator
 
 from ..errors import UsageError, reading
-from ..io import LOCK, atomic_write, hold, parse_json, remove_stale_temps, temp_dir_beside, write_text
+from ..io import LOCK, atomic_write, hold, parse_json, remove_stale_temps, temp_dir_beside
 
 STATE = "state.tar.gz"
 REMOVED = ".campaign-removed.json"  # inside the archive: the files the slice deleted
@@ -150,8 +150,11 @@ class Archive:
 
 def read_record(slice_dir: Path) -> dict[str, Any]:
     """The slice's `run.json`, checked (UsageError naming the file and key)."""
-    path = slice_dir / "run.json"
-    data = _read_plain(path, MAX_LIST_BYTES, "slice record")
+    return parse_record(slice_dir / "run.json", _read_plain(slice_dir / "run.json", MAX_LIST_BYTES, "slice record"))
+
+
+def parse_record(path: Path, data: bytes) -> dict[str, Any]:
+    """The slice record `data` (read from `path`), checked (UsageError naming the file and key)."""
     with reading(path, "slice record (run.json)"):
         record = parse_json(data.decode("utf-8"))
     if not isinstance(record, dict):
@@ -514,23 +517,34 @@ def merge_slice(slice_dir: str | Path, campaign: str | Path, slices: str | Path 
     slice_dir, campaign = Path(slice_dir), Path(campaign).resolve()
     if campaign.exists() and not campaign.is_dir():
         raise UsageError(f"campaign directory {campaign} is a file; give a directory path")
-    record = read_record(slice_dir)
+    raw = _read_plain(slice_dir / "run.json", MAX_LIST_BYTES, "slice record")
+    record = parse_record(slice_dir / "run.json", raw)
     archive = read_archive(slice_dir, record)
     command = f"aspan gpu merge {slice_dir}"
     with campaign_lock(campaign, command), contextlib.ExitStack() as held:
         check_targets(campaign, archive, slice_dir)
         check_base(campaign, archive, slice_dir)
         hold_run_dirs(campaign, held, command)
-        old = swap_in(stage(campaign, archive), campaign)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        apply(campaign, archive)
         if slices is not None:
-            keep_record(record, Path(slices))
+            keep_record(raw, record, Path(slices))
     return record
 
 
-def keep_record(record: dict[str, Any], slices: Path) -> Path:
-    """Write a merged slice's record to `slices/slice-<started>.json`; the path."""
+def apply(campaign: Path, archive: Archive) -> None:
+    """The checked archive applied to `campaign` in one step (`stage`, then `swap_in`); nothing left beside."""
+    staged = stage(campaign, archive)
+    try:
+        old = swap_in(staged, campaign)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def keep_record(raw: bytes, record: dict[str, Any], slices: Path) -> Path:
+    """Write a merged slice's record (its bytes `raw`) to `slices/slice-<started>.json`; the path."""
     path = slices / ("slice-" + record["started"].replace(":", "") + ".json")
-    write_text(path, json.dumps(record, indent=1))
+    write_bytes(path, raw)
     return path

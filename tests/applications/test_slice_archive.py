@@ -84,17 +84,16 @@ def copy_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, symlinks=True)
 
 
-def member(name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE, size: int | None = None,
-           link: str = "") -> tuple:
-    return (name, data, kind, size, link)
+def member(name: str, data: bytes = b"x", kind: bytes = tarfile.REGTYPE, link: str = "") -> tuple:
+    return (name, data, kind, link)
 
 
 def archive(members: list[tuple], removed=(), base=None, extra: bytes = b"") -> bytes:
-    """A gzip tar of `members` (name, data, type, declared size, link), the removed list and the base (default: every
+    """A gzip tar of `members` (name, data, type, link), the removed list and the base (default: every
     name from null, i.e. new)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for name, data, kind, size, link in members:
+        for name, data, kind, link in members:
             info = tarfile.TarInfo(name)
             info.type, info.linkname = kind, link
             info.size = len(data) if kind == tarfile.REGTYPE else 0
@@ -417,4 +416,40 @@ def test_a_merge_waits_for_no_one(tmp_path):
     with claim_run(here / "r1" / "scratch" / "t", command="aspan train ..."):
         refused(tmp_path / "s", here, "in use by 'aspan train ...'", error=ValueError)
     a.merge_slice(tmp_path / "s", here)
+    assert a.snapshot(here) == a.snapshot(gpu)
+
+
+@pytest.mark.parametrize("where", ["writing the second file", "swapping in", "the second rename"])
+def test_a_failure_while_applying_leaves_the_campaign_as_it_was(tmp_path, monkeypatch, where):
+    gpu = campaign(tmp_path)
+    here = tmp_path / "here" / "state"
+    copy_tree(gpu, here)
+    slice_of(gpu, tmp_path / "s", step=1000, rows=3)
+    was = tree(here)
+    if where == "writing the second file":
+        calls, write = [], a._write_member
+
+        def failing(root, m, data):
+            calls.append(m.name)
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device")
+            write(root, m, data)
+        monkeypatch.setattr(a, "_write_member", failing)
+    elif where == "swapping in":
+        monkeypatch.setattr(a, "_exchange", lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    else:
+        monkeypatch.setattr(a, "_exchange", lambda *_: False)
+        rename, failed = os.rename, []
+
+        def second_fails(src, dst):  # the staged copy's rename fails; the old campaign's rename back does not
+            if Path(dst) == here and not failed:
+                failed.append(src)
+                raise OSError(5, "Input/output error")
+            rename(src, dst)
+        monkeypatch.setattr(a.os, "rename", second_fails)
+    with pytest.raises((OSError, KeyboardInterrupt)):
+        a.merge_slice(tmp_path / "s", here)
+    monkeypatch.undo()
+    assert tree(here) == was
+    a.merge_slice(tmp_path / "s", here)  # and it merges once the trouble is gone
     assert a.snapshot(here) == a.snapshot(gpu)
