@@ -32,6 +32,7 @@ from ..errors import Terminated, UsageError
 from ..io import write_text
 from .device_checks import CHECKS, run_checks
 from .slice_archive import STATE, campaign_lock, latest_steps, merge_slice, pack, snapshot
+from .studies import REGISTRY, row_files, study
 
 __all__ = ["DONE", "STATE", "CampaignPlan", "Entry", "Slice", "format_status", "load_plan", "merge_slice", "pack",
            "run_slice", "snapshot", "status"]
@@ -176,8 +177,6 @@ def entry_state(campaign: Path, entry: Entry) -> dict[str, Any]:
 def rows_files(entry: Entry) -> tuple[str, ...]:
     """The row files a run's rows are counted in: for `aspan study NAME`, the first row file of the studies that
     subcommand runs (`Study.rows`: `runs.jsonl`, parity's `rows.jsonl`); for other commands `runs.jsonl`."""
-    from .studies import REGISTRY, study
-
     words = [w for w in entry.command if not w.startswith("-")]
     if words[:1] != ["study"] or len(words) < 2:
         return ("runs.jsonl",)
@@ -187,8 +186,6 @@ def rows_files(entry: Entry) -> tuple[str, ...]:
 
 def study_row_files(run: Path, name: str) -> list[Path]:
     """Row file `name` of run directory `run` and its units' files, those that exist."""
-    from .studies import row_files
-
     return [p for p in row_files(run, name) if p.is_file()]
 
 

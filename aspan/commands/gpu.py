@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..applications import campaign as c
-from ..cli import main
+from ..cli import build_parser, main
 from ..errors import UsageError
 from .argtypes import output_dir, output_file, output_file_or_stdout, positive_float
 
@@ -85,8 +85,6 @@ def check_commands(plan: c.CampaignPlan, args: argparse.Namespace) -> None:
     """UsageError naming the plan's run whose command line the slice cannot run: not an `aspan` command line once
     the slice adds --out and --device, or one with an output option that points outside the campaign directory
     (the slice ships back only that directory: what is written elsewhere would be lost)."""
-    from ..cli import build_parser
-
     campaign = Path(args.campaign).resolve()
     for i, entry in enumerate(plan.entries()):
         where = f"{args.plan}: runs[{i}].command"
