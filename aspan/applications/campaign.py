@@ -31,11 +31,9 @@ from ..environment import run_environment
 from ..errors import Terminated, UsageError
 from ..io import write_text
 from .device_checks import CHECKS, run_checks
-from .slice_archive import STATE, campaign_lock, latest_steps, merge_slice, pack, snapshot
-from .studies import REGISTRY, row_files, study
+from .slice_archive import STATE, campaign_lock, latest_steps, merge_slice, pack, snapshot  # noqa: F401 (the archive's
+from .studies import REGISTRY, row_files, study  #                          STATE and merge_slice, importable from here)
 
-__all__ = ["DONE", "STATE", "CampaignPlan", "Entry", "Slice", "format_status", "load_plan", "merge_slice", "pack",
-           "run_slice", "snapshot", "status"]
 DONE = ".campaign-done.json"  # in a run's directory once its command finished (not paused)
 
 

@@ -185,3 +185,11 @@ def test_python_m_aspan_cli_prints_each_log_line_once(tmp_path):
     assert any(line.startswith("trainable parameters") for line in lines), lines
     assert any(line == "aspan gpu slice: t: done" for line in lines), lines
     assert len(lines) == len(set(lines)), f"a line printed twice: {lines}"
+
+
+def test_the_shipped_plan_passes_the_command_checks():
+    from argparse import Namespace
+
+    from aspan.commands.gpu import CAMPAIGN, PLAN, check_commands
+
+    check_commands(c.load_plan(PLAN), Namespace(plan=PLAN, campaign=CAMPAIGN, device="cpu"))
