@@ -221,5 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m aspan.cli`: run the one `aspan.cli` module, not this copy of it, so that a
+    # command that runs commands (`aspan gpu slice`) finds this command's log handler and stop flag as its own
+    from aspan.cli import main as _main
+
+    sys.exit(_main())

@@ -156,6 +156,21 @@ def write_lines(path: PathLike, lines: Iterable[str]) -> Path:
     return atomic_write(path, write)
 
 
+def temp_dir_beside(path: PathLike) -> Path:
+    """A new empty directory beside `path`, with the mode new directories get, named after its writer like the
+    temporary files (`remove_stale_temps(parent, name)` removes it once its writer is dead)."""
+    import secrets
+
+    path = Path(path)
+    while True:
+        tmp = path.parent / f"{_temp_prefix(path.name)}{secrets.token_hex(4)}.tmp"
+        try:
+            os.mkdir(tmp, 0o777)
+            return tmp
+        except FileExistsError:
+            continue
+
+
 def _follow_umask(root: Path) -> None:
     """Give `root` and everything in it the modes new files get (0666/0777 minus the umask): mkdtemp makes 0700
     and some writers (safetensors) 0600, which would otherwise become the checkpoint's private modes."""
