@@ -142,9 +142,10 @@ def test_the_study_configs_refuse_a_non_finite_learning_rate():
     from aspan.applications.studies.parity_config import ParityStudyConfig
     from aspan.applications.studies.qk_config import QKStudyConfig
 
+    makers = (lambda v: AbcStudyConfig.quick(lrs=(v,)), lambda v: PaperConfig(lr=v),
+              lambda v: ParityStudyConfig.quick(lrs=(v,)), lambda v: QKStudyConfig.quick(lr_qk=(v,)),
+              lambda v: QKStudyConfig.quick(weight_decay=v))
     for bad in (math.inf, math.nan, -1.0):
-        for make in (lambda: AbcStudyConfig.quick(lrs=(bad,)), lambda: PaperConfig(lr=bad),
-                     lambda: ParityStudyConfig.quick(lrs=(bad,)), lambda: QKStudyConfig.quick(lr_qk=(bad,)),
-                     lambda: QKStudyConfig.quick(weight_decay=bad)):
+        for make in makers:
             with pytest.raises(ValueError, match="lr|weight_decay|learning"):
-                make().check()
+                make(bad).check()
