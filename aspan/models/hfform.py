@@ -256,9 +256,20 @@ def read_state(path: Path) -> dict[str, Tensor]:
     if not file.is_file():
         raise ValueError(f"{file}: missing")
     try:
-        return load_file(str(file), device="cpu")
+        state = load_file(str(file), device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise ValueError(f"{file}: corrupt or truncated safetensors file ({e})") from None
+    check_finite(file, state)
+    return state
+
+
+def check_finite(file: Path, tensors: dict[str, Tensor]) -> None:
+    """ValueError naming `file` and the first floating-point tensor of `tensors` that holds nan or inf: such a
+    checkpoint is corrupt (training stops at the first non-finite loss), and loading it would only give NaN logits."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{file}: corrupt checkpoint: {name} holds nan or inf values (restore the file, or use "
+                             f"an earlier checkpoint)")
 
 
 def aspan_entry(path: Path, config: dict[str, Any]) -> tuple[CharTokenizer, dict[str, Any]]:
