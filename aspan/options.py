@@ -4,6 +4,8 @@ Signatures use the alias (`mode: Mode = "teacher"`); argparse `choices=` and run
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Literal, get_args
 
 # The selection rule's default budget on the drop of in-distribution exact accuracy (a fraction: 0.01 is 1 percentage
@@ -90,9 +92,6 @@ def check_real(name: str, value: object, low: float, high: float | None = None, 
                open_high: bool = False) -> float:
     """`value` if it is a finite real number (not a bool) in the interval from `low` to `high` (None: no upper
     bound; `open_low`/`open_high` exclude the ends), else a one-line ValueError naming the setting and the range."""
-    import math
-    import numbers
-
     if high is None:
         where = f"{'>' if open_low else '>='} {low:g}"
     else:
@@ -113,8 +112,6 @@ def check_real(name: str, value: object, low: float, high: float | None = None, 
 def check_count(name: str, value: object, low: int, high: int | None = None) -> int:
     """`value` if it is an integer (not a bool) >= `low` (and < `high` where given), else a one-line ValueError
     naming the setting."""
-    import numbers
-
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low or (
             high is not None and value >= high):
         where = f">= {low}" + (f" and < {high}" if high is not None else "")
