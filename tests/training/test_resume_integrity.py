@@ -118,6 +118,17 @@ def test_a_rewritten_step_is_refused_even_with_its_digest_recomputed(paused):
         read_state(ckpt)
 
 
+def test_a_state_written_before_the_digest_still_resumes_and_a_removed_digest_is_refused(paused):
+    ckpt = paused / "checkpoints" / STEP4
+    edit_json(ckpt / "train_state.json", lambda d: d.pop("digest"))
+    with pytest.raises(ValueError, match="changed after it was written"):
+        read_state(ckpt)
+    edit_json(ckpt / "train_state.json", lambda d: d.update(version=1))  # as an earlier version wrote it
+    resumed = train(tiny(), TOK, TASK, cfg(steps=6), out_dir=paused, resume=True, progress=False).model
+    straight = train(tiny(), TOK, TASK, cfg(steps=6), progress=False).model
+    assert all(torch.equal(p, q) for p, q in zip(straight.parameters(), resumed.parameters(), strict=True))
+
+
 def test_the_settings_a_resume_may_change_still_change(paused):
     """Steps, logging, evaluation and checkpoint intervals (RESUME_FREE) change on resume, to the same weights as an
     uninterrupted run; the new checkpoint carries its own digest and resumes again."""
