@@ -4,6 +4,7 @@ ABS windows and ABC lines are built by `aspan.experiments.abc` and added through
 """
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -40,6 +41,9 @@ def offset_bias(per_offset: Tensor | Mapping[int, float | Tensor], fill: float =
     if isinstance(per_offset, Mapping):
         if not per_offset:
             raise ValueError("per_offset is empty")
+        bad = [d for d in per_offset if not isinstance(d, numbers.Integral) or isinstance(d, bool)]
+        if bad:  # int() would truncate 0.5 to offset 0, or parse "3"
+            raise ValueError(f"per_offset keys must be integer offsets q - k, got {bad[0]!r}")
         items = sorted((int(d), torch.as_tensor(v, dtype=torch.float32)) for d, v in per_offset.items())
         if any(d < 0 for d, _ in items):
             raise ValueError("offsets q - k must be >= 0 (keys after the query are masked anyway)")

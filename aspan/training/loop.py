@@ -31,7 +31,7 @@ from .config import RunOptions, TrainConfig, TrainResult, run_options
 from .data import Data, Replay
 from .loss import heldout_loss, target_loss, train_batch
 from .run import _agree, _freezer, _prepare, _Run, _setup_optimizer, _start
-from .state import _cut_logs, _rng_state, _save_checkpoint, check_resume, latest_checkpoint
+from .state import _cut_logs, _rng_state, _save_checkpoint, check_resume, claim_scratch
 
 logger = logging.getLogger(__name__)
 
@@ -71,20 +71,19 @@ def train(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConfig 
 def train_resumable(scratch: str | os.PathLike, model, tokenizer: Tokenizer, data: Data | Replay,
                     config: TrainConfig, **keywords: Any) -> TrainResult:
     """`train` into the scratch directory `scratch`: a checkpoint there (a run paused by `time_budget`, or killed
-    after a checkpoint) is continued exactly, anything else there is cleared first, and `scratch` is removed once the
-    run ends, so it only ever holds an unfinished run. `keywords` are `train`'s (`options`, a `RunOptions`, and its
-    fields, but not out_dir or resume); ValueError, naming the setting, when the checkpoint there was trained with
-    other settings."""
+    after a checkpoint) is continued exactly, and `scratch` is removed once the run ends, so it only ever holds an
+    unfinished run. `scratch` must be new, empty, or this function's own (`claim_scratch`): a directory it did not
+    make is never cleared or removed. `keywords` are `train`'s (`options`, a `RunOptions`, and its fields, but not
+    out_dir or resume); ValueError, naming the setting, when the checkpoint there was trained with other settings."""
     taken = sorted({"out_dir", "resume"} & set(keywords))
     if taken:
         raise TypeError(f"train_resumable() sets {taken[0]} itself (the scratch directory, and whether it holds a "
                         f"checkpoint)")
     opts = run_options(keywords.pop("options", None), keywords)
+    config.check()  # before the directory is touched
     scratch = Path(scratch)
-    ckpt = latest_checkpoint(scratch) if scratch.is_dir() else None
-    if ckpt is None:
-        shutil.rmtree(scratch, ignore_errors=True)
-    else:
+    ckpt = claim_scratch(scratch)
+    if ckpt is not None:
         check_resume(ckpt, config, opts.meta, model)
     result = train(model, tokenizer, data, config, opts, out_dir=scratch, resume=ckpt is not None)
     shutil.rmtree(scratch, ignore_errors=True)
