@@ -14,6 +14,7 @@ from aspan.training import (
     BudgetSpent,
     DataStream,
     TimeBudget,
+    TrainConfig,
     latest_checkpoint,
     lr_lambda,
     target_loss,
@@ -242,3 +243,19 @@ def test_the_captured_step_without_its_graph_trains_as_the_loop(monkeypatch):
     assert losses(captured) == pytest.approx(losses(eager), rel=1e-5) and len(losses(eager)) == 8
     for p, q in zip(eager.model.parameters(), captured.model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=2e-5)  # a kept warm-up: ~1e-2
+
+
+def test_adamw_is_fused_only_where_every_parameter_is_a_cuda_float():
+    """The CPU keeps its AdamW (the loop's numbers above are the reference's); CUDA float tensors take the fused
+    one, decided per parameter list."""
+    from aspan.training.optim import fused_ok
+
+    assert not _optimizer(tiny(), TrainConfig.scratch()).defaults["fused"]
+    cpu = [torch.zeros(2, requires_grad=True)]
+
+    class Cuda(torch.Tensor):  # reports CUDA without a GPU
+        is_cuda = True
+
+    fake = [torch.zeros(2).as_subclass(Cuda)]
+    assert not fused_ok(cpu) and fused_ok(fake) and not fused_ok(fake + cpu) and not fused_ok([])
+    assert not fused_ok([torch.zeros(2, dtype=torch.long).as_subclass(Cuda)])
