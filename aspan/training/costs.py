@@ -34,6 +34,9 @@ NO_KERNEL = frozenset(f"aten::{name}" for name in (
 GROUPED = ("aten::_foreach_", "aten::_fused_")  # one kernel launch (or a few) for a whole list of tensors
 
 
+OPTIMIZER = "Optimizer.step#"  # torch.profiler's label of an optimiser's step
+
+
 def _kernels(event) -> int:
     """Kernels of one operator event and everything it calls."""
     if event.name.startswith(GROUPED):
@@ -44,15 +47,25 @@ def _kernels(event) -> int:
     return inside + own
 
 
-def count_kernels(fn: Callable[[], object]) -> int:
-    """Kernels `fn()` launches (see the module's docstring), counted over every thread's operators."""
+def _in_optimizer(event) -> bool:
+    while event is not None:
+        if event.name.startswith(OPTIMIZER):
+            return True
+        event = event.cpu_parent
+    return False
+
+
+def count_kernels(fn: Callable[[], object]) -> dict[str, int]:
+    """Kernels `fn()` launches (see the module's docstring), counted over every thread's operators: the `total`
+    and those of the optimiser's step (`optimizer`: per tensor for AdamW's default CPU implementation, a few for
+    the whole model for its foreach and fused ones)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
     tops = [e for e in prof.events() if e.name.startswith("aten::")
             and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
-    return sum(_kernels(e) for e in tops)
+    return {"total": sum(_kernels(e) for e in tops), "optimizer": sum(_kernels(e) for e in tops if _in_optimizer(e))}
 
 
 def _names_device(args: tuple, kwargs: dict) -> bool:
@@ -106,6 +119,11 @@ class Stepper:
         self.run, self.taken = run, 0
         self._steps = stepping(run)
         self.steps = self._steps.__enter__()
+
+    @property
+    def tally(self):
+        """The run's `Tally` (its `tokens` count every step's real tokens)."""
+        return self.run.tally
 
     def step(self) -> None:
         """Take the next optimiser step."""

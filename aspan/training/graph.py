@@ -130,7 +130,7 @@ class CapturedStep:
             torch.cuda.current_stream().wait_stream(side)
             run.opt.zero_grad(set_to_none=True)  # gradients allocated inside the graph's own memory
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):  # the prefetch thread pins memory
                 self.out = self.step(run, self.static, amp)
         _restore(run, snapshot)
         self.warm = True

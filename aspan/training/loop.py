@@ -159,7 +159,9 @@ def stepping(run: _Run) -> Iterator[Stepping]:
 def take_step(run: _Run, steps: Stepping, step: int) -> None:
     """Optimiser step `step` (0-based): its batch to the device (not blocking), the step, the schedule, and its
     results added to `run.tally` (left on the device)."""
-    batch = steps.batches.get(step).to(run.device)
+    batch = steps.batches.get(step)
+    if not isinstance(steps.step_fn, CapturedStep):  # a captured step copies into its own buffers
+        batch = batch.to(run.device)
     loss_sum, grad_norm = steps.step_fn(run, batch, steps.amp)
     run.sched.step()
     run.tally.add(step + 1, loss_sum, grad_norm, batch.n_target, batch.n_tokens)

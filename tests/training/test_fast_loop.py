@@ -120,6 +120,22 @@ def test_a_step_reads_nothing_from_the_device(monkeypatch):
     assert reads == [True, True] and len([r for r in res.history if r["kind"] == "train"]) == 2
 
 
+def test_the_counter_sees_the_reads_and_copies_of_a_step_that_makes_them():
+    """`SyncCounter` on the old step's pattern (`Batch.to` of 8 tensors, then float(norm), float(loss),
+    int(mask.sum())): 3 reads and 8 blocking copies; torch's own AdamW step-counter reads are not counted."""
+    model, samples = tiny(), TASK.generate(8, seed=0)
+    opt = _optimizer(model, cfg())
+    counter = SyncCounter()
+    with counter:
+        batch = train_batch(samples, TOK).to("cpu")
+        loss = target_loss(model(batch.tokens), batch.labels)
+        loss.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        opt.step()
+        values = float(loss.detach()), int(batch.attention_mask.sum()), norm
+    assert (counter.reads, counter.blocking_copies) == (3, 8) and values[1] > 0
+
+
 def _nan_after(step: int):
     """A hook factory that turns the embedding into NaN from training forward `step` on."""
     calls = []
@@ -228,10 +244,14 @@ def test_the_captured_step_without_its_graph_trains_as_the_loop(monkeypatch):
 
     real = loop.stepping
 
+    class Unrecorded(graph.CapturedStep):
+        def __init__(self, run, step, shape):
+            super().__init__(run, step, shape, graph=False)
+
     def eager_capture(run):
         shape = graph.fixed_shape(run)
         run.config.capture = True  # the batches are made at the fixed shape ...
-        monkeypatch.setattr(loop, "CapturedStep", lambda r, step, s: graph.CapturedStep(r, step, s, graph=False))
+        monkeypatch.setattr(loop, "CapturedStep", Unrecorded)
         monkeypatch.setattr(loop, "capture_autocast", lambda r: torch.autocast("cpu", enabled=False))
         assert shape == (8, TOK.offset + TASK.max_text_len() + 1)
         return real(run)  # ... and stepped by a CapturedStep that runs its body eagerly
