@@ -19,6 +19,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .. import tasks
+from ..tokenization import CharTokenizer
 from ..training import TrainConfig, lr_lambda, resolve_device, target_loss
 from ..training.batches import BatchPlan, Prefetcher
 from ..training.costs import SyncCounter, count_kernels
@@ -209,8 +211,7 @@ def make_steppers(c: Comparison) -> dict[str, Any]:
     model's ("plain") on the same reversal batches, from models of the same seed, each warmed up."""
     from dataclasses import replace
 
-    from .. import models, tasks
-    from ..tokenization import CharTokenizer
+    from .. import models
     from ..training.costs import Stepper
 
     task, tok = tasks.preset("reversal", "id"), CharTokenizer()
