@@ -25,7 +25,7 @@ from ..training import TrainConfig, lr_lambda, resolve_device, target_loss
 from ..training.batches import BatchPlan, Prefetcher
 from ..training.costs import SyncCounter, count_kernels
 from ..training.data import Data, DataStream
-from ..training.optim import fused_ok
+from ..training.optim import adamw_options
 from ..training.tally import Tally
 
 
@@ -105,8 +105,8 @@ class PlainStepper:
         decay = [p for p in model.parameters() if p.ndim >= 2]
         rest = [p for p in model.parameters() if p.ndim < 2]
         groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-        fused = {"fused": True} if fused_ok(model.parameters()) else {}
-        self.opt = torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), **fused)
+        options = adamw_options(model.parameters())  # aspan's choice: fused on CUDA, multi-tensor on the CPU
+        self.opt = torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), **options)
         total = config.steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda s: lr_lambda(s, config.warmup, total, config.min_lr_ratio))

@@ -100,6 +100,8 @@ class CapturedStep:
         for group in run.opt.param_groups:  # the schedule fills these in place; the graph reads them
             group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=dev)
             group["capturable"] = graph
+            if not graph:
+                group["foreach"] = False  # the CPU stand-in: only AdamW's per-tensor form takes a CPU tensor lr
 
     def __call__(self, run, batch: StepBatch, amp) -> tuple[Tensor, Tensor | None]:
         if tuple(batch.tokens.shape) != self.shape:
