@@ -13,6 +13,7 @@ from aspan.tokenization import CharTokenizer
 from aspan.training import (
     BudgetSpent,
     DataStream,
+    Replay,
     TimeBudget,
     TrainConfig,
     latest_checkpoint,
@@ -64,11 +65,11 @@ def test_a_rank_takes_its_share_and_the_global_counts():
     assert (one.n_target, one.n_tokens) == (two.n_target, two.n_tokens)  # the global batch's, on every rank
 
 
-def _reference(model, config, steps: int) -> list[tuple[float, float, float]]:
+def _reference(model, config, steps: int, data=TASK) -> list[tuple[float, float, float]]:
     """The loop as it was: the batch made in the step, every value read back at once; (loss, grad norm, lr) of
     each step."""
     model.zero_grad(set_to_none=True)
-    stream = DataStream(TASK, config.batch_size, config.seed)
+    stream = DataStream(data, config.batch_size, config.seed)
     params = list(model.named_parameters())  # AdamW's default (per-tensor) implementation, as the loop had it
     groups = [{"params": [p for n, p in params if decays(n, p)], "weight_decay": config.weight_decay},
               {"params": [p for n, p in params if not decays(n, p)], "weight_decay": 0.0}]
@@ -89,14 +90,17 @@ def _reference(model, config, steps: int) -> list[tuple[float, float, float]]:
     return rows
 
 
-@pytest.mark.parametrize("log_every, prefetch", [(1, 2), (3, 0), (4, 3)])
-def test_the_loop_trains_bit_for_bit_as_the_reference(tmp_path, log_every, prefetch):
+REPLAY = Replay(tasks.get("reversal", length=(4, 6), charset="abcd"), TASK, 0.25)
+
+
+@pytest.mark.parametrize("log_every, prefetch, data", [(1, 2, TASK), (3, 0, TASK), (4, 3, REPLAY)])
+def test_the_loop_trains_bit_for_bit_as_the_reference(tmp_path, log_every, prefetch, data):
     """log.jsonl's losses, gradient norms and learning rates, and the weights, equal the reference's exactly, with
-    batches made ahead or not and values read every step or every few."""
+    batches made ahead or not, values read every step or every few, and a replay mixture."""
     steps = 9
     ref_model = tiny()
-    want = _reference(ref_model, cfg(steps=steps), steps)
-    res = train(tiny(), TOK, TASK, cfg(steps=steps, log_every=log_every), out_dir=tmp_path, progress=False,
+    want = _reference(ref_model, cfg(steps=steps), steps, data)
+    res = train(tiny(), TOK, data, cfg(steps=steps, log_every=log_every), out_dir=tmp_path, progress=False,
                 prefetch=prefetch)
     rows = [json.loads(x) for x in (tmp_path / "log.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["kind"] == "train"]
