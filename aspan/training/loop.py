@@ -103,11 +103,14 @@ def _budget_step(run: "_Run", done: int, last_ckpt: float) -> float:
     if budget is None:
         return last_ckpt
     now = budget.clock()
-    if _agree(run, int(now >= budget.deadline)):
+    due = run.opts.out_dir is not None and now - last_ckpt >= budget.checkpoint_s
+    # rank 0's clock decides for every process (a checkpoint reads the steps' values: every process must take it)
+    decision = _agree(run, int(now >= budget.deadline) | 2 * int(due))
+    if decision & 1:
         if run.saved != done:
             _checkpoint(run, done)
         raise BudgetSpent(done, run.opts.out_dir)
-    if run.opts.out_dir is not None and now - last_ckpt >= budget.checkpoint_s and run.saved != done:
+    if decision & 2 and run.saved != done:
         _checkpoint(run, done)
         return now
     return last_ckpt
@@ -218,8 +221,7 @@ def _after_step(run: _Run, done: int) -> bool:
 
 def _lr(run: _Run) -> float:
     """The learning rate of the step just taken (a captured step keeps it in a device tensor: read here)."""
-    lr = run.sched.get_last_lr()[0]
-    return float(lr)
+    return float(run.sched.get_last_lr()[0])
 
 
 def _hooks(run: _Run, batch: StepBatch):

@@ -292,3 +292,42 @@ def test_adamw_is_fused_on_cuda_and_multi_tensor_on_the_cpu():
     assert not fused_ok([torch.zeros(2, dtype=torch.long).as_subclass(Cuda)])
     assert (adamw_options(fake), adamw_options(cpu), adamw_options(fake + cpu)) == ({"fused": True},
                                                                                   {"foreach": True}, {})
+
+
+def _ddp_budget_worker(rank: int, world: int, init: str, out: str) -> None:
+    import warnings
+
+    import torch.distributed as dist
+
+    from aspan.training import loop
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    torch.set_num_threads(1)
+    model = tiny(seed=rank)
+    saved, save = [], loop._checkpoint
+    loop._checkpoint = lambda run, step: (saved.append(step), save(run, step))
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:  # the two clocks disagree on when a checkpoint is due: rank 0's decides for both
+        budget = TimeBudget(10**6, 3 if rank == 0 else 10**6, ticks())
+        with time_budget(budget):
+            train(model, TOK, TASK, cfg(steps=8, log_every=8), out_dir=f"{out}/run", progress=False)
+        torch.save(saved, f"{out}/saved{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_processes_take_the_budgets_checkpoints_together(tmp_path):
+    """A checkpoint reads the steps' values (an all-reduce under DDP), so every process takes it at the same step,
+    whatever its own clock says."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.start_processes(_ddp_budget_worker, args=(2, f"file://{tmp_path}/init", str(tmp_path)), nprocs=2,
+                             join=False, start_method="fork")
+    deadline = 120
+    while not ctx.join(timeout=1):
+        deadline -= 1
+        if deadline == 0:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("the processes deadlocked")
+    assert torch.load(tmp_path / "saved0.pt") == torch.load(tmp_path / "saved1.pt") == [2, 5, 8]
