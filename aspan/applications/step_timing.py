@@ -218,13 +218,18 @@ def make_steppers(c: Comparison) -> dict[str, Any]:
     cfg = TrainConfig.scratch(steps=c.steps, batch_size=c.batch_size, device=c.device, amp=c.amp)
     model = models.tiny(tok, task="reversal", device=c.device)
     out: dict[str, Any] = {"aspan": Stepper(model, tok, task, cfg), "plain": PlainStepper(model.cfg, tok, task, cfg)}
-    if c.capture:
-        out["captured"] = Stepper(models.tiny(tok, task="reversal", device=c.device), tok, task,
-                                  replace(cfg, capture=True))
-    for stepper in out.values():
-        for _ in range(c.warm):
-            stepper.step()
-        stepper.read()
+    try:
+        if c.capture:
+            out["captured"] = Stepper(models.tiny(tok, task="reversal", device=c.device), tok, task,
+                                      replace(cfg, capture=True))
+        for stepper in out.values():
+            for _ in range(c.warm):
+                stepper.step()  # a captured step records its graph at the first
+            stepper.read()
+    except BaseException:
+        for stepper in out.values():
+            stepper.close()
+        raise
     return out
 
 
