@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA) for both sides")
     ap.add_argument("--capture", action="store_true", help="also aspan's captured step (CUDA graph; CUDA only)")
     a = ap.parse_args()
+    if a.capture and not a.device.startswith("cuda"):
+        ap.error("--capture needs --device cuda (a CUDA graph)")
     torch.set_num_threads(a.threads)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"torch {torch.__version__}, {a.device}{' bf16 autocast' if a.amp else ' fp32'}, {a.threads} thread(s), "
