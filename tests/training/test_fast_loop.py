@@ -225,6 +225,22 @@ def test_a_captured_step_is_refused_where_it_cannot_run():
     with pytest.raises(ValueError, match="capture=True needs a CUDA device") as info:
         train(tiny(), TOK, TASK, cfg(capture=True, device="cpu"), progress=False)
     assert "\n" not in str(info.value)
+    from types import SimpleNamespace
+
+    from aspan.training.graph import check_capture
+
+    def run(**kw):  # what check_capture reads of a run, on a CUDA device
+        base = dict(config=cfg(capture=True), device=torch.device("cuda", 0), world=1, opts=SimpleNamespace(
+            fwd_hooks=()), model=tiny())
+        return SimpleNamespace(**{**base, **kw})
+
+    check_capture(run())  # a single CUDA process training a HookedTransformer without hooks: taken
+    check_capture(run(config=cfg(), device=torch.device("cpu")))  # not asked for: nothing to refuse
+    for kw, why in [(dict(world=2), "single process"), (dict(opts=SimpleNamespace(fwd_hooks=[("x", None)])),
+                                                         "forward hooks")]:
+        with pytest.raises(ValueError, match=why) as info:
+            check_capture(run(**kw))
+        assert "\n" not in str(info.value) and "capture=False" in str(info.value)
 
 
 def test_fixed_width_padding_gives_the_loss_and_gradients_of_the_tight_batch():
