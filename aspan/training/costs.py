@@ -3,7 +3,8 @@
 
 - `count_kernels(fn)`: kernels `fn()` launches, from torch.profiler's operator events: every leaf operator (one
   that calls no other operator but view and metadata ones), each foreach/fused operator once. On the CPU this is
-  the number of kernels the same operators launch on a GPU, each of which costs a launch (~5-10 us).
+  the number of kernels the same operators launch on a GPU, each of which costs a launch (~5-10 us); for a captured
+  step (a CUDA graph), the launches outside its graph.
 - `SyncCounter`: reads of tensor values into Python and blocking copies, each a device sync on a GPU.
 - `Stepper`: the loop's own set-up, batches, step and tally, driven one step at a time.
 """
