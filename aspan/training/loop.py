@@ -56,8 +56,8 @@ def train(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConfig 
     opts = run_options(options, keywords)
     run = _prepare(model, tokenizer, data, config or TrainConfig.scratch(), opts)
     check_capture(run)
-    if opts.prefetch < 0:
-        raise ValueError(f"prefetch must be >= 0 (batches made ahead), got {opts.prefetch}")
+    if isinstance(opts.prefetch, bool) or not isinstance(opts.prefetch, int) or opts.prefetch < 0:
+        raise ValueError(f"prefetch must be an int >= 0 (batches made ahead), got {opts.prefetch!r}")
     # gradients an earlier run (or a run stopped mid-step) left on tensors this run does not train would enter its
     # gradient clipping norm: every run starts from none
     model.zero_grad(set_to_none=True)

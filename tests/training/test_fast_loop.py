@@ -215,8 +215,9 @@ def test_the_prefetcher_hands_out_batches_in_order_and_stops():
         assert p.get(0) == 0
     assert not _prefetchers()
     assert Prefetcher(lambda s: -s, range(3), depth=0).get(2) == -2  # no thread: made when asked
-    with pytest.raises(ValueError, match="prefetch must be >= 0"):
-        train(tiny(), TOK, TASK, cfg(), progress=False, prefetch=-1)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="prefetch must be an int >= 0"):
+            train(tiny(), TOK, TASK, cfg(), progress=False, prefetch=bad)
 
 
 def test_a_captured_step_is_refused_where_it_cannot_run():
