@@ -35,6 +35,9 @@ class TrainConfig:
     log_every: int = 10
     ckpt_every: int = 0  # 0: checkpoint only at the end (and whenever stop_after stops the run)
     amp: bool = True  # bf16 autocast on CUDA
+    # CUDA only: record the whole step (forward, backward, clipping, AdamW) once as a CUDA graph over batches padded
+    # to one fixed shape, and replay it (`aspan.training.graph`); refused on the CPU, under DDP and with fwd_hooks
+    capture: bool = False
     # learning curves on `curve_data` (aspan.curves): every N steps, None: the N that keeps them <= 10 % of training
     # time (`curves.auto_every`), 0: none; and the stop rule they drive (`curves.Stop`)
     curve_every: int | None = None
@@ -116,6 +119,7 @@ class RunOptions:
     meta: dict | None = field(default_factory=dict)  # extra metadata for the saved checkpoints (None: none)
     curve_data: dict[str, Sequence[Sample]] | None = None  # held-out curve sets (aspan.curves), e.g. id, length 11-20
     on_curve: Callable[[list[dict]], None] | None = None  # called with each evaluation's curve rows (main process)
+    prefetch: int = 2  # batches made ahead in a background thread (0: each made inside its step); same batches
 
     def __post_init__(self):
         if self.out_dir is not None:

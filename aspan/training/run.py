@@ -53,6 +53,7 @@ class _Run:
     trained_s: float = 0.0  # training seconds since the last curve evaluation
     wall_offset: float = 0.0  # wall seconds of the run before this call (a resumed run's last curve row)
     began: float = field(default_factory=time.perf_counter)
+    tally: Any = None  # the steps' values not yet read from the device (`tally.Tally`), set by the loop
 
     @property
     def curves(self) -> list[dict]:
