@@ -88,8 +88,9 @@ class TrainConfig:
         check_real("min_lr_ratio", self.min_lr_ratio, 0, 1)
         if self.grad_clip is not None:
             check_real("grad_clip", self.grad_clip, 0, open_low=True)
-        if not isinstance(self.amp, bool):
-            raise ValueError(f"amp must be true or false, got {self.amp!r}")
+        for name in ("amp", "capture"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.device, str):
             raise ValueError(f"device must be a string such as 'cpu', 'cuda:0' or 'auto', got {self.device!r}")
         parse_train_only(self.train_only)

@@ -72,8 +72,8 @@ def test_every_float_setting_is_finite_and_in_its_range(name, value):
 @pytest.mark.parametrize("name,value", [
     ("lr", "1e-3"), ("lr", None), ("lr", True), ("weight_decay", [0.1]), ("betas", (0.9,)), ("betas", 0.9),
     ("betas", (0.9, 0.98, 0.99)), ("steps", 1.5), ("steps", True), ("batch_size", "64"), ("seed", -1),
-    ("seed", 2**30), ("warmup", 0.5), ("curve_every", -1), ("amp", "no"), ("device", 0), ("grad_clip", "1"),
-    ("target", True),
+    ("seed", 2**30), ("warmup", 0.5), ("curve_every", -1), ("amp", "no"), ("capture", "yes"), ("capture", 1),
+    ("device", 0), ("grad_clip", "1"), ("target", True),
 ])
 def test_a_setting_of_the_wrong_type_is_refused_by_name(name, value):
     with pytest.raises(ValueError, match=name):
