@@ -16,8 +16,6 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from hooks import check_hook_points
-
 from .. import models, stopping
 from ..batching import scores_eos
 from ..curves import CURVES_FILE, curve_cost, steps_to_target, stop_point
@@ -162,8 +160,8 @@ def _train_step(run: _Run, step: int, amp) -> tuple[float, int, float | None]:
     # over the global batch, so DDP's gradient average is the global per-token mean
     n_target = sum(len(s.target) - len(s.given) + (eos and scores_eos(s)) for s in samples)
     batch = train_batch(samples[run.rank :: run.world], run.tokenizer, run.model.cfg.n_ctx).to(run.device)
-    with amp, run.model.hooks(fwd_hooks=check_hook_points(run.model, hooks_for(run.opts.fwd_hooks, batch))):
-        logits = run.net(batch.tokens)
+    with amp:
+        logits = run.forward(batch.tokens, hooks_for(run.opts.fwd_hooks, batch))
     loss_sum = target_loss(logits, batch.labels)
     run.opt.zero_grad(set_to_none=True)
     (loss_sum * run.world / n_target).backward()
