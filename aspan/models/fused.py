@@ -414,9 +414,16 @@ def _masks(model, at: _Pass, biases: dict[int, list[hooks.BiasHook]]) -> list[_M
 
 def _biased(base: Float[Tensor, "1 h q k"], bias_hooks: list[hooks.BiasHook], n_h: int, at: _Pass) -> _Mask:
     """`base` plus each hook's bias on its heads (as the hooks add them to the masked scores), its dead rows kept
-    finite (and recorded, to be zeroed)."""
-    p = at.p
-    mask = base.expand(1, n_h, p, p)
+    finite and recorded, to be zeroed. Biases that are tensors (not functions of the length) give the same mask
+    every forward of this shape: it is kept, and its dead rows are looked for once."""
+    fixed = all(isinstance(h.bias, Tensor) for h in bias_hooks)
+    if fixed:
+        batched = any(h.bias.ndim == 4 and h.bias.shape[0] > 1 for h in bias_hooks)
+        key = ("bias", *((id(h.bias), h.bias.data_ptr(), h.bias._version, tuple(h.heads or ())) for h in bias_hooks),
+               at.b if batched else 0, at.p, at.dtype, at.device, id(base))
+        if key in at.cache:
+            return at.cache[key][0]
+    p, mask = at.p, base
     for h in bias_hooks:
         add = h.block(at.b, n_h, p, p, at.device, at.dtype)
         if h.heads is None:
@@ -425,7 +432,12 @@ def _biased(base: Float[Tensor, "1 h q k"], bias_hooks: list[hooks.BiasHook], n_
             mask = mask.expand(max(mask.shape[0], add.shape[0]), n_h, p, p).clone()
             mask[:, torch.tensor(h.heads, device=at.device)] += add
     dead = torch.isneginf(mask).all(-1, keepdim=True)
-    return _Mask(mask.masked_fill(dead, 0.0), dead)
+    out = _Mask(mask.masked_fill(dead, 0.0), dead)
+    if fixed:
+        if not bool(dead.any()):  # one look, when the mask is made
+            out = _Mask(mask)
+        at.cache[key] = (out, [h.bias for h in bias_hooks], base)  # the tensors kept alive: their ids stay theirs
+    return out
 
 
 def _causal(at: _Pass) -> Float[Tensor, "1 1 q k"]:

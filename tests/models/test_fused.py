@@ -109,6 +109,22 @@ def test_tensor_biases_on_some_heads_and_every_layer():
     assert_same_function(model, fwd, b)
 
 
+def test_a_bias_tensor_changed_in_place_changes_the_mask():
+    """The mask of a tensor bias is kept between forwards; a bias edited in place (or another tensor) is a new one."""
+    model, b = tiny("alibi"), batch()
+    p = b.tokens.shape[1]
+    bias = torch.randn(4, p, p, generator=torch.Generator().manual_seed(5))
+    fwd = hooks.attn_bias(bias, model=model)
+    first = fused.logits(model, b.tokens, fwd)
+    torch.testing.assert_close(first, hooked_logits(model, b.tokens, fwd), **TOL)
+    bias.mul_(-2.0)
+    second = fused.logits(model, b.tokens, fwd)
+    assert not torch.allclose(first, second, atol=1e-3)
+    torch.testing.assert_close(second, hooked_logits(model, b.tokens, fwd), **TOL)
+    torch.testing.assert_close(fused.logits(model, b.tokens, hooks.attn_bias(torch.zeros(p, p), model=model)),
+                               hooked_logits(model, b.tokens), **TOL)
+
+
 def test_rows_a_bias_masks_whole_are_zero_as_in_the_hooked_forward():
     """A row whose every key is -inf: TransformerLens turns its NaN pattern into 0; so does the fused forward
     (without a NaN anywhere, gradients included)."""
