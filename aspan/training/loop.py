@@ -16,8 +16,6 @@ import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from hooks import check_hook_points
-
 from .. import models, stopping
 from ..curves import CURVES_FILE, curve_cost, steps_to_target, stop_point
 from ..evaluation import evaluate, hooks_for
@@ -223,19 +221,19 @@ def _lr(run: _Run) -> float:
     return float(run.sched.get_last_lr()[0])
 
 
-def _hooks(run: _Run, batch: StepBatch):
-    """The run's forward hooks for `batch` as a context (none: a no-op context, no per-step cost)."""
+def _hooks(run: _Run, batch: StepBatch) -> list:
+    """The run's forward hooks for `batch` (a factory gets the whole batch); none: an empty list, no per-step cost."""
     if not run.opts.fwd_hooks:
-        return nullcontext()
-    return run.model.hooks(fwd_hooks=check_hook_points(run.model, hooks_for(run.opts.fwd_hooks, batch.full)))
+        return []
+    return hooks_for(run.opts.fwd_hooks, batch.full)
 
 
 def _train_step(run: _Run, batch: StepBatch, amp) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One optimiser step on `batch` (tokens and labels [batch, pos] on the device): its summed target loss and its
     gradient norm (None without clipping), both 0-d tensors left on the device. The loss is divided by the global
     batch's target count, so DDP's gradient average is the global per-token mean; the schedule steps outside."""
-    with amp, _hooks(run, batch):
-        logits = run.net(batch.tokens)
+    with amp:  # the fused forward where it covers the model and hooks, else the hooked one (`aspan.models.fused`)
+        logits = run.forward(batch.tokens, _hooks(run, batch))
     loss_sum = target_loss(logits, batch.labels)
     run.opt.zero_grad(set_to_none=True)
     (loss_sum * run.world / batch.n_target).backward()

@@ -9,6 +9,7 @@ import torch
 
 from aspan import tasks
 from aspan.batching import IGNORE, scores_eos
+from aspan.models import fused
 from aspan.tokenization import CharTokenizer
 from aspan.training import (
     BudgetSpent,
@@ -67,7 +68,8 @@ def test_a_rank_takes_its_share_and_the_global_counts():
 
 def _reference(model, config, steps: int, data=TASK) -> list[tuple[float, float, float]]:
     """The loop as it was: the batch made in the step, every value read back at once; (loss, grad norm, lr) of
-    each step."""
+    each step. Its forward is the loop's own (`fused.logits`, which picks the fused or the hooked forward), so
+    only the step's bookkeeping differs."""
     model.zero_grad(set_to_none=True)
     stream = DataStream(data, config.batch_size, config.seed)
     params = list(model.named_parameters())  # AdamW's default (per-tensor) implementation, as the loop had it
@@ -80,7 +82,7 @@ def _reference(model, config, steps: int, data=TASK) -> list[tuple[float, float,
         samples = stream.batch(step)
         n_target = sum(len(s.target) - len(s.given) + scores_eos(s) for s in samples)
         batch = train_batch(samples, TOK, model.cfg.n_ctx)
-        loss_sum = target_loss(model(batch.tokens), batch.labels)
+        loss_sum = target_loss(fused.logits(model, batch.tokens), batch.labels)
         opt.zero_grad(set_to_none=True)
         (loss_sum * 1 / n_target).backward()
         norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip))
