@@ -90,8 +90,11 @@ class AbcStudyConfig:
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
-        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
-        return {k: v for k, v in raw.items() if k != "slurm"}
+        (the resources of `--launcher slurm`, `aspan.applications.launch`) and a `protocol = "aligned"` line
+        (`protocol_fields`)."""
+        from . import protocol_fields
+
+        return protocol_fields(raw, "aligned")
 
     @classmethod
     def quick(cls, **kw: Any) -> "AbcStudyConfig":
