@@ -70,8 +70,8 @@ RESERVED = {"array": "the launcher's", "output": "the launcher's", "error": "the
             "ntasks-per-node": "the launcher's", "partition": "partition", "time": "time", "cpus-per-task": "cpus",
             "gpus-per-node": "gpus", "mem": "mem"}
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
-_MEM = re.compile(r"[0-9]{1,12}([KMGTkmgt][Bb]?)?")
-_PARTITION = re.compile(r"[A-Za-z0-9_.,:+-]{1,200}")
+_MEM = re.compile(r"([0-9]{1,12}([KMGTkmgt][Bb]?)?)?")  # empty: the partition's default, as None
+_PARTITION = re.compile(r"[A-Za-z0-9_.,:+-]{0,200}")  # empty: the cluster's default, as None
 
 
 def control_character(text: str) -> str | None:
