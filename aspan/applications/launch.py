@@ -13,6 +13,10 @@ queued, submits only the unfinished shards, and never runs a finished shard agai
 shard files are merged into `sweep.jsonl` in grid order and the command runs once without a shard in the launching
 process (computing no grid row again) to write the tables, figures, summary and report.
 
+Nothing unchecked reaches Slurm: every resource is checked (`aspan.applications.slurm`: types, ranges, no control
+character) and the launch state on read (`read_launch_state`) before anything is submitted, and `sbatch` runs with a
+time limit (`aspan.applications.sbatch`), a failed submission leaving no launch folder behind.
+
 The tasks run `sys.executable` on the nodes: the environment and the run directory must be on a filesystem the nodes
 share.
 """

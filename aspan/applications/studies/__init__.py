@@ -18,10 +18,11 @@ rate chosen on the first seed makes the other seeds depend on it, so units come 
 the earlier stages (and refuses to start, naming the unit it waits for, when they are not on disk) and never those of
 its own stage. A unit appends its rows to its own row files (`unit_file`: `runs.unit-3.jsonl` beside `runs.jsonl`,
 each line one whole write, as `aspan.io.RowWriter` keeps rows), so parallel units share no file, on any shared
-filesystem; it writes no table, figure or report. A run without a unit first merges the unit files into the study's
-row files (`merge_units`, refused while a unit holds its lock), then runs what is still missing and writes every
-output: after every unit, it trains nothing and its output is that of a one-process run (the same rows; row order
-within a file may differ, rows are keyed).
+filesystem; it writes no table, figure or report. A run without a unit holds every unit's lock (`hold_units`: a unit job
+started meanwhile is refused, and a unit job still running refuses it), merges the unit files into the study's row
+files (`merge_units`), then runs what is still missing and writes every output: after every unit, it trains nothing
+and its output is that of a one-process run (the same rows; row order within a file may differ, rows are keyed). A
+file named like a unit file that is not one of the study's units' refuses every run (`check_unit_files`).
 """
 from __future__ import annotations
 
