@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..applications.studies import STUDIES, study
 from ..config import to_toml
+from ..environment import torch_threads
 from ..errors import UsageError
 from .grammar import PRINT_CONFIG_HELP, HelpFormatter, epilog
 from .launcher_options import RESOURCE_FLAGS, add_launcher_options, check_launcher, print_job_ids, resource_flags
@@ -86,7 +87,6 @@ def run(args: argparse.Namespace) -> int:
 def run_unit(args: argparse.Namespace, config, given: dict) -> int:
     """`--unit K`: that unit alone, holding its own lock (`claim_study` with the unit as shard)."""
     from ..applications.claims import claim_study
-    from ..environment import torch_threads
 
     if args.launcher == "slurm":
         raise UsageError("--unit and --launcher slurm: the launcher submits every unit")
@@ -126,8 +126,6 @@ def run_launched(args: argparse.Namespace, config, given: dict) -> int:
 def run_registered(args: argparse.Namespace, config) -> int:
     """Run the registered study the subcommand names (`registered(args)` of its options module) with `config`, then
     let that module show what it found."""
-    from ..environment import torch_threads
-
     mod = args._study_module
     with torch_threads(getattr(args, "threads", None)):  # the caller's thread count restored afterwards
         result = study(mod.registered(args)).run(config, args.out, progress=not args.quiet, **mod.run_options(args))

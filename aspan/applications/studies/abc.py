@@ -38,7 +38,7 @@ from ...tasks.base import Sample, Task
 from ...tasks.draws import LengthMix
 from ...tasks.split import distinct
 from ...tokenization import CharTokenizer
-from . import Study, Unit, study_rows, unit_file, unit_index
+from . import Study, Unit, protocol_fields, study_rows, unit_file, unit_index
 from .abc_outputs import AbcOutputs, write_abc_outputs
 
 if TYPE_CHECKING:
@@ -92,8 +92,6 @@ class AbcStudyConfig:
         """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
         (the resources of `--launcher slurm`, `aspan.applications.launch`) and a `protocol = "aligned"` line
         (`protocol_fields`)."""
-        from . import protocol_fields
-
         return protocol_fields(raw, "aligned")
 
     @classmethod

@@ -13,6 +13,7 @@ from ... import tasks
 from ...tasks.base import Sample, Task
 from ...tasks.draws import OPERANDS, NumberDraw, build
 from ...tokenization import CharTokenizer
+from . import protocol_fields
 
 PAPER_TASKS = ("successor", "addition", "parity")
 PAPER_CONDITIONS = ("vanilla", "abc", "abs")
@@ -59,8 +60,6 @@ class PaperConfig:
         """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
         (the resources of `--launcher slurm`, `aspan.applications.launch`) and a `protocol = "paper"` line
         (`protocol_fields`)."""
-        from . import protocol_fields
-
         return protocol_fields(raw, "paper")
 
     @classmethod
