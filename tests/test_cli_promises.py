@@ -93,6 +93,17 @@ def test_report_refuses_an_output_given_twice_differently(tmp_path, capsys, monk
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rd"]
 
 
+@pytest.mark.parametrize("argv", [["eval", "m", "--out", "a", "--run-dir", "b"],
+                                  ["eval", "m", "--run-dir", "a", "--out", "b"],
+                                  ["eval", "m", "-o", "a", "--output", "b"], ["data", "-o", "a", "-o", "b"]])
+def test_other_outputs_given_twice_differently_are_refused_too(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert "given twice (a and b)" in lines[-1] and all("deprecated" in line for line in lines[:-1])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_report_takes_the_same_output_twice_as_once(tmp_path, capsys):
     (tmp_path / "rd").mkdir()
     main(["report", str(tmp_path / "rd"), "-o", str(tmp_path / "a.html"), "--out", str(tmp_path / "a.html")])
