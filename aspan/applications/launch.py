@@ -43,7 +43,7 @@ from ..io import PathLike, claim_run, read_json, settings_key, union_rows, write
 from .claims import claim_config, claim_study
 from .sbatch import check_commands, submit_array
 from .slurm import MAX_ARRAY_TASKS, SlurmResources, check_shell_text, load_resources, short_repr
-from .studies import study, use_threads
+from .studies import study, study_threads
 from .sweep import SweepRun, check_sweep, rows_file, run_sweep_dir, sweep_settings
 
 STATE_DIR = ".slurm"  # submitit's folder inside the run directory: job scripts, pickled calls, logs, launch.json
@@ -409,9 +409,9 @@ def study_task(shard: tuple[int, int], job: StudyJob, indices: list[int]) -> int
     found = study(job.name)
     units = found.units(job.config)
     i = indices[shard[0]]
-    use_threads(job.threads)
-    with claim_study(job.out, job.command, job.options, job.config_file, shard=(i, len(units)),
-                     command=f"aspan study {job.command} --out {job.out} --unit {i}"):
+    with study_threads(job.threads), claim_study(job.out, job.command, job.options, job.config_file,
+                                                 shard=(i, len(units)),
+                                                 command=f"aspan study {job.command} --out {job.out} --unit {i}"):
         found.run(job.config, job.out, progress=False, unit=units[i].key)
     return i
 

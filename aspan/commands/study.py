@@ -9,9 +9,8 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
-from ..applications.studies import STUDIES, study
+from ..applications.studies import STUDIES, study, study_threads
 from ..config import to_toml
-from ..environment import torch_threads
 from ..errors import UsageError
 from .grammar import PRINT_CONFIG_HELP, HelpFormatter, epilog
 from .launcher_options import RESOURCE_FLAGS, add_launcher_options, check_launcher, print_job_ids, resource_flags
@@ -97,7 +96,7 @@ def run_unit(args: argparse.Namespace, config, given: dict) -> int:
     except KeyError as e:
         raise UsageError(f"--unit: {e.args[0]}") from None
     with claim_study(args.out, args.study, given, getattr(args, "config", None), shard=(i, len(units))), \
-            torch_threads(getattr(args, "threads", None)):
+            study_threads(getattr(args, "threads", None)):
         found.run(config, args.out, progress=not args.quiet, unit=unit.key)
     print(f"unit {i} ({unit.key}) done in {args.out}; run the command without --unit to merge the units and write "
           "the study's outputs", file=sys.stderr)
@@ -127,6 +126,6 @@ def run_registered(args: argparse.Namespace, config) -> int:
     """Run the registered study the subcommand names (`registered(args)` of its options module) with `config`, then
     let that module show what it found."""
     mod = args._study_module
-    with torch_threads(getattr(args, "threads", None)):  # the caller's thread count restored afterwards
+    with study_threads(getattr(args, "threads", None)):  # the caller's thread count restored afterwards
         result = study(mod.registered(args)).run(config, args.out, progress=not args.quiet, **mod.run_options(args))
     return int(mod.show(args, config, result) or 0)

@@ -33,6 +33,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ...environment import torch_threads
 from ...errors import UsageError
 from ...io import PathLike, claim_run, union_rows, write_lines
 
@@ -227,9 +228,7 @@ def protocol_fields(raw: dict[str, Any], protocol: str) -> dict[str, Any]:
     return {k: v for k, v in raw.items() if k not in ("slurm", "protocol")}
 
 
-def use_threads(threads: int | None) -> None:
-    """Run torch on `threads` CPU threads (None or 0: leave torch's choice)."""
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
+def study_threads(threads: int | None) -> contextlib.AbstractContextManager[None]:
+    """torch on `threads` CPU threads inside the block (None or 0: torch's choice), the caller's count restored
+    afterwards (`aspan.environment.torch_threads`): a study's `--threads` leaves the process that called it alone."""
+    return torch_threads(threads)
