@@ -167,8 +167,8 @@ def test_valid_resources_load_as_before(tmp_path):
 @pytest.mark.parametrize("toml, flags, words", [
     ('[slurm]\nsbatch = {account = "lab\\necho pwned"}\n', [], ["s.toml: [slurm]", "account", "U+000A"]),
     ('[slurm]\npartition = "gpu\\rx"\n', [], ["s.toml: [slurm]", "partition", "U+000D"]),
-    ('[slurm]\npoll = nan\n', [], ["s.toml: [slurm]", "poll must be a finite number"]),
-    ('[slurm]\npoll = inf\n', [], ["s.toml: [slurm]", "poll must be a finite number"]),
+    ('[slurm]\npoll = nan\n', [], ["s.toml: [slurm]", "poll", "must be a finite number"]),
+    ('[slurm]\npoll = inf\n', [], ["s.toml: [slurm]", "poll", "must be a finite number"]),
     ('[slurm]\nmem = "16G; rm -rf ~"\n', [], ["s.toml: [slurm]", "mem must be a size"]),
     ('[slurm]\narray_parallelism = 1000000000000\n', [], ["array_parallelism must be at most"]),
     ('', ["--sbatch", "account=lab\necho pwned"], ["--sbatch: sbatch option 'account'", "U+000A"]),
