@@ -74,7 +74,7 @@ def study(out: Path, *flags: str) -> int:
 # ----------------------------------------------------------------------------------------------- values, properties
 def toml_string(text: str) -> str:
     """`text` as a TOML basic string (every character escaped, so any text can be written)."""
-    return '"' + "".join(f"\\u{ord(c):04X}" for c in text) + '"'
+    return '"' + "".join(f"\\u{ord(c):04X}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08X}" for c in text) + '"'
 
 
 text = st.text(st.characters(max_codepoint=0xFFFF, exclude_categories=("Cs",)), max_size=12)
