@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -148,10 +149,14 @@ def as_tuples(value: Any, hint: Any) -> Any:
     return value
 
 
+_BRIEF = reprlib.Repr()  # a value shown in an error: one short line, however long the value
+_BRIEF.maxlong, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlevel = 40, 60, 60, 3
+
+
 def check_type(value: Any, hint: Any, where: str) -> None:
     """UsageError `where: must be <type>, got <value>` when `value` is not of the type `hint`."""
     if not fits(value, hint):
-        raise UsageError(f"{where}: must be {describe(hint)}, got {value!r}")
+        raise UsageError(f"{where}: must be {describe(hint)}, got {_BRIEF.repr(value)}")
 
 
 def fits(value: Any, hint: Any) -> bool:
