@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs import DOCS, PAGES, ROOT, STUDY_PAGES, blocks, fenced, text
+from tests.docs import DOCS, ON_EITHER_STACK, PAGES, ROOT, STUDY_PAGES, blocks, fenced, text
 
 MAKE = re.compile(r"^\s*make\s+(\w+)\s*(#.*)?$")
 PIP = re.compile(r"^\s*pip install (\S+)\s*(#.*)?$")
 BLOCK_TIMEOUT = 300
 RUNNABLE = {"bash", "python", "bibtex"}
-BLOCKS = [b for b in blocks() if b[1] in RUNNABLE]
+BLOCKS = [b for b in blocks() if b[1] in RUNNABLE and b[0] not in ON_EITHER_STACK]  # those: their own test
 
 
 def _env() -> dict[str, str]:

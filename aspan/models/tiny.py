@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 import torch
 
 from .. import tasks
+from ..options import Backend
 from ..tasks.base import Task
 from ..tokenization import Tokenizer
 from .backend import backend_named, backend_of, default_backend
@@ -122,6 +123,7 @@ class TinyConfig:
     offset: int | None = None  # tokens before each sample (None: the tokenizer's, else 1)
     device: str | torch.device | None = None  # where the weights live (None: the backend's default)
     positional: Positional = "rotary"  # "rotary", "learned", "alibi" or "none" (`Positional`)
+    backend: Backend | None = None  # "hooked" or "bridge" (None: `default_backend()`, "bridge" on TransformerLens 4)
 
 
 class TinySettings(TypedDict, total=False):
@@ -139,6 +141,7 @@ class TinySettings(TypedDict, total=False):
     offset: int | None
     device: str | torch.device | None
     positional: Positional
+    backend: Backend | None
 
 
 def tiny_config(config: TinyConfig | None, settings: dict) -> TinyConfig:
@@ -160,8 +163,8 @@ def tiny(
     ("gelu_new"), which makes them exactly Bloom (`aspan.models.bloom`).
 
     A `HookedTransformer` on TransformerLens 3; on TransformerLens 4 (which has no HookedTransformer), or with
-    `ASPAN_BACKEND=bridge`, the same network in its Hugging Face form inside a `TransformerBridge` (`aspan.models.
-    default_backend`). Both take every analysis, edit and training of aspan.
+    `backend="bridge"` (or `ASPAN_BACKEND=bridge`), the same network in its Hugging Face form inside a
+    `TransformerBridge`. Both take every analysis, edit and training of aspan.
 
     The sizes and settings are `TinyConfig`'s fields, given as `config`, as keywords (`tiny(tok, n_layers=2,
     d_model=64)`), or both (the keywords win). `d_head` defaults to `d_model // n_heads`, `d_mlp` to `4 * d_model`.
@@ -181,7 +184,10 @@ def tiny(
     d_mlp = 4 * d_model if d_mlp is None else d_mlp
     from .safety import check_tl_memory
 
-    backend = backend_named(default_backend())
+    backend = backend_named(c.backend or default_backend())
+    if not backend.available():
+        raise ValueError(f"backend {backend.name!r} needs HookedTransformer, which TransformerLens 4 does not have: "
+                         f"use backend='bridge', or install TransformerLens 3.9 (pip install 'aspan[hooked]')")
     sizes = dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp,
                  n_ctx=n_ctx)
     check_tl_memory("tiny model", {**sizes, **pos_cfg}, device, masks=backend.keeps_masks)
