@@ -73,7 +73,7 @@ KEY_LINES = {
     ],
     "05_your_own_transformer": [  # the class built is the one this TransformerLens has (see test_notebook_runs)
         r"d_vocab >= 70, n_ctx >= 23",
-        r"(?P<kind>HookedTransformer|TransformerBridge) - \w+ 2 layers x 4 heads: d_vocab 70 covers the tokenizer's ids",
+        r"(?P<kind>HookedTransformer|TransformerBridge) - \w+ 2 layers x 4 heads: d_vocab 70 covers the tokenizer",
         r"vocabulary of 50: check_model: model: vocabulary too small: d_vocab=50 but the tokenizer gives ids up to 65",
         r"context of 16: check_model: model: context too short: n_ctx=16 but the longest reversal sample needs 23",
         r"ID exact (?P<id>[\d.]+), OOD exact (?P<ood>[\d.]+)",

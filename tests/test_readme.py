@@ -3,6 +3,9 @@
 temp dir, in document order (later blocks reuse earlier outputs). ```bibtex blocks (the citing section) are checked
 for whole, distinct entries; MyST directives (```{include}) are not code and are skipped.
 
+The own-model page's blocks are run by tests/test_own_model_page.py instead (`tests.docs.ON_EITHER_STACK`), on
+whichever TransformerLens is installed.
+
 Three commands are not run as written: `pip install` (the README's install block, checked to name the checkout
 and the wheel of this version) would change the environment; `make test` is what runs this suite (running it here
 would recurse), and `make demo` would rebuild the venv and run the full-size demo (minutes). `make demo` is checked

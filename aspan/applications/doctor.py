@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import tasks
 from ..environment import describe_environment
 from ..errors import UsageError
+from ..tasks.params import parse_params
 
 
 @dataclass(frozen=True)
@@ -28,10 +30,9 @@ def doctor(run: DoctorRun | None = None) -> list[str]:
 
 def check_model_line(run: DoctorRun) -> str:
     """`aspan.check_model` on the model `run` names, loaded, and the task it asks (its training task by default)."""
-    from .. import models, tasks
+    from .. import models
     from ..models.fit import check_fit, workload
     from ..models.trained import trained_task
-    from ..tasks.params import parse_params
 
     model, tokenizer, _ = models.load(run.model, device=run.device)
     name = run.task or getattr(trained_task(model), "name", None)

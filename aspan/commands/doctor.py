@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.applications.doctor import DoctorRun, check_model_line, describe_environment
+
 from .argtypes import device
 
 HELP = "print the versions, backend and device a run here would record (as in run.json); check a model with --model"
@@ -30,8 +32,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan doctor` with the parsed arguments; the exit code."""
-    from aspan.applications.doctor import DoctorRun, check_model_line, describe_environment
-
     if args.model is None and (args.task or args.params):
         raise ValueError("--task and --param need --model (the model to check)")
     print("\n".join(describe_environment()), flush=True)  # the record first, also when the model check fails

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from .. import tasks
 from ..errors import UsageError
 from ..tasks.base import Task
 from ..tokenization import CharTokenizer, Tokenizer, check_tokenizer, require_tokenizer
@@ -33,8 +34,6 @@ class Workload(NamedTuple):
 
 def workload(task: Task | str) -> Workload:
     """The workload of `task` (a task name: its OOD preset, the longest samples it will be asked)."""
-    from .. import tasks
-
     task = tasks.preset(task, "ood") if isinstance(task, str) else task
     return Workload(task.alphabet, task.max_text_len(), task)
 
