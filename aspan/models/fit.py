@@ -102,11 +102,10 @@ def _check_single_tokens(tokenizer: Tokenizer, chars: str, where: str) -> None:
         check = getattr(tokenizer, "check", None)
         check(chars) if callable(check) else check_tokenizer(tokenizer, chars)
     except ValueError as e:
-        fix = ("extend it: aspan.CharTokenizer.for_alphabets(task.alphabet), and build the model with d_vocab >= "
+        fix = ("extend it with aspan.CharTokenizer.for_alphabets(task.alphabet), and build the model with d_vocab >= "
                "its vocab_size" if isinstance(tokenizer, CharTokenizer) else
-               "the tasks need one token per character: choose a task whose characters it has as single tokens, or "
-               "a model with aspan.CharTokenizer()")
-        raise UsageError(f"{where}: tokenizer: {e}; {fix}") from None
+               "choose a task whose characters it has as single tokens, or a model with aspan.CharTokenizer()")
+        raise UsageError(f"{where}: tokenizer: {e}; the tasks need one token per character: {fix}") from None
 
 
 def _check_vocabulary(cfg, tokenizer: Tokenizer, chars: str, where: str) -> int:

@@ -110,9 +110,9 @@ def test_a_character_the_tokenizer_lacks_is_refused_naming_the_fix():
         aspan.make_batch(TASK.generate(4, seed=0), short)
     with pytest.raises(UsageError) as e:
         check_model(model, short, TASK)
-    assert str(e.value) == ("check_model: tokenizer: characters not in the tokenizer's vocabulary: '=d'; extend it: "
-                            "aspan.CharTokenizer.for_alphabets(task.alphabet), and build the model with d_vocab >= its "
-                            "vocab_size")
+    assert str(e.value) == ("check_model: tokenizer: characters not in the tokenizer's vocabulary: '=d'; the tasks "
+                            "need one token per character: extend it with aspan.CharTokenizer.for_alphabets("
+                            "task.alphabet), and build the model with d_vocab >= its vocab_size")
 
 
 def test_a_task_character_of_several_tokens_is_refused():
