@@ -50,7 +50,7 @@ def check_model(model, tokenizer: Tokenizer, task: Task | str | None = None) -> 
     naming the fix (a TypeError for a tokenizer that is not aspan's) when:
 
     - the model has no TransformerLens attention hook points in every layer (`blocks.L.attn.hook_pattern` and
-      `hook_attn_scores`: a plain Hugging Face model, a TransformerBridge outside compatibility mode);
+      `hook_attn_scores`: a plain Hugging Face or PyTorch module);
     - a task character is not exactly one token of the tokenizer;
     - the vocabulary is too small: an id the tokenizer gives is >= the model's `d_vocab` (or `d_vocab_out`);
     - the context is too short for the longest sample: prefix (`tokenizer.offset`) + text + EOS > `n_ctx`.
