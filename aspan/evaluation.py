@@ -45,6 +45,7 @@ import hooks
 from hooks import check_heads, check_hook_points
 
 from . import stopping
+from .accuracy import FwdHooks, accuracy
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .checks import check_offsets, check_samples
 from .generation import HookList, cached_step, greedy  # noqa: F401 (cached_step: kept importable here)
@@ -56,7 +57,6 @@ from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
 from .tokenization import Tokenizer, check_tokenizer, require_tokenizer  # check_tokenizer: `aspan eval`'s check
 
-FwdHooks = HookList | Callable[[Batch], HookList]
 EOS_CHAR = "<eos>"
 CHUNK = 1024  # samples `evaluate_stream` holds at once (with their per-token records), rounded up to whole batches
 SOURCES = ("rollout", "heads")  # AttnScore of the attention rollout, and the mean over the selected heads
@@ -290,29 +290,16 @@ def evaluate(
     return EvalResult(records, sample_table(records), options.mode)
 
 
-@torch.no_grad()
 def exact_flags(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hooks: FwdHooks = (),
                 batch_size: int = 64) -> Bool[Tensor, " n"]:
-    """Per sample, whether teacher forcing gets every row it scores right (`evaluate`'s `exact`), computed on the
-    model's device without building records: for the large test sets of the studies (tens of thousands of samples),
-    where `evaluate`'s per-token table costs far more than the forward passes."""
+    """Per sample, whether teacher forcing gets every row it scores right (`evaluate`'s `exact`), counted on the
+    model's device without building records (`aspan.accuracy.accuracy`, at least `batch_size` samples per forward):
+    for the large test sets of the studies (tens of thousands of samples), where `evaluate`'s per-token table costs
+    far more than the forward passes."""
     samples = list(samples)
     if not samples:
         raise ValueError("exact_flags: no samples")
-    was_training, out = model.training, []
-    model.eval()
-    try:
-        for i in range(0, len(samples), batch_size):
-            batch = make_batch(samples[i : i + batch_size], tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
-            pred = fused.logits(model, batch.tokens, hooks_for(fwd_hooks, batch), batch.attention_mask).argmax(-1)
-            rows = batch.target_rows.clone()
-            for j, sample in enumerate(batch.samples):  # an EOS the task does not score (successor) is no target
-                if tokenizer.eos_id is not None and not scores_eos(sample):
-                    rows[j, batch.lengths[j] - 2] = False
-            out.append(((pred == batch.labels) | ~rows).all(-1).cpu())
-    finally:
-        model.train(was_training)
-    return torch.cat(out)
+    return accuracy(model, tokenizer, samples, fwd_hooks, batch_size).exact
 
 
 def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int = CHUNK, *,
