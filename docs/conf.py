@@ -36,6 +36,7 @@ extensions = [
     "sphinx.ext.napoleon",  # Google-style sections (Args, Returns, Shapes, Example) in docstrings
     "sphinx.ext.viewcode",
     "aspan_docs",
+    "quiet_build",  # -q prints warnings and errors only; the notebooks' kernel profile (offline plotly)
     "results_html",  # raw HTML in an included results README is shown as text and fails the build
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -65,6 +66,7 @@ nb_merge_streams = True
 
 html_theme = "furo"
 html_title = f"aspan {version}"
-html_static_path = ["_static"] if (DOCS / "_static").is_dir() else []  # the site's own pictures, when there are any
+html_static_path = ["_static"]  # the site's own pictures and its stylesheet
+html_css_files = ["aspan.css"]  # wide tables, outputs and code scroll inside the text column
 html_theme_options = {"navigation_with_keys": True}
 html_show_sourcelink = False
