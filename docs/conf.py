@@ -23,6 +23,8 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS / "_ext"))
 sys.path.insert(0, str(DOCS.parent))  # the aspan and hooks packages of this checkout
 
+from notebook_cache import cache_dir  # noqa: E402
+
 import aspan  # noqa: E402
 
 project = "aspan"
@@ -57,8 +59,13 @@ napoleon_custom_sections = [("Shapes", "params_style")]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-# Notebooks: executed at every build, in their own directory; an exception in a cell fails the build.
-nb_execution_mode = "force"
+# Notebooks: executed in their own directory; an exception in a cell fails the build. Their outputs are kept in a
+# jupyter-cache whose folder is named by a digest of everything the outputs depend on beyond the notebook's own cells
+# (aspan, hooks, the installed packages, Python, the kernel's profile: `_ext/notebook_cache.py`): a notebook runs
+# again whenever one of those or its code changed, and every one runs in a clean build (no docs/_build, as in CI's
+# fresh clone, which also passes `-D nb_execution_mode=force`).
+nb_execution_mode = "cache"
+nb_execution_cache_path = str(cache_dir(DOCS / "_build" / ".jupyter_cache"))
 nb_execution_raise_on_error = True
 nb_execution_timeout = 600
 nb_execution_show_tb = True
