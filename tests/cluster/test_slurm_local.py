@@ -15,8 +15,9 @@ PID_FILES = {"slurmctld": "slurmctld.pid", "slurmd": "slurmd.pid", "munged": "mu
 
 
 def _mungeds() -> set[int]:
+    """The munged processes running now (a daemon's exited first fork, a zombie until reaped, is not one)."""
     done = subprocess.run(["pgrep", "-x", "munged"], capture_output=True, text=True)
-    return {int(pid) for pid in done.stdout.split()}
+    return {int(pid) for pid in done.stdout.split() if _running(int(pid))}
 
 
 def _running(pid: int) -> bool:
