@@ -200,7 +200,7 @@ def search_offline_note(app: Sphinx, pagename: str, templatename: str, context: 
 def navigation_current_branch(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
     """furo draws the navigation on every page from `toctree(collapse=False, titles_only=True, maxdepth=-1)`:
     Sphinx copies the table of contents of every page, each API page's every function and method included, and then
-    keeps the titles. Done for each of the site's ~330 pages, that was a third of the build's time. With
+    keeps the titles. Done for each of the site's ~330 pages, that was most of the time spent writing them. With
     `collapse=True`, a branch's pages are listed only on the pages of that branch: every page still lists every
     top-level page, and the API module pages are listed on the API pages (elsewhere, "API reference" leads to
     them); each page's own "On this page" is unchanged. tests/test_docs_site.py checks both."""
