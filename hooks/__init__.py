@@ -13,19 +13,9 @@ common options of the readers and edits are small frozen dataclasses (`ScoreOpti
 `EditOptions`, `ReinforceOptions`, `SteerOptions`), passed as `options=` or field by field as keywords
 (`hooks.reinforce(heads, mask, 1.0, renormalize=True)`).
 
-The examples in the functions' docstrings run on this tiny model (2 layers x 2 heads), one sequence of 8 tokens and
-its reference mask (rows 4, 5, 6 read columns 3, 2, 1: the anti-diagonal of a reversal), as a test checks:
-
-    >>> import torch
-    >>> import hooks
-    >>> from transformer_lens import HookedTransformer, HookedTransformerConfig
-    >>> cfg = HookedTransformerConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
-    ...                               act_fn="relu", seed=0)
-    >>> model = HookedTransformer(cfg)
-    >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # [batch, pos]
-    >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # [batch, pos, pos], row = query position
-    >>> for j in range(3):
-    ...     mask[0, 4 + j, 3 - j] = True
+Every function's docstring ends with an example that runs as written in a fresh Python session (each sets up
+what it uses: a tiny random 2-layer model, one sequence of 8 tokens and its reference mask, whose rows 4, 5, 6 read
+columns 3, 2, 1, the anti-diagonal of a reversal); a test runs each one alone and compares what it prints.
 """
 from ._rows import rows_beyond
 from ._stream import pattern_name as pattern_name

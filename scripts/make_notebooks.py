@@ -28,14 +28,16 @@ PAPERS = {
 
 
 def how_to_run(*papers: str) -> str:
-    """The paragraph that says how to open a notebook and which papers it follows."""
+    """The paragraph that says how to open a notebook and which papers it follows, indented like the notebook's
+    introduction it is appended to (`md(\"""...\""" + how_to_run(...))`), so that `md` dedents both alike; unindented,
+    it would leave the introduction indented, which Markdown shows as a code block."""
     cited = "; ".join(PAPERS[p] for p in papers)
-    return f"""
+    return textwrap.indent(f"""
 
 **How to run it.** From a checkout of aspan: `pip install -e ".[notebooks]"` (aspan with JupyterLab; inside the
 venv that `make demo` builds: `.venv/bin/pip install -e ".[notebooks]"`), then `jupyter lab notebooks/` and run
 the cells top to bottom (well under a minute on a laptop CPU; nothing is downloaded).
-Papers: {cited}."""
+Papers: {cited}.""", " " * 8)
 
 
 # Why the first code cell exists (every notebook has it).

@@ -42,6 +42,22 @@ def test_committed_notebook_is_stripped(path):
     assert nb.metadata["kernelspec"]["name"] == "python3"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_markdown_cells_hold_no_accidental_code_block(path):
+    """No line of prose is indented by 4 spaces or more outside a fenced block: Markdown would show it as code (an
+    introduction left indented by the generator rendered as a clipped code block on the site)."""
+    nb = nbformat.read(path, as_version=4)
+    for n, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        fenced = False
+        for line in cell.source.splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced and line.startswith("    ") and line.strip():
+                raise AssertionError(f"{path.name} cell {n}: an indented line shows as code: {line!r}")
+
+
 def test_committed_notebooks_match_the_generator():
     gen = _generator()
     assert sorted(gen.BUILDERS) == [p.name for p in NOTEBOOKS]
