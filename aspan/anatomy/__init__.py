@@ -9,9 +9,9 @@ The heads followed are the ranking's (Spiegel et al. 2025, Appendix F, with the 
 the rules behind each sentence are in `aspan.anatomy.causes`.
 """
 from .causes import MASS_ON, RULES
-from .heads import ExplainOptions
+from .heads import ExplainOptions, NamedEdit
 from .lengths import LengthAnatomy, LengthOptions, explain_lengths
 from .sample import Anatomy, explain
 
-__all__ = ["MASS_ON", "RULES", "Anatomy", "ExplainOptions", "LengthAnatomy", "LengthOptions", "explain",
-           "explain_lengths"]
+__all__ = ["MASS_ON", "RULES", "Anatomy", "ExplainOptions", "LengthAnatomy", "LengthOptions", "NamedEdit",
+           "explain", "explain_lengths"]

@@ -118,9 +118,22 @@ def _ref(delta: int) -> str:
     return f"ref{delta:+d}" if delta else "ref"
 
 
+@dataclass(frozen=True)
+class NamedEdit:
+    """Hooks with a name: a hook list or a function of the batch (as `evaluate` takes them) and the label the
+    anatomy's tables and sentences call the edit by (`explain(..., fwd_hooks=NamedEdit(edit, "reinforce C=4"))`)."""
+
+    fwd_hooks: Any
+    label: str
+
+    def batch_hooks(self, batch: Batch, model=None) -> list:
+        """The hook list for `batch`."""
+        return hooks_for(self.fwd_hooks, batch)
+
+
 def edit_hooks(fwd_hooks: Any, batch: Batch, model) -> tuple[list, str]:
-    """(hook list, label) of an edit: an `aspan.experiments.edit.Edit` (its label), a hook list, or a function of
-    the batch (as `evaluate` takes them)."""
+    """(hook list, label) of an edit: an `aspan.experiments.edit.Edit` or a `NamedEdit` (its label), a hook list, or
+    a function of the batch (as `evaluate` takes them)."""
     if hasattr(fwd_hooks, "batch_hooks") and hasattr(fwd_hooks, "label"):
         return list(fwd_hooks.batch_hooks(batch, model)), str(fwd_hooks.label)
     return hooks_for(fwd_hooks, batch), "the edit"

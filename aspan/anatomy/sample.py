@@ -100,7 +100,8 @@ class Anatomy:
 
         what = f"{self.sample.text!r}" if len(self.sample.text) <= 60 else f"{len(self.sample.text)} characters"
         return anatomy_figure(self.tokens, self.heads, self.delta, title=f"Anatomy of {what}: attention on the "
-                              f"references per output token and head (★ selected)", max_heads=max_heads)
+                              f"references per output token and head (★ selected)", max_heads=max_heads,
+                              selected=self.names)
 
     def view(self):
         """A circuitsvis view of the selected heads' attention on the sample (and after the edit), with the
@@ -173,14 +174,17 @@ def explain(
 
     `heads`: (layer, head) pairs to follow, a ranking table (`rank_heads`) to select from, or None: the ranking on
     ID samples of the sample's task selects them (`ExplainOptions.top`, at the offset it serves best).
-    `fwd_hooks`: an edit (an `Edit`, a hook list, or a function of the batch as `evaluate` takes): the same rows
-    after it, side by side, and what changed. `options` / keywords: `ExplainOptions`' fields (`delta`, `top`,
-    `convention`, ...). Costs one forward with every head read (two with an edit), plus the ranking without `heads`.
+    `fwd_hooks`: an edit (an `Edit`, which without heads is put on the heads followed; a `NamedEdit`; a hook list
+    or a function of the batch, as `evaluate` takes them): the same rows after it, side by side, and what changed.
+    `options` / keywords: `ExplainOptions`' fields (`delta`, `top`, `convention`, ...). Costs one forward with every
+    head read (two with an edit), plus the ranking without `heads`.
     """
     options = merge_options(ExplainOptions, options, settings, "explain")
     require_tokenizer(tokenizer, "explain: tokenizer")
     sample = check_samples([sample], "explain")[0]
     selected, delta, how = choose(model, tokenizer, (sample.task, sample.params), heads, options)
+    if getattr(fwd_hooks, "heads", None) == () and hasattr(fwd_hooks, "on"):  # an `Edit` not yet put on heads
+        fwd_hooks = fwd_hooks.on(selected)
     batch = make_batch([sample], tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
     rows = output_rows(batch, sample, tokenizer)
     labels = token_strings(tokenizer, batch.tokens[0].cpu())

@@ -30,10 +30,10 @@ def ref_label(delta: int) -> str:
     return f"ref{delta:+d}" if delta else "ref"
 
 
-def shown_heads(heads: pd.DataFrame, max_heads: int = MAX_HEADS) -> list[str]:
-    """The head names a figure shows: the selected heads first (in their order), then the others in layer and head
-    order, or, past `max_heads`, those with the most mean mass on their references."""
-    selected = list(dict.fromkeys(heads.loc[heads.selected, "name"]))
+def shown_heads(heads: pd.DataFrame, max_heads: int = MAX_HEADS, selected: Sequence[str] | None = None) -> list[str]:
+    """The head names a figure shows: the selected heads first (in the order of `selected`, else the table's), then
+    the others in layer and head order, or, past `max_heads`, those with the most mean mass on their references."""
+    selected = list(selected or dict.fromkeys(heads.loc[heads.selected, "name"]))
     others = heads.loc[~heads.selected].groupby("name", sort=False).agg(layer=("layer", "first"),
                                                                          head=("head", "first"), mass=("mass", "mean"))
     room = max(0, max_heads - len(selected))
@@ -67,16 +67,17 @@ def _stage_traces(tokens: pd.DataFrame, heads: pd.DataFrame, names: list[str], s
 
 
 def anatomy_figure(tokens: pd.DataFrame, heads: pd.DataFrame, delta: int = 0, title: str | None = None,
-                   max_heads: int = MAX_HEADS) -> go.Figure:
+                   max_heads: int = MAX_HEADS, selected: Sequence[str] | None = None) -> go.Figure:
     """Output tokens x heads: each head's attention mass on the token's references shifted by `delta`, the selected
     heads marked ★ and first; a column marking each token right (green) or wrong (red, with the predicted token), the
     first error ruled across; after an edit (columns `*_after`) the same panels again, to the right.
 
     `tokens`: one row per output token (index j; expected, predicted, correct), `heads`: one row per token and head
-    (j, name, layer, head, selected, mass, top, offset), as `aspan.anatomy.Anatomy` holds them."""
+    (j, name, layer, head, selected, mass, top, offset), as `aspan.anatomy.Anatomy` holds them; `selected`: the
+    selected heads' names in the order to show them."""
     if tokens.empty:
         raise ValueError("anatomy_figure: no output tokens")
-    names = shown_heads(heads, max_heads)
+    names = shown_heads(heads, max_heads, selected)
     stages = [""] + (["_after"] if "mass_after" in heads.columns else [])
     titles = []
     for s in stages:
@@ -93,8 +94,8 @@ def anatomy_figure(tokens: pd.DataFrame, heads: pd.DataFrame, delta: int = 0, ti
         wrong = tokens.index[~tokens[f"correct{s}"].astype(bool)]
         if len(wrong):
             y = _token_labels(tokens)[list(tokens.index).index(wrong[0])]
-            fig.add_hline(y=y, line=dict(color=WRONG, dash="dot", width=2), row=1, col=2 * i + 2,
-                          annotation_text="first error", annotation_position="top left")
+            fig.add_shape(type="line", x0=0, x1=1, y0=y, y1=y, xref="x domain", yref="y", row=1, col=2 * i + 2,
+                          line=dict(color=WRONG, dash="dot", width=2), name="first error")
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(type="category", tickangle=-45)
     fig.update_layout(title=title or f"Attention on the references ({ref_label(delta)}) per output token and head",
