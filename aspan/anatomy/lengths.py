@@ -94,18 +94,18 @@ class LengthAnatomy:
         return [head_name(h) for h in self.selected]
 
     def figure(self):
-        """Accuracy, mass, share on ref+delta and mean offset per length (`viz.length_figure`)."""
-        from ..viz.anatomy import length_figure
+        """Accuracy, mass, share on ref+delta and mean offset per length (`viz.anatomy_length_figure`)."""
+        from ..viz.anatomy import anatomy_length_figure
 
-        return length_figure(self.by_length, self.delta, title=f"Per length: accuracy and the attention of "
-                             f"{', '.join(self.names)} on {ref(self.delta)} (teacher-forced)")
+        return anatomy_length_figure(self.by_length, self.delta, title=f"Per length: accuracy and the attention of "
+                                     f"{', '.join(self.names)} on {ref(self.delta)} (teacher-forced)")
 
     def leave_figure(self):
         """Length x output token per head, its mean mass on ref+delta, where it leaves marked
-        (`viz.leave_figure`)."""
-        from ..viz.anatomy import leave_figure
+        (`viz.anatomy_leave_figure`)."""
+        from ..viz.anatomy import anatomy_leave_figure
 
-        return leave_figure(self.by_token, self.leaves, self.delta, self.threshold)
+        return anatomy_leave_figure(self.by_token, self.leaves, self.delta, self.threshold)
 
     def text(self) -> str:
         """The tables and sentences as plain text."""

@@ -6,8 +6,8 @@
 - `reference_view`: a circuitsvis view of the sample's attention whose references are highlighted: beside the heads'
   patterns, the reference map itself (and shifted by the heads' offset) as patterns of their own, so selecting one
   shows exactly where each row should read.
-- `length_figure`, `leave_figure`: accuracy, mass and offset per length; where along each length each selected
-  head's attention leaves its references.
+- `anatomy_length_figure`, `anatomy_leave_figure`: accuracy, mass and offset per length; where along each length
+  each selected head's attention leaves its references.
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def reference_view(patterns: Mapping[str, Any], mask: Any, tokens: Sequence[str]
 
 
 # ----------------------------------------------------------------------------------------------- across lengths
-def length_figure(by_length: pd.DataFrame, delta: int = 0, title: str | None = None) -> go.Figure:
+def anatomy_length_figure(by_length: pd.DataFrame, delta: int = 0, title: str | None = None) -> go.Figure:
     """Per length: exact and per-token accuracy, the selected heads' mass on their references (`mass`) and the share
     of rows whose top position is at `ref+δ` (`on_ref`); the mean offset of their top positions on a second axis."""
     fig = make_subplots(specs=[[{"secondary_y": True}]])
@@ -144,13 +144,13 @@ def length_figure(by_length: pd.DataFrame, delta: int = 0, title: str | None = N
     return fig
 
 
-def leave_figure(by_token: pd.DataFrame, leaves: pd.DataFrame, delta: int = 0, threshold: float = 0.5,
+def anatomy_leave_figure(by_token: pd.DataFrame, leaves: pd.DataFrame, delta: int = 0, threshold: float = 0.5,
                  title: str | None = None) -> go.Figure:
     """One panel per selected head: length x output token, the head's mean mass on `ref+δ`; a marker at the first
     token of each length whose mean mass is below `threshold` (where the attention leaves the references)."""
     names = list(dict.fromkeys(by_token.name))
     if not names:
-        raise ValueError("leave_figure: no heads")
+        raise ValueError("anatomy_leave_figure: no heads")
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=names, shared_yaxes=True, horizontal_spacing=0.04)
     for i, name in enumerate(names, start=1):
         d = by_token[by_token.name == name].pivot(index="length", columns="j", values="mass").sort_index()
