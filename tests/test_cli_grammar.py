@@ -467,7 +467,7 @@ def test_out_names_a_directory_and_o_a_file_everywhere(tmp_path):
                 assert action.type in (argtypes.output_file, argtypes.output_file_or_stdout), name
                 assert "--output" in action.option_strings, name
                 files += 1
-    assert outs >= 10 and files == 3  # data, eval, report
+    assert outs >= 10 and files == 4  # data, eval, explain, report
     parser = commands()["eval"]  # eval's run directory: --out, as everywhere (--run-dir its old spelling)
     assert parser.parse_args(["m", "--run-dir", "d"]).run_dir == parser.parse_args(["m", "--out", "d"]).run_dir == "d"
     parser = commands()["report"]

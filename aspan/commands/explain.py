@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", type=output_file, metavar="FILE", help="the page (when not given: "
                    "DIR/report.html)")
     add_config(p, "ExplainRun")
-    from_settings(p, "aspan.applications.explain:ExplainRun")
+    from_settings(p, "aspan.applications.explain_config:ExplainRun")
 
 
 FIELDS = ("checkpoint", "task", "any_task", "split", "seed", "failing", "heads", "delta", "top", "convention",
@@ -61,7 +61,8 @@ FIELDS = ("checkpoint", "task", "any_task", "split", "seed", "failing", "heads",
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan explain` with the parsed arguments; the exit code."""
-    from aspan.applications.explain import ExplainRun, run_explain
+    from aspan.applications.explain import run_explain
+    from aspan.applications.explain_config import ExplainRun
 
     if args.checkpoint is None and args.config is None:
         raise UsageError("MODEL is required (or a --config file that names its checkpoint)")
