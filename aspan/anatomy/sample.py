@@ -251,14 +251,13 @@ def _stage(r: Read, batch, rows: list[int], tokenizer: Tokenizer, labels: list[s
 def _head_table(r: Read, offset: int, rows: list[int], js: list[int], labels: list[str]) -> pd.DataFrame:
     """One row per output token and head, in (token, layer, head) order."""
     heads = list(r.rows)
-    pick = lambda name: torch.stack([r.rows[h][name][0, rows] for h in heads], 1).cpu()  # noqa: E731  [rows, heads]
+    at = torch.tensor(rows)
+    pick = lambda name: torch.stack([r.rows[h][name][0] for h in heads]).cpu()[:, at].T.flatten().numpy()  # noqa: E731
     top = pick("top")
-    names = np.array(labels, dtype=object)
-    n = len(heads)
+    n, m = len(heads), len(rows)
     return pd.DataFrame({
-        "j": np.repeat(js, n), "name": [head_name(h) for h in heads] * len(rows),
-        "layer": [h[0] for h in heads] * len(rows), "head": [h[1] for h in heads] * len(rows),
-        "mass": pick("mass").flatten().numpy(), "top": (top - offset).flatten().numpy(),
-        "top_token": names[top.flatten().numpy()], "offset": pick("offset").flatten().numpy(),
-    }, index=pd.RangeIndex(len(rows) * n))
+        "j": np.repeat(js, n), "name": [head_name(h) for h in heads] * m, "layer": [h[0] for h in heads] * m,
+        "head": [h[1] for h in heads] * m, "mass": pick("mass"), "top": top - offset,
+        "top_token": np.array(labels, dtype=object)[top], "offset": pick("offset"),
+    }, index=pd.RangeIndex(m * n))
 
