@@ -259,7 +259,7 @@ def _anatomy_section(path: Path, divs: dict[str, str], views: list[Path]) -> tup
     data = _read_json(path)
     if not isinstance(data, dict) or not isinstance(data.get("table"), list):
         raise ValueError(f"{path}: not an anatomy (a JSON object with a table, as aspan.anatomy writes it)")
-    body = ['<h2 id="anatomy">Anatomy of a failure</h2>']
+    body = ['<h2 id="anatomy-of-a-failure">Anatomy of a failure</h2>']
     if data.get("context"):
         body.append(f"<p>{escape(data['context'])}</p>")
     body.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in data.get("header") or []) + "</ul>")

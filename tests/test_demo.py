@@ -152,7 +152,7 @@ def test_quick_demo_report_holds_every_figure(quick_run):
         assert [r["correct"] for r in anatomy["table"]] == list(mine.correct)
         assert anatomy["first_error"] == int(mine[~mine.correct].target_index.min())
         assert (anatomy["edit"] is not None) == edited and ("correct_after" in anatomy["table"][0]) == edited
-        assert '<h2 id="anatomy">Anatomy of a failure</h2>' in page
+        assert '<h2 id="anatomy-of-a-failure">Anatomy of a failure</h2>' in page
 
 
 def test_quick_demo_tells_the_causal_story(quick_run):

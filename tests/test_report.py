@@ -310,7 +310,7 @@ def test_the_anatomy_of_a_failure_has_its_own_section(tmp_path):
     viz.save_figure(viz.accuracy_vs_length({"b": pd.DataFrame({"length": [1, 2], "partial": [0.5, 0.2]})},
                                            title="another figure"), run / "figures" / "other.json")
     page = build_report(run)
-    section = page[page.index('<h2 id="anatomy">'):page.index("<h2>Figures</h2>")]
+    section = page[page.index('<h2 id="anatomy-of-a-failure">'):page.index("<h2>Figures</h2>")]
     assert anatomy.causes[0] in html.unescape(section) and "from token 3 on" in section
     assert "the edit fixes 3 of the 3 wrong tokens" in html.unescape(section)
     assert "After patch &lt;b&gt;back&lt;/b&gt;" in section and "&lt;script&gt;" in section

@@ -154,7 +154,8 @@ def read(model, batch: Batch, user: list, heads: Sequence[Head] | None, delta: i
          capture: tuple[Convention, Sequence[Head]] = ("raw", ())) -> Read:
     """One forward of `batch` under the hooks `user` (an edit; they run first): logits, the row readout of `heads`
     (None: every head) on the references shifted by `delta`, and the patterns of the heads in `capture`
-    (= (convention of the mass, heads whose pattern is kept))."""
+    (= (convention of the mass, heads whose pattern is kept)). No gradients; the model runs in eval mode and its
+    `training` flag is given back as it was."""
     convention, kept = capture
     store: dict = {}
     patterns: dict = {}
@@ -163,7 +164,12 @@ def read(model, batch: Batch, user: list, heads: Sequence[Head] | None, delta: i
     fwd = [*user, *hooks.readout_hooks(every, store, batch.ref_mask, delta=delta, columns=columns, model=model)]
     if kept:
         fwd += hooks.capture_hooks(list(kept), patterns, model=model)
-    with model.hooks(fwd_hooks=hooks.check_hook_points(model, fwd)):
-        logits = model(batch.tokens, attention_mask=batch.attention_mask)
+    was = model.training
+    model.eval()  # no dropout; the flag is given back as it was
+    try:
+        with model.hooks(fwd_hooks=hooks.check_hook_points(model, fwd)):
+            logits = model(batch.tokens, attention_mask=batch.attention_mask)
+    finally:
+        model.train(was)
     return Read(logits, {k: store[k] for k in sorted(store)}, {k: patterns[k] for k in sorted(patterns)})
 

@@ -194,6 +194,7 @@ def explain(
     tokens.insert(2, "refs", [tuple(sample.references[j]) if j < len(sample.target) else () for j in tokens.index])
     tokens.insert(3, "eos", tokens.index >= len(sample.target))
     head_rows["selected"] = [(l, h) in set(selected) for l, h in zip(head_rows.layer, head_rows["head"])]
+    head_rows = head_rows[HEAD_COLUMNS]
     label, view = None, {"patterns": {h: p[0].cpu() for h, p in before.patterns.items()},
                          "mask": batch.ref_mask[0].cpu(), "labels": labels}
     if fwd_hooks is not None:

@@ -191,3 +191,23 @@ def test_the_shipped_model_without_heads_follows_the_rankings_lookup_heads(shipp
     text = a.text()
     assert "likely cause:" in text and "L1H7 mass" in text
     assert "<li>" in a._repr_html_() and a.to_dict()["first_error"] == 6
+
+
+def test_explain_leaves_the_model_as_it_was(tiny_model, tok):
+    """No hook left behind (also when an edit raises), the training flag and the weights as they were."""
+    s = tasks.get("reversal", length=(3, 5)).generate(1, seed=0)[0]
+    before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    tiny_model.train()
+    try:
+        explain(tiny_model, tok, s, heads=[(1, 0)], fwd_hooks=lambda b: hooks.reinforce([(1, 0)], b.ref_mask, 2.0))
+
+        def broken(pattern, hook):
+            raise RuntimeError("an edit that fails")
+
+        with pytest.raises(RuntimeError, match="an edit that fails"):
+            explain(tiny_model, tok, s, heads=[(1, 0)], fwd_hooks=[("blocks.0.attn.hook_pattern", broken)])
+        assert tiny_model.training
+    finally:
+        tiny_model.eval()
+    assert all(not hp.fwd_hooks for hp in tiny_model.hook_dict.values())
+    assert all(torch.equal(v, before[k]) for k, v in tiny_model.state_dict().items())

@@ -33,7 +33,7 @@ def test_the_table_the_causes_and_the_page(tmp_path, capsys):
     assert len(anatomy["table"]) == len(anatomy["sample"]["text"]) - anatomy["sample"]["prompt_len"] + 1
     assert {"L1H7 mass", "L1H7 mass_after", "margin", "margin_after"} <= set(anatomy["table"][0])
     page = (out / "report.html").read_text()
-    assert '<h2 id="anatomy">Anatomy of a failure</h2>' in page and 'id="figure-anatomy"' in page
+    assert '<h2 id="anatomy-of-a-failure">Anatomy of a failure</h2>' in page and 'id="figure-anatomy"' in page
     assert 'id="view-anatomy"' in page and "unpkg.com" not in page and 'src="http' not in page
     assert page.count("var CircuitsVis=") == 1 and "More figures" not in page and "Attention views" not in page
 
