@@ -109,8 +109,9 @@ class Anatomy:
         from ..viz.anatomy import reference_view
 
         d = self.view_data
-        patterns = {head_name(h): p for h, p in d["patterns"].items()}
-        patterns.update({f"{head_name(h)} after": p for h, p in d.get("patterns_after", {}).items()})
+        patterns = {head_name(h): d["patterns"][h] for h in self.selected}
+        patterns.update({f"{head_name(h)} after": d["patterns_after"][h] for h in self.selected
+                         if h in d.get("patterns_after", {})})
         return reference_view(patterns, d["mask"], d["labels"], self.delta)
 
     def header(self) -> list[str]:

@@ -100,8 +100,7 @@ def anatomy_figure(tokens: pd.DataFrame, heads: pd.DataFrame, delta: int = 0, ti
     fig.update_xaxes(type="category", tickangle=-45)
     fig.update_layout(title=title or f"Attention on the references ({ref_label(delta)}) per output token and head",
                       coloraxis=dict(colorscale="Blues", cmin=0, cmax=1, colorbar_title="mass"),
-                      height=max(380, 18 * len(tokens) + 220), width=max(760, 340 * len(stages) + 26 * len(names)
-                                                                          * len(stages)))
+                      height=max(380, 18 * len(tokens) + 220))  # the width follows the page
     return fig
 
 
