@@ -148,7 +148,7 @@ def stops_early(rows: Rows) -> list[str]:
 
 
 def _mode(values: Sequence[float]) -> float:
-    """The most common value (the smallest |value|, then the positive one, on a tie)."""
+    """The most common value (the one nearest 0, then the positive one, on a tie)."""
     counts = Counter(values)
     return min(counts, key=lambda v: (-counts[v], abs(v), -v))
 

@@ -2,7 +2,7 @@
 
 Without `heads`, the heads are the ranking's (Spiegel et al. 2025, Appendix F, with the offset scan): every head is
 scored on ID samples of the task on references shifted by each offset in `deltas`; the offset whose `top` best
-heads put the most attention there wins (the smallest |offset| on a tie), and those heads are selected at it. Trained
+heads put the most attention there wins (the one nearest 0 on a tie), and those heads are selected at it. Trained
 models often read a neighbour of each reference (`ref+1`, `ref+2`) that an earlier layer filled with its token.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ def id_task(name: str, params: Mapping[str, Any]) -> Task:
 
 def from_ranking(ranking: pd.DataFrame, top: int, delta: int | None) -> tuple[list[Head], int]:
     """(heads, offset) a ranking (`rank_heads`' table) selects: the `top` heads at `delta`, or with None at the offset
-    whose top heads have the most mean attention per row there (smallest |offset|, then the smaller, on a tie)."""
+    whose top heads have the most mean attention per row there (the one nearest 0, then the smaller, on a tie)."""
     scanned = sorted(int(c.removeprefix("score_row_d")) for c in ranking.columns if c.startswith("score_row_d"))
     if delta is None:
         means = {d: float(ranking[f"score_row_d{d}"].nlargest(top).mean()) for d in scanned}

@@ -8,8 +8,8 @@ where their top positions lie; at which length and token each head's attention l
     lengths.figure(); lengths.leave_figure()
 
 Every length gets `n` samples of its own (the task's length parameter set to it, as `aspan.buckets` does); they go
-through the model `batch_size` at a time with the heads read inside the forward, and only running sums are kept,
-so memory does not grow with the number of samples. Teacher-forced, as `explain`.
+through the model `batch_size` at a time with the heads read inside the forward, and only running sums (and three
+numbers per sample) are kept. Teacher-forced, as `explain`.
 """
 from __future__ import annotations
 
@@ -120,7 +120,8 @@ class LengthAnatomy:
 
 
 class _Sums:
-    """Running sums per (length, head) and (length, token): nothing per sample is kept."""
+    """Running sums per (length, head, token) and (length, token), and three numbers per sample (exact, partial,
+    first error): no pattern, logit or per-token row is kept."""
 
     def __init__(self) -> None:
         self.heads: dict[tuple[int, str], np.ndarray] = {}  # [4, j]: rows, mass, offset, on_ref
