@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.applications.explain_config import ExplainRun
 from aspan.config import load_config, to_toml
 from aspan.errors import UsageError
 from aspan.options import CONVENTIONS, MODEL_DTYPES
@@ -62,7 +63,6 @@ FIELDS = ("checkpoint", "task", "any_task", "split", "seed", "failing", "heads",
 def run(args: argparse.Namespace) -> int:
     """Run `aspan explain` with the parsed arguments; the exit code."""
     from aspan.applications.explain import run_explain
-    from aspan.applications.explain_config import ExplainRun
 
     if args.checkpoint is None and args.config is None:
         raise UsageError("MODEL is required (or a --config file that names its checkpoint)")
