@@ -211,3 +211,18 @@ def test_explain_leaves_the_model_as_it_was(tiny_model, tok):
         tiny_model.eval()
     assert all(not hp.fwd_hooks for hp in tiny_model.hook_dict.values())
     assert all(torch.equal(v, before[k]) for k, v in tiny_model.state_dict().items())
+
+
+@pytest.mark.hooked  # compares the two backends: TransformerLens 3 only
+def test_a_transformer_bridge_reads_the_same(shipped):
+    """The shipped model as a TransformerBridge: the same answers, tops, causes; masses within float rounding."""
+    from aspan import models
+
+    model, tok = shipped
+    bridge, btok, _ = models.load("reversal", device="cpu", backend="bridge")
+    s = tasks.preset("reversal", "ood", length=(11, 20)).generate(3, seed=0)[2]
+    a = explain(model, tok, s, heads=[(1, 7), (1, 0)], delta=2)
+    b = explain(bridge, btok, s, heads=[(1, 7), (1, 0)], delta=2)
+    assert a.tokens.predicted.equals(b.tokens.predicted) and a.heads.top.equals(b.heads.top)
+    assert a.heads.mass.to_numpy() == pytest.approx(b.heads.mass.to_numpy(), abs=1e-4, nan_ok=True)
+    assert a.causes == b.causes
