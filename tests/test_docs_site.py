@@ -119,6 +119,25 @@ def test_tutorial_draws_its_plotly_figures_and_circuitsvis_view(page, site):
     assert inked and max(inked) > 100, f"the circuitsvis view paints nothing: {inked}"
 
 
+def test_the_anatomy_tutorial_draws_its_figures_and_views(page, site):
+    """The anatomy of a failure as the notebook shows it (its outputs as JupyterLab and the site render them): the
+    plotly figures draw, and each of its two circuitsvis views (before the edit, and before and after it) paints."""
+    page.goto(site + "tutorials/06_anatomy_of_a_failure.html", wait_until="load")
+    path = SITE / "tutorials" / "06_anatomy_of_a_failure.html"
+    expected = path.read_text(encoding="utf-8").count('class="plotly-graph-div"')
+    assert expected >= 4, "the tutorial page holds fewer plotly figures than it draws"
+    page.wait_for_function(
+        f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {2 * expected}"
+        " && document.querySelectorAll('[id^=circuits-vis]').length >= 2", timeout=60_000)
+    page.wait_for_timeout(1000)  # let Chart.js finish painting the canvases
+    views = page.evaluate("""() => Array.from(document.querySelectorAll('[id^=circuits-vis]')).map(v => ({
+        text: v.innerText, inked: Array.from(v.querySelectorAll('canvas')).map(c => {
+            const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n++; return n; })}))""")
+    assert len(views) == 2 and all(v["inked"] and min(v["inked"]) > 0 for v in views), views
+    assert "references ref+2" in views[0]["text"] and "L1H7 after" in views[1]["text"]
+
+
 def test_search_finds_reinforce(page, site):
     page.goto(site + "search.html?q=reinforce", wait_until="load")
     page.wait_for_function("document.querySelectorAll('#search-results li').length > 0", timeout=60_000)
