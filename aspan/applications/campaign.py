@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,7 +48,14 @@ class Entry:
     command: tuple[str, ...]  # the `aspan` command line, without --out and --device (the slice adds them)
     claim: str = ""  # the question it answers, in a sentence
     requires: tuple[str, ...] = ()  # importable packages it needs; without one the slice skips it and says why
-    estimate: str = ""  # how many slices it needs, and how that was estimated
+    estimate: str = ""  # how its GPU minutes were estimated (the measurements it scales from)
+    estimate_min: float = 0.0  # GPU minutes the whole run takes by that estimate (what slices already spent included)
+    probe: dict = field(default_factory=dict)  # the shape of its trainings for the concurrency probe (`ProbeShape`)
+    units_at_once: int = 0  # 0: the probe chooses how many of its units run at once; N: N (1: one process)
+    # True: its state cannot travel between slices (a base too large to carry), so a slice starts it only with
+    # `estimate_min` minutes left and ships nothing of it back until it is done
+    atomic: bool = False
+    prune: tuple[str, ...] = ()  # globs under its directory deleted once it is done (what no later run reads)
 
 
 @dataclass(frozen=True)
@@ -60,10 +67,13 @@ class CampaignPlan:
     reserve_s: float = 45.0  # seconds kept back at the end for the outputs and the archive
     checkpoint_s: float = 120.0  # the oldest a running training's checkpoint may get
     checks: tuple[str, ...] = ("hooks", "generation", "training", "distributed")  # device checks run first
+    concurrency: tuple[int, ...] = (1, 2, 4)  # how many units at once the probe tries, in order (`slice_units`)
+    probe_s: float = 3.0  # seconds each phase of the probe trains
+    loan_s: float = 660.0  # slice seconds one GPU loan gives (for the loans left that `status` prints)
 
     def entries(self) -> list[Entry]:
         """The plan's runs as `Entry` objects, in plan order."""
-        return [Entry(**{k: tuple(v) if k in ("command", "requires") else v for k, v in r.items()})
+        return [Entry(**{k: tuple(v) if k in ("command", "requires", "prune") else v for k, v in r.items()})
                 for r in self.runs]
 
     def check(self) -> None:
@@ -75,8 +85,11 @@ class CampaignPlan:
             check_run(run, f"runs[{i}]", names)
         if not self.runs:
             raise ValueError("runs: a campaign needs at least one run")
-        for key in ("budget_s", "reserve_s", "checkpoint_s"):
+        for key in ("budget_s", "reserve_s", "checkpoint_s", "probe_s", "loan_s"):
             check_seconds(getattr(self, key), key)
+        if not self.concurrency or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+                                       for k in self.concurrency):
+            raise ValueError(f"concurrency must be a list of ints >= 1, got {self.concurrency!r}")
         if not 0 <= self.reserve_s < self.budget_s or self.checkpoint_s <= 0:
             raise ValueError("budget_s must exceed reserve_s >= 0, and checkpoint_s must be > 0")
         bad = [c for c in self.checks if c not in CHECKS]
@@ -127,6 +140,32 @@ def check_run(run: Any, where: str, names: set[str]) -> None:
     for key in ("claim", "estimate"):
         if not isinstance(run.get(key, ""), str):
             raise ValueError(f"{where}.{key} must be text, got {run[key]!r}")
+    check_run_extras(run, where)
+
+
+def check_run_extras(run: dict, where: str) -> None:
+    """ValueError naming `where` and the key when a run's estimate, probe, concurrency, atomic or prune is wrong."""
+    from .slice_units import ProbeShape
+
+    minutes = run.get("estimate_min", 0.0)
+    check_seconds(minutes, f"{where}.estimate_min")
+    if minutes < 0:
+        raise ValueError(f"{where}.estimate_min must be >= 0, got {minutes!r}")
+    if not isinstance(run.get("probe", {}), dict):
+        raise ValueError(f"{where}.probe must be a table, got {run['probe']!r}")
+    try:
+        ProbeShape.of(run.get("probe"))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}.{e}") from None
+    k = run.get("units_at_once", 0)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"{where}.units_at_once must be an int >= 0, got {k!r}")
+    if not isinstance(run.get("atomic", False), bool):
+        raise ValueError(f"{where}.atomic must be true or false, got {run['atomic']!r}")
+    prune = run.get("prune", ())
+    if not isinstance(prune, (list, tuple)) or not all(isinstance(g, str) and g and not g.startswith("/")
+                                                        and ".." not in g.split("/") for g in prune):
+        raise ValueError(f"{where}.prune must be a list of relative globs inside the run's directory, got {prune!r}")
 
 
 def module_name(text: str) -> bool:
@@ -219,31 +258,96 @@ class Slice:
     device: str = "cuda"
     clock: Callable[[], float] = time.monotonic  # tests pass a step counter here
     record: dict[str, Any] = field(default_factory=dict)
+    # the command that runs one `aspan` command line under a deadline in a process of its own
+    # (`aspan.commands.gpu_worker`); (): every run in this process, its units one after another
+    worker: tuple[str, ...] = ()
+    list_units: Callable[[list[str]], list | None] = lambda argv: None  # a command line's study units, or None
+    units_at_once: int = 0  # 0: each run's `units_at_once` (0 there: the probe chooses); N: N for every run
+    probes: dict[str, dict] = field(default_factory=dict)  # this slice's probes, by shape
 
 
 def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> dict[str, Any]:
     """Run one entry's command under the budget until `deadline`: "done", "paused" (the budget ran out; its
     trainings checkpointed), "stopped" (a stop signal came; its trainings checkpointed), "skipped" (a required package
-    is missing) or "failed" (its exit code)."""
-    from ..training import BudgetSpent, TimeBudget, time_budget
-
+    is missing, or an atomic run's estimate does not fit the time left) or "failed" (its exit code). A study whose
+    units may run at once (`slice_units`) runs them first, K at a time, then once in this process to merge them."""
     missing = [p for p in entry.requires if not installed(p)]
     if missing:
         return {"name": entry.name, "status": "skipped", "why": f"needs {', '.join(missing)}, not installed here"}
+    left_min = (deadline - s.clock()) / 60
+    if entry.atomic and entry.estimate_min > left_min:
+        return {"name": entry.name, "status": "skipped",
+                "why": f"atomic: needs {entry.estimate_min:g} min by its estimate, {left_min:.1f} left in this slice"}
     argv = [*entry.command, "--out", str(s.campaign / entry.name), "--device", s.device]
     t0 = time.perf_counter()
+    concurrent = run_concurrent(entry, s, plan, deadline, argv)
+    if concurrent.get("status", "done") != "done":
+        return {"name": entry.name, **concurrent, "seconds": time.perf_counter() - t0}
+    result = run_in_process(entry, s, plan, deadline, argv)
+    return {**result, **{k: v for k, v in concurrent.items() if k != "status"},
+            "seconds": time.perf_counter() - t0}
+
+
+def run_in_process(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, argv: list[str]) -> dict[str, Any]:
+    """The entry's command in this process under the budget; a finished run is marked done and pruned."""
+    from ..training import BudgetSpent, TimeBudget, time_budget
+
     try:
         with time_budget(TimeBudget(deadline, plan.checkpoint_s, s.clock)):
             code = s.run_command(argv)
     except BudgetSpent as e:
-        return {"name": entry.name, "status": "paused", "why": str(e), "seconds": time.perf_counter() - t0}
-    seconds = time.perf_counter() - t0
+        return {"name": entry.name, "status": "paused", "why": str(e)}
     if stopping.received() is not None:  # the command stopped at its safe point (and said so)
-        return {"name": entry.name, "status": "stopped", "signal": _signal_name(), "exit": code, "seconds": seconds}
+        return {"name": entry.name, "status": "stopped", "signal": _signal_name(), "exit": code}
     if code != 0:
-        return {"name": entry.name, "status": "failed", "exit": code, "seconds": seconds}
-    write_text(s.campaign / entry.name / DONE, json.dumps({"command": argv, "finished": time.time()}))
-    return {"name": entry.name, "status": "done", "seconds": seconds}
+        return {"name": entry.name, "status": "failed", "exit": code}
+    run = s.campaign / entry.name
+    write_text(run / DONE, json.dumps({"command": argv, "finished": time.time()}))
+    return {"name": entry.name, "status": "done", "pruned": prune_done(run, entry.prune)}
+
+
+def run_concurrent(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, argv: list[str]) -> dict[str, Any]:
+    """A study's units K at a time in processes of their own (`slice_units.run_units`), K from `units_at_once` or
+    the probe; {} when the run is not a study, has one unit, runs at K = 1, or the slice has no worker command."""
+    from .slice_units import ProbeShape, UnitJob, probe, run_units
+
+    units = s.list_units(argv) if s.worker else None
+    if not units or len(units) < 2:
+        return {}
+    k, record = s.units_at_once or entry.units_at_once, {}
+    if not k:
+        shape = ProbeShape.of(entry.probe)
+        key = json.dumps(asdict(shape), sort_keys=True)
+        if key not in s.probes:
+            s.probes[key] = probe(s.device, shape, plan.concurrency, plan.probe_s)
+            logger.info("aspan gpu slice: %s: probe %s", entry.name, s.probes[key])
+        k, record = s.probes[key]["k"], {"probe": s.probes[key]}
+    if k < 2:
+        return {"units_at_once": 1, **record}
+    job = UnitJob(entry.name, tuple(argv), s.campaign / entry.name, tuple(s.worker),
+                  time.time() + (deadline - s.clock()), plan.checkpoint_s)
+    got = run_units(job, units, k)
+    return {"units_at_once": k, **record, **got}
+
+
+def prune_done(run: Path, globs: tuple[str, ...]) -> list[str]:
+    """Delete what a finished run no longer needs: the files and directories matching `globs` under `run`, and its
+    record of finished units. Returns what was deleted (relative names)."""
+    import shutil
+
+    from .slice_units import UNITS_DONE
+
+    gone = []
+    for pattern in (*globs, UNITS_DONE):
+        for p in sorted(run.glob(pattern)):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+            else:
+                continue
+            gone.append(p.relative_to(run).as_posix())
+    return gone
 
 
 def _signal_name() -> str | None:
@@ -292,7 +396,10 @@ def _run_locked(plan: CampaignPlan, s: Slice) -> dict[str, Any]:
         s.record["stopped"] = _signal_name()
     s.record["status"] = status(plan, s.campaign)
     s.record["wall_s"] = round(time.perf_counter() - t0, 2)
-    s.record["parts"] = pack(s.campaign, before, s.out)
+    unfinished = tuple(e.name for e in plan.entries() if e.atomic and entry_state(s.campaign, e)["state"] != "done")
+    if unfinished:
+        s.record["not_shipped"] = list(unfinished)  # atomic runs not done: nothing of them travels
+    s.record["parts"] = pack(s.campaign, before, s.out, unfinished)
     write_text(s.out / "run.json", json.dumps(s.record, indent=1, default=str))
     if stop is not None:
         raise stop

@@ -47,6 +47,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--budget", type=positive_float, metavar="SECONDS",
                    help="wall seconds of the slice (default: the plan's)")
     s.add_argument("--no-checks", action="store_true", help="skip the device checks")
+    s.add_argument("--units-at-once", type=int, default=0, metavar="K",
+                   help="run K units of a study at once, each in its own process (default: each run's "
+                        "units_at_once, else a short probe chooses K); 1: every run in this process")
     m.add_argument("slice", metavar="SLICE_DIR", help="a slice's --out directory")
     m.add_argument("--slices", default=None, metavar="DIR",
                    help="also copy its run.json here as slice-<started>.json (default: the campaign's parent/slices)")
@@ -75,10 +78,30 @@ def run(args: argparse.Namespace) -> int:
     c.check_out(Path(args.campaign), Path(args.out))
     check_commands(plan, args)
 
-    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device))
+    if args.units_at_once < 0:
+        raise UsageError(f"--units-at-once must be >= 0, got {args.units_at_once}")
+    worker = (sys.executable, "-m", "aspan.commands.gpu_worker")
+    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device, worker=worker,
+                                       list_units=study_units, units_at_once=args.units_at_once))
     print(json.dumps({k: record[k] for k in ("runs", "wall_s", "parts")}, default=str))
     print(c.format_status(record["status"]))
     return 0
+
+
+def study_units(argv: list[str]) -> list | None:
+    """The units of the study an `aspan study ...` command line runs (`Study.units` of its settings, as
+    `--list-units` prints them), or None for another command."""
+    parser = build_parser(argv)
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:
+            return None
+    if args.command != "study" or getattr(args, "launcher", None) == "slurm":
+        return None
+    from ..applications.studies import study
+
+    return study(args._study_module.registered(args)).units(args._study_config(args))
 
 
 def check_commands(plan: c.CampaignPlan, args: argparse.Namespace) -> None:
