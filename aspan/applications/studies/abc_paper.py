@@ -182,6 +182,8 @@ class _Ctx:
         layer = calibration_layer(self.cfg)
         if condition == "abc" and layer != self.cfg.n_layers - 1:  # only ABC reads it; the last layer keeps old keys
             settings["calib_layer"] = layer
+        if condition == "abc" and name in self.cfg.bf16_bases:  # ABC calibrates on the base as saved
+            settings["base_dtype"] = "bfloat16"
         return settings, settings_key(settings)
 
     def write(self, row: dict) -> dict:
@@ -218,7 +220,11 @@ def calibration_file(out: Path, name: str, seed: int) -> Path:
 
 def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
     """A vanilla or ABS row: a model trained until it fits (or the cap), then tested; the vanilla model is saved for
-    ABC."""
+    ABC (in bfloat16 for the tasks of `bf16_bases`)."""
+    import copy
+
+    import torch
+
     from ... import models
 
     cfg, data = ctx.cfg, ctx.data[name]
@@ -231,8 +237,9 @@ def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
         seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias,
         (ctx.file("checks.jsonl"), {"task": name, "condition": condition, "seed": seed})))
     if condition == "vanilla":
-        models.save(model, model_dir(ctx.out, name, "vanilla", seed), data.tokenizer, task=name, seed=seed,
-                    steps=fit["steps"])
+        saved = model if name not in cfg.bf16_bases else copy.deepcopy(model).to(torch.bfloat16)
+        models.save(saved, model_dir(ctx.out, name, "vanilla", seed), data.tokenizer, task=name, seed=seed,
+                    steps=fit["steps"])  # loaded back in float32: the bfloat16 values, exactly
     status = "fitted" if fit["fitted"] else "did not fit"
     row = {**settings, "key": key, "status": status, **fit, "positional": models.positional_of(model),
            **test_results(model, data, bias, cfg.eval_batch_size), "wall_s": time.perf_counter() - t0}
@@ -308,7 +315,7 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True,
     names = list(dict.fromkeys(t for t, _ in runs))
     data = {name: paper_data(name, cfg) for name in names}  # every set drawn and checked before any training
     shared = {k: v for k, v in asdict(cfg).items()
-              if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer", "keep_models")}
+              if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer", "keep_models", "bf16_bases")}
     index = unit_index(units(cfg), unit)
     writer = RowWriter(unit_file(out, "runs.jsonl", index), ("key",), "abc study")
     rows = {r["key"]: r for r in study_rows(out, "runs.jsonl", ("key",), "abc study")}
@@ -349,11 +356,12 @@ def _run_one(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
 
 def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) -> list[dict]:
     """Per target row of the `digits`-digit test set: how often the saved model (under its ABC bias) gets the row
-    right, and how often it writes 0 where the answer is not 0 (the padding every training answer has there)."""
+    right, and how often it writes 0 where the answer is not 0 (the padding every training answer has there).
+    Counted on the model's device from the predictions (`row_counts`), not from `evaluate`'s per-token table, which
+    cost ten times the forward passes on the 10,000-number test sets (benchmarks/bench_campaign_eval.py)."""
     import torch
 
     from ... import models
-    from ...evaluation import evaluate
 
     data = ctx.data[name]
     model = models.load(model_dir(ctx.out, name, condition, seed), device=ctx.cfg.device).model
@@ -361,16 +369,39 @@ def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) 
     if condition == "abc":
         cal = torch.load(calibration_file(ctx.out, name, seed), weights_only=True)
         bias = hooks_for_bias(cal["bias"], model)
-    rec = evaluate(model, data.tokenizer, data.test[digits], fwd_hooks=bias, batch_size=ctx.cfg.eval_batch_size,
-                   attn=False).records
-    rec = rec[rec.scored]
-    out = []
-    for row, g in rec.groupby("target_index"):
-        wrong_zero = (g.pred_char == "0") & (g.target_char != "0")
-        out.append({"task": name, "condition": condition, "seed": seed, "digits": digits, "row": int(row),
-                    "accuracy": float(g.correct.mean()),
-                    "zero_for_nonzero": float(wrong_zero.sum() / max(1, (g.target_char != "0").sum()))})
-    return out
+    counts = row_counts(model, data.tokenizer, data.test[digits], bias, ctx.cfg.eval_batch_size)
+    return [{"task": name, "condition": condition, "seed": seed, "digits": digits, "row": row,
+             "accuracy": correct / n, "zero_for_nonzero": zeros / max(1, nonzero)}
+            for row, (n, correct, zeros, nonzero) in sorted(counts.items())]
+
+
+def row_counts(model, tokenizer, samples: Sequence[Sample], bias_hooks, batch_size: int) -> dict[int, list[int]]:
+    """Per target index, over the rows `evaluate` scores (target rows with references; an EOS only where the task
+    scores it): [rows, rows right, rows that wrote 0 where the answer is not 0, rows whose answer is not 0]."""
+    import torch
+
+    from ...batching import make_batch, scores_eos
+    from ...evaluation import teacher_predictions
+
+    zero = tokenizer.encode("0")[0]
+    totals: dict[int, list[int]] = {}
+    for i in range(0, len(samples), batch_size):
+        part = samples[i : i + batch_size]
+        batch = make_batch(part, tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
+        pred = teacher_predictions(model, batch, bias_hooks)
+        tidx = batch.target_index
+        lengths = torch.tensor([len(s.target) for s in part], device=tidx.device)[:, None]
+        eos_kept = torch.tensor([scores_eos(s) for s in part], device=tidx.device)[:, None]
+        keep = (tidx >= 0) & batch.ref_mask.any(-1) & ((tidx < lengths) | eos_kept)
+        eos = tidx >= lengths
+        right = pred == batch.labels
+        nonzero = keep & (eos | (batch.labels != zero))
+        zeros = nonzero & (pred == zero)
+        for name, flags in enumerate((keep, keep & right, zeros, nonzero)):
+            got = torch.bincount(tidx[flags], minlength=int(tidx.max()) + 1).tolist()
+            for row, n in enumerate(got):
+                totals.setdefault(row, [0, 0, 0, 0])[name] += n
+    return {row: c for row, c in totals.items() if c[0] > 0}
 
 
 POSITIONS = "positions.jsonl"  # position_rows of every saved vanilla and ABC model, recorded as soon as it exists
