@@ -18,6 +18,7 @@ a dict field (`{"finetune.steps": 50}`, the flag `--steps`), or one field of a n
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -155,7 +156,7 @@ def check_type(value: Any, hint: Any, where: str) -> None:
 
 def fits(value: Any, hint: Any) -> bool:
     """Whether `value` is of the type `hint` (the types settings dataclasses use: scalars, Literal, unions, tuples
-    of one type or of fixed length, dicts). An int is a float too (it stays an int)."""
+    of one type or of fixed length, dicts). An int is a float too (it stays an int); nan and inf are not."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return True
@@ -169,8 +170,8 @@ def fits(value: Any, hint: Any) -> bool:
         return isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is float:  # a finite one: no setting means nan or inf (a huge integer is no float either)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
     if origin is tuple or hint is tuple:
         if not isinstance(value, tuple):
             return False
@@ -180,6 +181,13 @@ def fits(value: Any, hint: Any) -> bool:
     if _is(hint, dict):
         return isinstance(value, dict)
     return isinstance(value, origin or hint)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 def describe(hint: Any) -> str:
@@ -193,13 +201,13 @@ def describe(hint: Any) -> str:
         return f"a list of {_plural(args[0])}"
     if origin is tuple:
         return f"a list of {len(args)} ({', '.join(describe(a) for a in args)})" if args else "a list"
-    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    words = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
     return words.get(hint, "a table" if _is(hint, dict) else f"a {getattr(hint, '__name__', hint)}")
 
 
 def _plural(hint: Any) -> str:
     text = describe(hint)
-    return {"an integer": "integers", "a number": "numbers", "a string": "strings"}.get(text, text)
+    return {"an integer": "integers", "a finite number": "finite numbers", "a string": "strings"}.get(text, text)
 
 
 def _is(hint: Any, kind: type) -> bool:

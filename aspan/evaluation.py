@@ -49,6 +49,7 @@ from .batching import Batch, make_batch, scores_eos, shift_mask
 from .checks import check_offsets, check_samples
 from .generation import HookList, cached_step, greedy  # noqa: F401 (cached_step: kept importable here)
 from .io import write_jsonl
+from .models import fused
 from .models.trained import check_task, task_of, trained_task
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
@@ -232,8 +233,7 @@ def _run_batch(model, tokenizer, batch: Batch, options: EvalOptions):
     delta = options.delta
     if options.mode == "teacher":
         tokens, am = batch.tokens, batch.attention_mask
-        with model.hooks(fwd_hooks=user):
-            pred = model(tokens, attention_mask=am).argmax(-1).cpu()
+        pred = fused.logits(model, tokens, user, attention_mask=am).argmax(-1).cpu()  # fused where it applies
         width = tokens.shape[1]
     else:
         p = batch.offset + batch.samples[0].prompt_len
@@ -317,8 +317,7 @@ def teacher_predictions(model, batch: Batch, fwd_hooks: FwdHooks = ()) -> Tensor
     was_training = model.training
     model.eval()
     try:
-        with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
-            return model(batch.tokens, attention_mask=batch.attention_mask).argmax(-1)
+        return fused.logits(model, batch.tokens, hooks_for(fwd_hooks, batch), batch.attention_mask).argmax(-1)
     finally:
         model.train(was_training)
 

@@ -190,6 +190,7 @@ def _load_aspan(path: Path, config: dict[str, Any], device: str, dtype: torch.dt
         weights = load_file(str(weights_file), device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise ValueError(f"{weights_file}: corrupt or truncated safetensors file ({e})") from None
+    hfform.check_finite(weights_file, weights)
     model = build(cfg)
     expected = {k: p.shape for k, p in model.named_parameters()}
     missing = sorted(expected.keys() - weights.keys())

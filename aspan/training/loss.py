@@ -6,10 +6,9 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from hooks import check_hook_points
-
 from ..batching import IGNORE, Batch, make_batch, scores_eos
 from ..evaluation import hooks_for
+from ..models import fused
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
 
@@ -38,8 +37,8 @@ def heldout_loss(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hoo
     try:
         for i in range(0, len(samples), batch_size):
             batch = train_batch(samples[i : i + batch_size], tokenizer, model.cfg.n_ctx).to(model.cfg.device)
-            with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
-                logits = model(batch.tokens)  # as in training: padding sits after every scored row
+            # as in training (the fused forward where it applies): padding sits after every scored row
+            logits = fused.logits(model, batch.tokens, hooks_for(fwd_hooks, batch))
             total += float(target_loss(logits, batch.labels))
             count += int((batch.labels != IGNORE).sum())
     finally:

@@ -16,6 +16,7 @@ from .. import models
 from ..checks import check_device
 from ..curves import CURVES_FILE, auto_every, stop_point
 from ..io import append_line
+from ..models.fused import TrainingForward
 from ..models.tiny import check_context
 from ..models.trained import TrainedTask, record_task
 from ..param_groups import Freezer, TrainOnly, group_masks, live_parameters
@@ -44,7 +45,7 @@ class _Run:
     freezer: Freezer | None = None
     opt: Any = None
     sched: Any = None
-    net: Any = None  # the model, or its DDP wrapper
+    forward: Any = None  # (tokens, hooks) -> logits: `fused.TrainingForward` over the model (DDP-wrapped by torchrun)
     history: list = field(default_factory=list)
     start: int = 0
     saved: int = 0  # step of the last checkpoint written (or resumed from)
@@ -53,6 +54,7 @@ class _Run:
     trained_s: float = 0.0  # training seconds since the last curve evaluation
     wall_offset: float = 0.0  # wall seconds of the run before this call (a resumed run's last curve row)
     began: float = field(default_factory=time.perf_counter)
+    tally: Any = None  # the steps' values not yet read from the device (`tally.Tally`), set by the loop
 
     @property
     def curves(self) -> list[dict]:
@@ -190,10 +192,10 @@ def _setup_optimizer(run: _Run) -> None:
     run.opt = _optimizer(model, config)
     run.sched = torch.optim.lr_scheduler.LambdaLR(
         run.opt, lambda s: lr_lambda(s, config.warmup, run.total, config.min_lr_ratio))
-    run.net = model
+    run.forward = TrainingForward(model)  # the fused forward where it covers the model and hooks, else the hooked one
     if run.world > 1:
         ids = [run.device.index] if run.device.type == "cuda" else None
-        run.net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        run.forward = torch.nn.parallel.DistributedDataParallel(run.forward, device_ids=ids)
 
 
 def _start(run: _Run) -> None:

@@ -112,8 +112,8 @@ class AbcStudyConfig:
                      "n_test", "n_select", "n_calib", "abs_width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.seeds or not self.lrs or any(lr <= 0 for lr in self.lrs):
-            raise ValueError("seeds and lrs must be non-empty, learning rates > 0")
+        if not self.seeds or not self.lrs or any(not 0 < lr < math.inf for lr in self.lrs):
+            raise ValueError("seeds and lrs must be non-empty, learning rates finite and > 0")
         if min(self.buckets) < 1 or min(self.select_buckets) < 1:
             raise ValueError("bucket lengths must be >= 1")
         if self.set_draw not in ("disjoint", "with_replacement"):

@@ -4,6 +4,7 @@
 calibration and test sets of exactly-L-digit held-out numbers."""
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -93,8 +94,8 @@ class PaperConfig:
                      "number_bits", "id_digits", "n_test", "n_check", "n_calib", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.seeds or not self.lr > 0 or self.warmup < 0:
-            raise ValueError("seeds must be non-empty, lr > 0 and warmup >= 0")
+        if not self.seeds or not 0 < self.lr < math.inf or self.warmup < 0:
+            raise ValueError("seeds must be non-empty, lr finite and > 0, and warmup >= 0")
         if not -self.n_layers <= self.calib_layer < self.n_layers:
             raise ValueError(f"calib_layer must name one of the {self.n_layers} layers (-1: the last), "
                              f"got {self.calib_layer}")
