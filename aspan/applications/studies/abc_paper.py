@@ -377,30 +377,31 @@ def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) 
 
 def row_counts(model, tokenizer, samples: Sequence[Sample], bias_hooks, batch_size: int) -> dict[int, list[int]]:
     """Per target index, over the rows `evaluate` scores (target rows with references; an EOS only where the task
-    scores it): [rows, rows right, rows that wrote 0 where the answer is not 0, rows whose answer is not 0]."""
+    scores it): [rows, rows right, rows that wrote 0 where the answer is not 0, rows whose answer is not 0]. Batches
+    are `lean_batch`'s tokens and labels, the rows with references read from each sample's own list."""
     import torch
 
-    from ...batching import make_batch, scores_eos
-    from ...evaluation import teacher_predictions
+    from ...batching import IGNORE, lean_batch
+    from ...evaluation import lean_predictions
 
-    zero = tokenizer.encode("0")[0]
+    zero, offset = tokenizer.encode("0")[0], tokenizer.offset
     totals: dict[int, list[int]] = {}
     for i in range(0, len(samples), batch_size):
         part = samples[i : i + batch_size]
-        batch = make_batch(part, tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
-        pred = teacher_predictions(model, batch, bias_hooks)
-        tidx = batch.target_index
-        lengths = torch.tensor([len(s.target) for s in part], device=tidx.device)[:, None]
-        eos_kept = torch.tensor([scores_eos(s) for s in part], device=tidx.device)[:, None]
-        keep = (tidx >= 0) & batch.ref_mask.any(-1) & ((tidx < lengths) | eos_kept)
-        eos = tidx >= lengths
-        right = pred == batch.labels
-        nonzero = keep & (eos | (batch.labels != zero))
-        zeros = nonzero & (pred == zero)
-        for name, flags in enumerate((keep, keep & right, zeros, nonzero)):
-            got = torch.bincount(tidx[flags], minlength=int(tidx.max()) + 1).tolist()
-            for row, n in enumerate(got):
-                totals.setdefault(row, [0, 0, 0, 0])[name] += n
+        tokens, labels, mask = lean_batch(part, tokenizer, model.cfg.n_ctx)
+        width = tokens.shape[1]
+        refs = [set(s.ref_pairs(offset)[0]) for s in part]
+        has_refs = torch.tensor([[r in rows for r in range(width)] for rows in refs])
+        first = torch.tensor([offset + s.prompt_len - 1 for s in part])[:, None]
+        tidx = torch.arange(width)[None, :] - first
+        pred = lean_predictions(model, tokens.to(model.cfg.device), mask.to(model.cfg.device), bias_hooks).cpu()
+        keep = (labels != IGNORE) & has_refs
+        eos = tidx >= torch.tensor([len(s.target) for s in part])[:, None]
+        nonzero = keep & (eos | (labels != zero))
+        for slot, flags in enumerate((keep, keep & (pred == labels), nonzero & (pred == zero), nonzero)):
+            for row, n in enumerate(torch.bincount(tidx[flags], minlength=width).tolist()):
+                if n:
+                    totals.setdefault(row, [0, 0, 0, 0])[slot] += n
     return {row: c for row, c in totals.items() if c[0] > 0}
 
 
