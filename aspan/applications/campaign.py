@@ -56,6 +56,7 @@ class Entry:
     # `estimate_min` minutes left and ships nothing of it back until it is done
     atomic: bool = False
     prune: tuple[str, ...] = ()  # globs under its directory deleted once it is done (what no later run reads)
+    unit_s: float = 0.0  # seconds one of its units takes by its estimate: a slice starts none with less time left
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class CampaignPlan:
     concurrency: tuple[int, ...] = (1, 2, 4)  # how many units at once the probe tries, in order (`slice_units`)
     probe_s: float = 3.0  # seconds each phase of the probe trains
     loan_s: float = 660.0  # slice seconds one GPU loan gives (for the loans left that `status` prints)
+    # the most the campaign directory may hold when a slice ends: what code and wheels leave of the carry budget
+    # (`aspan gpu carry` checks the sum); a slice over it drops paused trainings, the least advanced first
+    state_mib: float = 10.0
 
     def entries(self) -> list[Entry]:
         """The plan's runs as `Entry` objects, in plan order."""
@@ -85,7 +89,7 @@ class CampaignPlan:
             check_run(run, f"runs[{i}]", names)
         if not self.runs:
             raise ValueError("runs: a campaign needs at least one run")
-        for key in ("budget_s", "reserve_s", "checkpoint_s", "probe_s", "loan_s"):
+        for key in ("budget_s", "reserve_s", "checkpoint_s", "probe_s", "loan_s", "state_mib"):
             check_seconds(getattr(self, key), key)
         if not self.concurrency or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
                                        for k in self.concurrency):
@@ -157,6 +161,8 @@ def check_run_extras(run: dict, where: str) -> None:
         ProbeShape.of(run.get("probe"))
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}.{e}") from None
+    unit_s = run.get("unit_s", 0.0)
+    check_seconds(unit_s, f"{where}.unit_s")
     k = run.get("units_at_once", 0)
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
         raise ValueError(f"{where}.units_at_once must be an int >= 0, got {k!r}")
@@ -357,7 +363,7 @@ def run_concurrent(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, 
     if k < 2:
         return {"units_at_once": 1, **record}
     job = UnitJob(entry.name, tuple(argv), s.campaign / entry.name, tuple(s.worker),
-                  time.time() + (deadline - s.clock()), plan.checkpoint_s)
+                  time.time() + (deadline - s.clock()), plan.checkpoint_s, unit_s=entry.unit_s)
     got = run_units(job, units, k)
     return {"units_at_once": k, **record, **got}
 
@@ -431,6 +437,9 @@ def _run_locked(plan: CampaignPlan, s: Slice) -> dict[str, Any]:
     unfinished = tuple(e.name for e in plan.entries() if e.atomic and entry_state(s.campaign, e)["state"] != "done")
     if unfinished:
         s.record["not_shipped"] = list(unfinished)  # atomic runs not done: nothing of them travels
+    dropped = fit_state(s.campaign, plan.state_mib * 2**20, unfinished)
+    if dropped:
+        s.record["dropped"] = dropped  # paused trainings the state could not carry: they start again
     s.record["parts"] = pack(s.campaign, before, s.out, unfinished)
     write_text(s.out / "run.json", json.dumps(s.record, indent=1, default=str))
     if stop is not None:
@@ -450,6 +459,34 @@ def run_entries(plan: CampaignPlan, s: Slice, deadline: float) -> None:
         logger.info("aspan gpu slice: %s: %s", entry.name, result["status"])
         if result["status"] in ("paused", "stopped"):
             break
+
+
+def fit_state(campaign: Path, limit: float, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Drop paused trainings (their scratch directories) from `campaign`, the least advanced first, until its files
+    (less the runs `exclude`) take at most `limit` bytes: a state over it could not travel to the next slice. A
+    dropped training starts again from its first step (its rows, keyed by their settings, come out the same).
+    Returns what was dropped: run, training directory, its step and bytes."""
+    import shutil
+
+    def size(p: Path) -> int:
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+
+    total = sum(size(d) if d.is_dir() else d.stat().st_size for d in campaign.iterdir()
+                if d.name not in exclude) if campaign.is_dir() else 0
+    paused = sorted(((step, name) for name, step in latest_steps(campaign).items()
+                     if name.split("/", 1)[0] not in exclude), key=lambda x: (x[0], x[1]))
+    dropped = []
+    for step, name in paused:
+        if total <= limit:
+            break
+        where = campaign / name
+        freed = size(where)
+        shutil.rmtree(where)
+        total -= freed
+        dropped.append({"run": name.split("/", 1)[0], "training": name, "step": step, "bytes": freed})
+        logger.warning("aspan gpu slice: dropped the paused training %s at step %d (%.1f MiB): the state must "
+                       "stay under %.0f MiB to travel", name, step, freed / 2**20, limit / 2**20)
+    return dropped
 
 
 def started_from(campaign: Path, before: dict[str, str]) -> dict[str, Any]:

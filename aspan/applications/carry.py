@@ -89,6 +89,11 @@ def carry(root: Path, campaign: str = "results/gpu_campaign/state", plan=None) -
         problems.append(f"code, campaign state and wheels take {got.total / MIB:.1f} MiB, over the campaign's "
                         f"{CARRY_BUDGET / MIB:.0f} MiB ({TRAVEL_LIMIT / MIB:.0f} MiB travel with a command)")
     if plan is not None:
+        fixed = got.total - got.under(got.campaign)
+        if fixed + plan.state_mib * MIB > CARRY_BUDGET:
+            problems.append(f"code and wheels ({fixed / MIB:.1f} MiB) plus the state a slice may leave (state_mib "
+                            f"{plan.state_mib:g} MiB) exceed {CARRY_BUDGET / MIB:.0f} MiB: lower state_mib or carry "
+                            "less")
         problems += [p for inputs in next_inputs(root, got, plan).values() for p in inputs["problems"]]
     return got
 
@@ -169,6 +174,7 @@ def state_parts(got: Carry) -> dict[str, dict[str, int]]:
         run, _, rest = p[len(prefix):].partition("/")
         parts = rest.split("/")
         kind = ("paused checkpoints" if any(c in parts for c in CHECKPOINT_PARTS)
+                else "figures" if parts[0] in ("figures", "images")
                 else "models" if p.endswith((".safetensors", ".pt", ".gguf"))
                 else "rows" if p.endswith((".jsonl", ".csv", ".json")) else "other")
         out.setdefault(run, {}).setdefault(kind, 0)
@@ -191,6 +197,9 @@ def format_carry(got: Carry, plan=None, root: Path | None = None) -> str:
     for run, parts in sorted(state_parts(got).items()):
         detail = ", ".join(f"{k} {v / MIB:.2f}" for k, v in sorted(parts.items()))
         lines.append(f"    {run:26s} {mib(sum(parts.values()))}  ({detail})")
+    if plan is not None:
+        lines.append(f"  a slice leaves at most       {plan.state_mib:7.2f} MiB of state (state_mib: paused "
+                     "trainings over it are dropped)")
     lines += [f"  wheels ({WHEEL_DIR}, carried) {mib(sum(got.wheels.values()))}  ({len(got.wheels)} files)",
               f"  total                        {mib(got.total)}  of {CARRY_BUDGET / MIB:.0f} MiB "
               f"({100 * got.total / CARRY_BUDGET:.0f} %)"]

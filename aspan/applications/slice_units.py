@@ -182,6 +182,7 @@ class UnitJob:
     deadline_epoch: float  # time.time() at which the units pause
     checkpoint_s: float  # the oldest a running unit's checkpoint may get
     t0: float = field(default_factory=time.perf_counter)  # the units' start times are recorded from here
+    unit_s: float = 0.0  # seconds one unit takes by the run's estimate (0: not known)
 
 
 @dataclass
@@ -275,12 +276,13 @@ def _ended(job: UnitJob, r: _Running, finished: set[str]) -> dict[str, Any]:
 
 
 def _may_start(job: UnitJob, durations: list[float], clock: Callable[[], float]) -> bool:
-    """Whether a unit may start now: a stop signal has not come, and the time left is at least the shortest unit
-    this slice has finished (30 s before it has finished one), so a slice's end leaves few paused units to carry."""
+    """Whether a unit may start now: a stop signal has not come, and the time left is at least what a unit takes
+    (the shortest this slice has finished, else the run's estimate, at least 30 s), so a slice's end leaves few
+    paused units to carry."""
     if stopping.received() is not None:
         return False
     left = job.deadline_epoch - clock()
-    return left > (min(durations) if durations else 30.0)
+    return left > max(30.0, min(durations) if durations else job.unit_s)
 
 
 def _start(job: UnitJob, index: int, key: str, logs: Path) -> _Running:

@@ -313,6 +313,8 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True,
     out = Path(out)
     runs = cfg.runs()
     names = list(dict.fromkeys(t for t, _ in runs))
+    if unit is not None:  # a unit draws its own task's sets only (a unit process of a GPU slice starts sooner)
+        names = [t for t in names if any(unit == unit_key(t, c, s) for c in PAPER_CONDITIONS for s in cfg.seeds)]
     data = {name: paper_data(name, cfg) for name in names}  # every set drawn and checked before any training
     shared = {k: v for k, v in asdict(cfg).items()
               if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer", "keep_models", "bf16_bases")}
