@@ -85,6 +85,11 @@ gpu-merge:
 gpu-carry:
 	$(GPU_PY) -m aspan.cli gpu carry --campaign $(CAMPAIGN)
 
+# What a lent GPU session runs, in one command (docs/howto/gpu.md, "A GPU loan"): the wheels, the training
+# benchmark on CUDA, then one slice; everything under OUT.
+gpu-loan:
+	sh scripts/gpu_loan.sh
+
 gpu-wheels:
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels $(GPU_WHEELS)
 	$(GPU_PY) -m aspan.cli gpu carry --campaign $(CAMPAIGN)

@@ -312,11 +312,13 @@ def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> di
     missing = [p for p in entry.requires if not installed(p)]
     if missing:
         return {"name": entry.name, "status": "skipped", "why": f"needs {', '.join(missing)}, not installed here"}
-    left_min = (deadline - s.clock()) / 60
-    if entry.atomic and entry.estimate_min > left_min:
-        return {"name": entry.name, "status": "skipped",
-                "why": f"atomic: needs {entry.estimate_min:g} min by its estimate, {left_min:.1f} left in this slice"}
     argv = [*entry.command, "--out", str(s.campaign / entry.name), "--device", s.device]
+    if entry.atomic:
+        left_min, gain = (deadline - s.clock()) / 60, expected_gain(entry, s, plan, argv)
+        if entry.estimate_min / gain > left_min:
+            return {"name": entry.name, "status": "skipped",
+                    "why": f"atomic: needs {entry.estimate_min / gain:.1f} min by its estimate ({entry.estimate_min:g} "
+                           f"at one unit at a time, / {gain:.2f} measured for K units), {left_min:.1f} left"}
     t0 = time.perf_counter()
     concurrent = run_concurrent(entry, s, plan, deadline, argv)
     if concurrent.get("status", "done") != "done":
@@ -347,25 +349,45 @@ def run_in_process(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, 
 def run_concurrent(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, argv: list[str]) -> dict[str, Any]:
     """A study's units K at a time in processes of their own (`slice_units.run_units`), K from `units_at_once` or
     the probe; {} when the run is not a study, has one unit, runs at K = 1, or the slice has no worker command."""
-    from .slice_units import ProbeShape, UnitJob, probe, run_units
+    from .slice_units import UnitJob, run_units
 
     units = s.list_units(argv) if s.worker else None
     if not units or len(units) < 2:
         return {}
     k, record = s.units_at_once or entry.units_at_once, {}
     if not k:
-        shape = ProbeShape.of(entry.probe)
-        key = json.dumps(asdict(shape), sort_keys=True)
-        if key not in s.probes:
-            s.probes[key] = probe(s.device, shape, plan.concurrency, plan.probe_s)
-            logger.info("aspan gpu slice: %s: probe %s", entry.name, s.probes[key])
-        k, record = s.probes[key]["k"], {"probe": s.probes[key]}
+        record = {"probe": run_probe(entry, s, plan)}
+        k = record["probe"]["k"]
     if k < 2:
         return {"units_at_once": 1, **record}
     job = UnitJob(entry.name, tuple(argv), s.campaign / entry.name, tuple(s.worker),
                   time.time() + (deadline - s.clock()), plan.checkpoint_s, unit_s=entry.unit_s)
     got = run_units(job, units, k)
     return {"units_at_once": k, **record, **got}
+
+
+def run_probe(entry: Entry, s: Slice, plan: CampaignPlan) -> dict[str, Any]:
+    """The concurrency probe of the entry's shape, once per shape and slice (`slice_units.probe`)."""
+    from .slice_units import ProbeShape, probe
+
+    shape = ProbeShape.of(entry.probe)
+    key = json.dumps(asdict(shape), sort_keys=True)
+    if key not in s.probes:
+        s.probes[key] = probe(s.device, shape, plan.concurrency, plan.probe_s)
+        logger.info("aspan gpu slice: %s: probe %s", entry.name, s.probes[key])
+    return s.probes[key]
+
+
+def expected_gain(entry: Entry, s: Slice, plan: CampaignPlan, argv: list[str]) -> float:
+    """How many times faster than one unit at a time the entry's units will run in this slice: the probe's
+    throughput at its K over its throughput at K = 1 (1 when its units run one at a time)."""
+    units = s.list_units(argv) if s.worker else None
+    if not units or len(units) < 2 or (s.units_at_once or entry.units_at_once) == 1:
+        return 1.0
+    got = run_probe(entry, s, plan)
+    rates = got.get("throughput", {})
+    one, at_k = rates.get("1"), rates.get(str(got["k"]))
+    return max(1.0, at_k / one) if one and at_k else 1.0
 
 
 def prune_done(run: Path, globs: tuple[str, ...]) -> list[str]:

@@ -360,7 +360,7 @@ def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) 
     """Per target row of the `digits`-digit test set: how often the saved model (under its ABC bias) gets the row
     right, and how often it writes 0 where the answer is not 0 (the padding every training answer has there).
     Counted on the model's device from the predictions (`row_counts`), not from `evaluate`'s per-token table, which
-    cost ten times the forward passes on the 10,000-number test sets (benchmarks/bench_campaign_eval.py)."""
+    cost three times the host work of building the batches (benchmarks/bench_campaign_host.py)."""
     import torch
 
     from ... import models
