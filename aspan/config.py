@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -148,10 +149,14 @@ def as_tuples(value: Any, hint: Any) -> Any:
     return value
 
 
+_BRIEF = reprlib.Repr()  # a value shown in an error: one short line, however long the value
+_BRIEF.maxlong, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlevel = 40, 60, 60, 3
+
+
 def check_type(value: Any, hint: Any, where: str) -> None:
     """UsageError `where: must be <type>, got <value>` when `value` is not of the type `hint`."""
     if not fits(value, hint):
-        raise UsageError(f"{where}: must be {describe(hint)}, got {value!r}")
+        raise UsageError(f"{where}: must be {describe(hint)}, got {_BRIEF.repr(value)}")
 
 
 def fits(value: Any, hint: Any) -> bool:
@@ -254,7 +259,6 @@ def _toml_lines(cfg: Any, base: Any, prefix: str) -> list[str]:
 
 def _toml_value(value: Any, name: str) -> str:
     """One TOML value: booleans, integers, floats, strings, arrays (tuples, lists) and inline tables (dicts)."""
-    import json
     import math
 
     if isinstance(value, bool):
@@ -266,9 +270,19 @@ def _toml_value(value: Any, name: str) -> str:
             return ("-" if value < 0 else "") + ("inf" if math.isinf(value) else "nan")
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a TOML basic string: JSON's escapes are TOML's
+        return _toml_string(value, name)
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(_toml_value(v, name) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v, name)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_toml_string(str(k), name)} = {_toml_value(v, name)}" for k, v in value.items()) + "}"
     raise ValueError(f"{name}: a {type(value).__name__} has no TOML form")
+
+
+def _toml_string(text: str, name: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's, and U+007F (DEL), which JSON leaves raw and TOML forbids
+    raw, as `\\u007F`; ValueError naming the field for a lone surrogate, which no TOML (or UTF-8) file can hold."""
+    import json
+
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in text):
+        raise ValueError(f"{name}: a string with a lone surrogate has no TOML form")
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007F")

@@ -50,6 +50,7 @@ from .checks import check_offsets, check_samples
 from .generation import HookList, cached_step, greedy  # noqa: F401 (cached_step: kept importable here)
 from .io import write_jsonl
 from .models import fused
+from .models.fit import check_fit, check_hookable, of_samples
 from .models.trained import check_task, task_of, trained_task
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
@@ -186,19 +187,19 @@ def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], options: Eval
     if not options.any_task:
         check_task(trained_task(model), task_of(samples), "evaluate", "pass any_task=True to score them anyway")
 
+    need = of_samples(samples)
+    check_hookable(model, "evaluate")
     try:
-        check_tokenizer(tokenizer, "".join(sorted({c for s in samples for c in s.text})))
+        check_tokenizer(tokenizer, need.chars)
     except ValueError as e:
         names = ", ".join(sorted({s.task for s in samples if s.task})) or "unnamed"
         raise ValueError(f"evaluate: samples of task {names} that this model's tokenizer cannot read ({e}): "
                          "evaluate a model on the task it was trained on") from None
+    check_fit(model, tokenizer, need, "evaluate")  # the vocabulary and the context too, before any forward
     check_option("mode", mode, MODES)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    eos = tokenizer.eos_id is not None
-    longest = max((tokenizer.offset + len(s.text) + eos for s in samples), default=0)
-    if longest > model.cfg.n_ctx:
-        raise ValueError(f"a sample needs {longest} tokens but the model's context n_ctx={model.cfg.n_ctx} is shorter")
+    longest = tokenizer.offset + need.longest + (tokenizer.eos_id is not None)
     check_offsets(delta, longest, "evaluate: delta")
 
 

@@ -181,7 +181,7 @@ class Engine:
 
     def __init__(self, model, tokenizer, data: Data, batch_size: int = 32, attn: bool = True, any_task: bool = False):
         """`any_task`: evaluate a model on another task than the one it was trained on (refused otherwise)."""
-        from .. import models
+        from ..models.fit import check_fit, workload
         from ..models.trained import check_task, trained_task
 
         require_tokenizer(tokenizer, "experiment engine: tokenizer")
@@ -189,8 +189,8 @@ class Engine:
             check_task(trained_task(model), set_tasks(data), "experiment engine", ANY_TASK_HINT)
         self.model, self.tok, self.data, self.batch_size, self.attn = model, tokenizer, data, batch_size, attn
         self.any_task = any_task
-        models.check_context(model, _task(data, "selection"), tokenizer.offset)
-        models.check_context(model, _task(data, "id"), tokenizer.offset)
+        for name in ("selection", "id"):  # hook points, vocabulary and context, before any forward
+            check_fit(model, tokenizer, workload(_task(data, name)), "experiment engine")
         self._samples: dict[tuple[str, int], list] = {}
         self._offsets: dict[str, pd.DataFrame] = {}
         self._baselines: dict[tuple, tuple[dict, list]] = {}

@@ -38,7 +38,7 @@ from ...tasks.base import Sample, Task
 from ...tasks.draws import LengthMix
 from ...tasks.split import distinct
 from ...tokenization import CharTokenizer
-from . import Study, Unit, study_rows, unit_file, unit_index
+from . import Study, Unit, protocol_fields, study_rows, unit_file, unit_index
 from .abc_outputs import AbcOutputs, write_abc_outputs
 
 if TYPE_CHECKING:
@@ -90,8 +90,9 @@ class AbcStudyConfig:
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
-        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
-        return {k: v for k, v in raw.items() if k != "slurm"}
+        (the resources of `--launcher slurm`, `aspan.applications.launch`) and a `protocol = "aligned"` line
+        (`protocol_fields`)."""
+        return protocol_fields(raw, "aligned")
 
     @classmethod
     def quick(cls, **kw: Any) -> "AbcStudyConfig":

@@ -14,6 +14,7 @@ from ... import tasks
 from ...tasks.base import Sample, Task
 from ...tasks.draws import OPERANDS, NumberDraw, build
 from ...tokenization import CharTokenizer
+from . import protocol_fields
 
 PAPER_TASKS = ("successor", "addition", "parity")
 PAPER_CONDITIONS = ("vanilla", "abc", "abs")
@@ -62,8 +63,9 @@ class PaperConfig:
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
-        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
-        return {k: v for k, v in raw.items() if k != "slurm"}
+        (the resources of `--launcher slurm`, `aspan.applications.launch`) and a `protocol = "paper"` line
+        (`protocol_fields`)."""
+        return protocol_fields(raw, "paper")
 
     @classmethod
     def quick(cls, **kw: Any) -> "PaperConfig":
