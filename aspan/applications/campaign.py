@@ -32,7 +32,8 @@ from ..errors import Terminated, UsageError
 from ..io import write_text
 from .device_checks import CHECKS, run_checks
 from .slice_archive import STATE, campaign_lock, latest_steps, merge_slice, pack, snapshot  # noqa: F401 (the archive's
-from .studies import REGISTRY, row_files, study  #                          STATE and merge_slice, importable from here)
+from .slice_units import UNITS_DONE, ProbeShape, UnitJob, probe, run_units  # STATE and merge_slice, importable here)
+from .studies import REGISTRY, row_files, study
 
 DONE = ".campaign-done.json"  # in a run's directory once its command finished (not paused)
 
@@ -149,8 +150,6 @@ def check_run(run: Any, where: str, names: set[str]) -> None:
 
 def check_run_extras(run: dict, where: str) -> None:
     """ValueError naming `where` and the key when a run's estimate, probe, concurrency, atomic or prune is wrong."""
-    from .slice_units import ProbeShape
-
     minutes = run.get("estimate_min", 0.0)
     check_seconds(minutes, f"{where}.estimate_min")
     if minutes < 0:
@@ -349,8 +348,6 @@ def run_in_process(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, 
 def run_concurrent(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, argv: list[str]) -> dict[str, Any]:
     """A study's units K at a time in processes of their own (`slice_units.run_units`), K from `units_at_once` or
     the probe; {} when the run is not a study, has one unit, runs at K = 1, or the slice has no worker command."""
-    from .slice_units import UnitJob, run_units
-
     units = s.list_units(argv) if s.worker else None
     if not units or len(units) < 2:
         return {}
@@ -368,8 +365,6 @@ def run_concurrent(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, 
 
 def run_probe(entry: Entry, s: Slice, plan: CampaignPlan) -> dict[str, Any]:
     """The concurrency probe of the entry's shape, once per shape and slice (`slice_units.probe`)."""
-    from .slice_units import ProbeShape, probe
-
     shape = ProbeShape.of(entry.probe)
     key = json.dumps(asdict(shape), sort_keys=True)
     if key not in s.probes:
@@ -394,8 +389,6 @@ def prune_done(run: Path, globs: tuple[str, ...]) -> list[str]:
     """Delete what a finished run no longer needs: the files and directories matching `globs` under `run`, and its
     record of finished units. Returns what was deleted (relative names)."""
     import shutil
-
-    from .slice_units import UNITS_DONE
 
     gone = []
     for pattern in (*globs, UNITS_DONE):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import read_toml
+from .campaign import entry_state
 
 MIB = 2**20
 TRAVEL_LIMIT = 64 * MIB  # what a lent machine takes with one command
@@ -102,8 +103,6 @@ def next_inputs(root: Path, got: Carry, plan) -> dict[str, dict[str, Any]]:
     """For the next unfinished run of `plan`: the files it reads (its `--config` files, the repository paths those
     name, its state directory) with their bytes, and what keeps them from travelling (a file git ignores, a path
     outside the checkout, a package no carried wheel provides)."""
-    from .campaign import entry_state
-
     campaign = root / got.campaign
     provides = {m for w in read_toml(root / WHEELS).get("wheel", []) for m in w.get("provides", [])}
     for entry in plan.entries():

@@ -29,8 +29,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .. import stopping
+from .. import stopping, tasks
 from ..io import write_text
+from ..tokenization import CharTokenizer
 
 PAUSED_EXIT = 75  # a unit worker's exit code when the slice's deadline paused its training (checkpointed)
 UNITS_DONE = ".campaign-units.json"  # in a run's directory: the keys of its units that finished, by the slice
@@ -139,20 +140,25 @@ def _close(p: subprocess.Popen) -> None:
 def probe_worker(shape: ProbeShape, device: str) -> None:
     """A probe process: build the model, train `PROBE_WARM_S` seconds, say "ready", then for every "go SECONDS" line
     train that long and say "done STEPS SECONDS"; end at the end of its input."""
-    from .. import models, tasks
-    from ..tokenization import CharTokenizer
+    from .. import models
 
     task = tasks.preset("reversal", "id", length=(shape.length, shape.length))
     tok = CharTokenizer()
     model = models.tiny(tok, n_layers=shape.n_layers, n_heads=shape.n_heads, d_model=shape.d_model,
                         n_ctx=2 * shape.length + 4, positional=shape.positional, device=device)
     _burst(model, tok, task, shape, device, PROBE_WARM_S)
-    print("probe:ready", flush=True)
+    _say("probe:ready")
     for line in sys.stdin:
         words = line.split()
         if words[:1] == ["go"]:
             steps, secs = _burst(model, tok, task, shape, device, float(words[1]))
-            print(f"probe:done {steps} {secs}", flush=True)
+            _say(f"probe:done {steps} {secs}")
+
+
+def _say(line: str) -> None:
+    """One line of a probe process's answer to the slice that started it (its stdout is that channel)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def _burst(model, tok, task, shape: ProbeShape, device: str, seconds: float) -> tuple[int, float]:
@@ -218,18 +224,31 @@ def run_units(job: UnitJob, units: Sequence, k: int, clock: Callable[[], float] 
     record: list[dict] = []
     logs = Path(tempfile.mkdtemp(prefix="aspan-units-"))
     status = "done"
+    run = _Stages(job, k, finished, record, logs, clock)
     for stage in sorted({u.stage for u in units}):
         pending = [(i, u) for i, u in indexed if u.stage == stage and u.key not in finished]
-        status = _run_stage(job, pending, k, finished, record, logs, clock)
+        status = _run_stage(run, pending)
         if status != "done":
             break
     return {"status": status, "units": record}
 
 
-def _run_stage(job: UnitJob, pending: list, k: int, finished: set[str], record: list[dict], logs: Path,
-               clock: Callable[[], float]) -> str:
-    """One stage's units, at most `k` at a time: "done" when all of them finished, else the worst of what its units
-    did ("failed" over "stopped" over "paused"); once one unit did not finish, no other starts."""
+@dataclass
+class _Stages:
+    """What `_run_stage` shares across stages: the job, K, the units finished, the record, the logs, the clock."""
+
+    job: UnitJob
+    k: int
+    finished: set[str]
+    record: list[dict]
+    logs: Path
+    clock: Callable[[], float]
+
+
+def _run_stage(run: _Stages, pending: list) -> str:
+    """One stage's units, at most `run.k` at a time: "done" when all of them finished, else the worst of what its
+    units did ("failed" over "stopped" over "paused"); once one unit did not finish, no other starts."""
+    job, k, finished, record, logs, clock = run.job, run.k, run.finished, run.record, run.logs, run.clock
     running: list[_Running] = []
     status = "done"
     durations: list[float] = []

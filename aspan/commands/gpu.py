@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ..applications import campaign as c
+from ..applications.carry import carry, format_carry
+from ..applications.studies import study
 from ..cli import build_parser, main
 from ..errors import UsageError
 from .argtypes import output_dir, output_file, output_file_or_stdout, positive_float
@@ -96,8 +98,6 @@ def run(args: argparse.Namespace) -> int:
 
 def show_carry(plan: c.CampaignPlan, campaign: str) -> int:
     """`aspan gpu carry`, run from the checkout's root: print `format_carry`; 1 when it names a problem."""
-    from ..applications.carry import carry, format_carry
-
     root = Path.cwd()
     rel = Path(campaign).resolve()
     if not rel.is_relative_to(root.resolve()):
@@ -118,8 +118,6 @@ def study_units(argv: list[str]) -> list | None:
             return None
     if args.command != "study" or getattr(args, "launcher", None) == "slurm":
         return None
-    from ..applications.studies import study
-
     return study(args._study_module.registered(args)).units(args._study_config(args))
 
 

@@ -11,6 +11,7 @@ import sys
 import time
 
 from ..applications.slice_units import PAUSED_EXIT
+from ..cli import main as aspan
 
 
 def parse(argv: list[str]) -> tuple[float, float, list[str]]:
@@ -26,7 +27,6 @@ def parse(argv: list[str]) -> tuple[float, float, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line under the deadline; its exit code, or `PAUSED_EXIT` when the budget paused it."""
-    from ..cli import main as aspan
     from ..training import BudgetSpent, TimeBudget, time_budget
 
     try:
