@@ -3,7 +3,7 @@
     aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice
     aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state
     aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state
-    aspan gpu carry
+    aspan gpu carry --campaign results/gpu_campaign/state
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
     "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
     "aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice",
     "aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state",
-    "aspan gpu carry",
+    "aspan gpu carry --campaign results/gpu_campaign/state",
 )
 OUTPUTS = (output_file, output_dir, output_file_or_stdout)  # the argument types of options that name outputs
 PLAN = "configs/gpu/campaign.toml"
