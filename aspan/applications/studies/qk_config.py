@@ -124,8 +124,9 @@ class QKStudyConfig:
             base_spec(self)
         if isinstance(self.lr_extend, bool) or not isinstance(self.lr_extend, int) or self.lr_extend < 0:
             raise ValueError(f"lr_extend must be an int >= 0, got {self.lr_extend!r}")
-        for grid in (self.lr_large, self.lr_qk, self.lr_small):
-            if not grid or any(not 0 < lr < math.inf for lr in grid):
+        for grid in (self.lr_large, self.lr_qk, self.lr_small, *self.lr_of.values()):
+            if not isinstance(grid, (list, tuple)) or not grid or any(
+                    isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf for lr in grid):
                 raise ValueError(f"learning-rate grids must be non-empty, finite and positive, got {grid}")
 
 
