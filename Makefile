@@ -62,11 +62,12 @@ smollm2: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hooks.py
 
-# The GPU campaign (configs/gpu/campaign.toml) in slices of at most 8 minutes: `make gpu GPU_OUT=DIR` runs the device
+# The GPU campaign (configs/gpu/campaign.toml) in slices of a few minutes: `make gpu GPU_OUT=DIR` runs the device
 # checks and advances the campaign in CAMPAIGN until its budget is spent, writing run.json and the archive of what
 # changed to GPU_OUT; `make gpu-merge GPU_OUT=DIR` applies a slice that ran elsewhere; `make gpu-status` shows how far
-# it is. They run with .venv's Python when there is one, else python3 (a GPU machine's own PyTorch; `make
-# gpu-wheels` downloads the other packages such a machine may lack, as wheels to install there with --no-deps).
+# it is and the GPU minutes left; `make gpu-carry` what a slice carries and whether it fits. They run with .venv's
+# Python when there is one, else python3 (a GPU machine's own PyTorch; `make gpu-wheels` downloads the other packages
+# such a machine may lack, as wheels to install there with --no-deps, and checks them against configs/gpu/wheels.toml).
 GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 CAMPAIGN ?= results/gpu_campaign/state
 GPU_OUT ?= runs/gpu-slice

@@ -166,6 +166,8 @@ def test_the_campaign_readme_quotes_the_plan_the_carry_and_the_bf16_rows():
     assert f"{round(left - 45, 1)} minutes over the four-loan goal" in readme
     assert f"**{k2} minutes: {math.ceil(k2 / loan)} loans**" in readme
     assert f"{high} minutes ({math.ceil(high / loan)} loans" in readme
+    page = re.sub(r"\s+", " ", (ROOT / "docs" / "studies" / "gpu_campaign.md").read_text())
+    assert f"({left} minutes: {math.ceil(left / loan)} loans at one unit at a time)" in page
     f = ESTIMATES["factors"]
     assert f"one kernel took {f['kernel_s'] * 1e6:.0f} us" in readme
     assert f"{f['op_s'] * 1e6:.0f} us an operator" in readme
@@ -187,3 +189,17 @@ def test_the_campaign_readme_quotes_the_plan_the_carry_and_the_bf16_rows():
         base = " / ".join(f"{r[f'exact_{b}']:.3f}" for b in ("1-20", "21-40", "41-60"))
         tuned = " / ".join(f"{r['finetuned_qk_300'][f'exact_{b}']:.3f}" for b in ("1-20", "21-40", "41-60"))
         assert base in readme and tuned in readme, r["dtype"]
+
+
+def test_the_wheels_make_downloads_are_the_ones_the_carry_counts():
+    """`make gpu-wheels` downloads exactly the wheels configs/gpu/wheels.toml lists (and `aspan gpu carry` counts and
+    checks): the same distributions at the same versions."""
+    import re
+
+    from aspan.io import read_toml
+
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    pinned = re.search(r"^GPU_WHEELS := (.*)$", text, re.M)[1].split()
+    wanted = {tuple(p.replace("-", "_").lower().split("==")) for p in pinned}
+    listed = {tuple(w["file"].split("-")[:2]) for w in read_toml(ROOT / carry_mod.WHEELS)["wheel"]}
+    assert {(n.lower(), v) for n, v in listed} == wanted

@@ -52,10 +52,12 @@ def test_two_units_at_once_give_the_rows_of_one_process(tmp_path):
 
 
 FAKE = """
-import json, sys, time
+import json, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # as aspan's command line: stopped, exit 143
 args = sys.argv[1:]
 until, unit = float(args[args.index("--until") + 1]), int(args[args.index("--unit") + 1])
 log = args[args.index("--out") + 1] + "/log.jsonl"
+open(args[args.index("--out") + 1] + f"/started-{unit}", "w").close()
 t0 = time.time()
 time.sleep(0.6)
 with open(log, "a") as f:
@@ -103,6 +105,23 @@ def test_a_paused_or_failed_unit_stops_the_run_and_says_why(tmp_path):
 
     assert su.run_units(replace(late, deadline_epoch=time.time() + 5), units, 2)["status"] == "paused", \
         "no unit starts with less time left than the 30 s a first unit is given"
+
+
+def test_a_stop_signal_reaches_the_running_units_and_starts_no_other(tmp_path, monkeypatch):
+    import signal
+
+    from aspan import stopping
+    from aspan.applications.studies import Unit
+
+    def received():  # the slice gets SIGTERM once its first two units run (their handlers set)
+        return signal.SIGTERM if len(list((tmp_path / "run").glob("started-*"))) >= 2 else None
+    monkeypatch.setattr(stopping, "received", received)
+    units = [Unit(k, 1) for k in "abcdef"]
+    got = su.run_units(_fake_job(tmp_path), units, 2)
+    assert got["status"] == "stopped"
+    assert [u["status"] for u in got["units"]] == ["stopped", "stopped"], got["units"]
+    assert not (tmp_path / "run" / "log.jsonl").exists() or len((tmp_path / "run" / "log.jsonl").read_text()
+                                                              .splitlines()) == 0
 
 
 def test_the_worker_pauses_at_the_deadline_with_its_own_exit_code(tmp_path, capsys):
