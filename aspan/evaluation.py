@@ -45,7 +45,8 @@ import hooks
 from hooks import check_heads, check_hook_points
 
 from . import stopping
-from .batching import IGNORE, Batch, lean_batch, make_batch, scores_eos, shift_mask
+from .accuracy import FwdHooks, accuracy
+from .batching import Batch, make_batch, scores_eos, shift_mask
 from .checks import check_offsets, check_samples
 from .generation import HookList, cached_step, greedy  # noqa: F401 (cached_step: kept importable here)
 from .io import write_jsonl
@@ -56,7 +57,6 @@ from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
 from .tokenization import Tokenizer, check_tokenizer, require_tokenizer  # check_tokenizer: `aspan eval`'s check
 
-FwdHooks = HookList | Callable[[Batch], HookList]
 EOS_CHAR = "<eos>"
 CHUNK = 1024  # samples `evaluate_stream` holds at once (with their per-token records), rounded up to whole batches
 SOURCES = ("rollout", "heads")  # AttnScore of the attention rollout, and the mean over the selected heads
@@ -290,53 +290,16 @@ def evaluate(
     return EvalResult(records, sample_table(records), options.mode)
 
 
-@torch.no_grad()
 def exact_flags(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hooks: FwdHooks = (),
                 batch_size: int = 64) -> Bool[Tensor, " n"]:
-    """Per sample, whether teacher forcing gets every row it scores right (`evaluate`'s `exact`), computed on the
-    model's device without building records: for the large test sets of the studies (tens of thousands of samples),
-    where `evaluate`'s per-token table costs far more than the forward passes. With hooks that do not read the batch
-    (not a factory), batches are `lean_batch`'s tokens and labels alone, a few list operations per sample (the
-    reference masks `make_batch` builds are not needed here)."""
+    """Per sample, whether teacher forcing gets every row it scores right (`evaluate`'s `exact`), counted on the
+    model's device without building records (`aspan.accuracy.accuracy`, at least `batch_size` samples per forward):
+    for the large test sets of the studies (tens of thousands of samples), where `evaluate`'s per-token table costs
+    far more than the forward passes."""
     samples = list(samples)
     if not samples:
         raise ValueError("exact_flags: no samples")
-    out = []
-    for i in range(0, len(samples), batch_size):
-        part = samples[i : i + batch_size]
-        if not callable(fwd_hooks):
-            tokens, labels, mask = (t.to(model.cfg.device) for t in lean_batch(part, tokenizer, model.cfg.n_ctx))
-            pred = lean_predictions(model, tokens, mask, fwd_hooks)
-            out.append(((pred == labels) | (labels == IGNORE)).all(-1).cpu())
-            continue
-        batch = make_batch(part, tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
-        pred = teacher_predictions(model, batch, fwd_hooks)
-        rows = batch.target_rows.clone()
-        for j, sample in enumerate(batch.samples):  # an EOS the task does not score (successor) is no target
-            if tokenizer.eos_id is not None and not scores_eos(sample):
-                rows[j, batch.lengths[j] - 2] = False
-        out.append(((pred == batch.labels) | ~rows).all(-1).cpu())
-    return torch.cat(out)
-
-
-@torch.no_grad()
-def teacher_predictions(model, batch: Batch, fwd_hooks: FwdHooks = ()) -> Tensor:
-    """The teacher-forced prediction (argmax id) at every position of `batch`, on the model's device, under
-    `fwd_hooks` (the model evaluated in eval mode, its mode restored)."""
-    return lean_predictions(model, batch.tokens, batch.attention_mask, hooks_for(fwd_hooks, batch))
-
-
-@torch.no_grad()
-def lean_predictions(model, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"],
-                     fwd_hooks: Sequence = ()) -> Tensor:
-    """`teacher_predictions` of right-padded `tokens` under a hook list (no factory), through the fused forward where
-    it applies (`aspan.models.fused.logits`)."""
-    was_training = model.training
-    model.eval()
-    try:
-        return fused.logits(model, tokens, list(fwd_hooks), attention_mask).argmax(-1)
-    finally:
-        model.train(was_training)
+    return accuracy(model, tokenizer, samples, fwd_hooks, batch_size).exact
 
 
 def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int = CHUNK, *,

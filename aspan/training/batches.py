@@ -1,5 +1,5 @@
-"""Training batches off the step: `lean_batch` (tokens, labels and mask only, built from Python lists with one tensor
-per field) and `Prefetcher`, which makes the batches of the coming steps in a background thread.
+"""Training batches off the step: `aspan.batching.lean_batch` (tokens, labels and mask only, built from Python lists
+with one tensor per field) and `Prefetcher`, which makes the batches of the coming steps in a background thread.
 
 Every batch stays a pure function of (data settings, seed, batch size, step): the prefetcher only makes them
 earlier, so a resumed run sees the same batches whether or not batches were made ahead.
@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..batching import IGNORE, Batch, lean_batch, scores_eos  # noqa: F401 (lean_batch: importable here)
+from ..batching import Batch, lean_batch, target_count, token_count  # noqa: F401 (lean_batch: defined there)
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
 from .loss import train_batch
@@ -42,17 +42,6 @@ class StepBatch(NamedTuple):
             return self._replace(tokens=full.tokens, labels=full.labels, mask=full.attention_mask, full=full)
         return self._replace(tokens=self.tokens.to(device, non_blocking=True),
                              labels=self.labels.to(device, non_blocking=True))
-
-
-def target_count(samples: Sequence[Sample], tokenizer: Tokenizer) -> int:
-    """The rows `target_loss` scores in `samples`: every target character not `given`, plus EOS where scored."""
-    eos = tokenizer.eos_id is not None
-    return sum(len(s.target) - len(s.given) + (eos and scores_eos(s)) for s in samples)
-
-
-def token_count(samples: Sequence[Sample], tokenizer: Tokenizer) -> int:
-    """Real (non-padding) tokens of `samples`: the prefix, one token per character, and EOS."""
-    return sum(tokenizer.offset + len(s.text) + (tokenizer.eos_id is not None) for s in samples)
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,16 @@ What is measured, and where:
   training-only throughput of the addition base (its log, 234-240k tokens/s, quoted in the README), and each
   successor row's wall time (state/abc_paper/runs.jsonl), whose part after its training is the row's evaluation
   (40,000 test numbers, the 10,000 of the position rows, the saved model).
-- On this repository's CPU (timings/, `timings/measure.sh`), under that code (old) and under this checkout's (new):
-  the host's part of a training step of each run's shape (benchmarks/bench_campaign_steps.py: the run's layers,
-  heads, batch and sequence length at d_model 16, so the arithmetic costs nothing and what is timed is what a
-  launch-bound GPU waits for), and the host's part of a row's evaluation (benchmarks/bench_campaign_eval.py).
+- On the H200, the fused training step at the `abc_paper` shape (fused_forward/: a development script's two runs
+  of the current forward, its batches made beforehand).
+- On this repository's CPU (timings/, `timings/measure.sh`, benchmarks/bench_campaign_host.py), under that code
+  (old) and under this checkout's (new): the kernels of a training step of each run's shape, and the host's part
+  of a row's evaluation.
 
 How they combine (a launch-bound GPU runs at the host's pace):
-- host factor = the H200's old addition step / the CPU's old addition step; a run's new step on the H200 = the CPU's
-  new step of its shape x the host factor (cross-checked on successor, the other shape the H200 measured); for the
-  d_model 1024 QK model the step is at least its arithmetic at 200 TFLOP/s (a quarter of the H200's measured bf16
-  peak), whichever is larger;
+- a step of a run's shape on the H200 = its kernels (counted on the CPU) x the H200's time per kernel of the fused
+  step measured at the `abc_paper` shape, with 1 ms of the loop's own Python; for the d_model 1024 QK model at
+  least its arithmetic at 200 TFLOP/s (a quarter of the H200's measured bf16 peak);
 - evaluation factor = the H200's old successor row evaluation / the CPU's old host time of that evaluation; a new
   evaluation = its CPU host time under the new code x that factor, per sample scaled by the sample's positions;
 - the steps each training takes until its stop rule are not measured at these sizes: STEPS gives the assumption of
@@ -108,27 +108,45 @@ def host_table(side: str) -> tuple[dict[str, list[float]], dict[str, float]]:
     return steps, {k: v[0] for k, v in rows.items() if len(v) == 1}
 
 
-def factors() -> dict[str, float]:
-    """What the H200 took per kernel and per unit of host work, and the new code's host work per 1,000 numbers.
+def fused_step_ms() -> dict[str, float]:
+    """The fused training step at the `abc_paper` shape on the H200, bf16 autocast (as aspan's loop trains on CUDA),
+    without and with an ABS-like bias: the mean of the two runs of fused_forward/ (a development script's, with its
+    batches made beforehand, as the loop now makes them ahead)."""
+    got: dict[str, list[float]] = {}
+    for run in (1, 2):
+        for row in json.loads((HERE / "fused_forward" / f"gpu_run{run}.json").read_text())["speed"]:
+            if row["amp"] and row["shape"].startswith("abc_paper"):
+                got.setdefault("bias" if "bias" in row["shape"] else "plain", []).append(row["step_ms"]["fused"])
+    return {k: sum(v) / len(v) for k, v in got.items()}
 
-    - kernel_s: the plain PyTorch model of the slices' training check ran 175,339 tokens/s on the H200 (slice 1's
-      record), i.e. one step (its kernels, counted on the CPU: timings/plain-old.md) in tokens / rate seconds; a
-      launch-bound step takes its kernels x kernel_s. (The old aspan loop's own step, 100 ms for 4,612 host
-      operators, gives 22 us an operator: `op_s`, the optimistic side.)
+
+def factors() -> dict[str, float]:
+    """What the H200 takes per kernel of a training step and per unit of an evaluation's host work, and the new
+    code's host work per 1,000 numbers.
+
+    - kernel_s: the fused step at the `abc_paper` shape measured on the H200 (`fused_step_ms`, 19 ms) over the
+      kernels the current loop's step of that shape launches, counted on the CPU (timings/host-new.md): a step of
+      another shape takes its own count x kernel_s. The other calibrations, which the estimate does not use, bracket
+      it: the slices' plain PyTorch model (175,339 tokens/s, 103 kernels: `plain_kernel_s`) and the old loop's
+      addition step (100 ms for 4,612 host operators: `op_s`) make the same step 15 and 6 ms.
     - eval_factor: the successor rows' evaluation on the H200 (49 s a row) over its host work counted on the CPU
       under the old code (40,000 test numbers and 10,000 position rows: make_batch and the per-token records,
       scaled from the 185 positions measured to successor's 124); the new code's host work per 1,000 numbers is
       put in the same units through make_batch, timed in both runs."""
     old_steps, old_eval = host_table("old")
-    _, new_eval = host_table("new")
+    new_steps, new_eval = host_table("new")
     h = h200()
     record = json.loads((HERE / "slices" / "slice-2026-11-27T081839Z.json").read_text())
     kernels, tokens = table(HERE / "timings" / "plain-old.md")["reversal 1-10"]
-    kernel_s = tokens / record["checks"]["training"]["plain_tokens_per_s"] / kernels
+    add = new_steps["addition (abc_paper)"]
+    fused = fused_step_ms()
     mb_old, mb_new = old_eval[MAKE], new_eval[MAKE]
     row_host_old = (50 * mb_old + 10 * old_eval[RECORDS]) * 124 / 185
     norm = mb_old / mb_new  # the new run's seconds in the old run's (the two ran under different loads)
-    return {"kernel_s": kernel_s, "op_s": TRAIN_STEP_S / old_steps["addition (abc_paper)"][2], **h,
+    return {"kernel_s": fused["plain"] / 1000 / (add[2] - add[3]), "fused_step_ms": fused["plain"],
+            "fused_bias_step_ms": fused["bias"],
+            "plain_kernel_s": tokens / record["checks"]["training"]["plain_tokens_per_s"] / kernels,
+            "op_s": TRAIN_STEP_S / old_steps["addition (abc_paper)"][2], **h,
             "eval_factor": h["successor_row_eval_s"] / row_host_old,
             "lean_per_1000_cpu_s": new_eval[LEAN] * norm, "refs_per_1000_cpu_s": new_eval[REFS] * norm,
             "draw_per_1000_s": slice2_draw_bound(h),
@@ -147,7 +165,8 @@ LOOP_S = 0.001  # per step, the loop's own Python (schedule, budget, batch queue
 
 def step_s(shape: str, f: dict, flops: float = 0.0) -> float:
     """A new training step of `shape` on the H200: its kernels (counted on the CPU; its batch is made ahead, off the
-    step) at `kernel_s` each and the loop's own Python, or its arithmetic at PEAK_FLOPS, whichever is longer."""
+    step) at `kernel_s` each (so the `abc_paper` shape's is the measured fused step) and the loop's own Python, or its
+    arithmetic at PEAK_FLOPS, whichever is longer."""
     new_steps, _ = host_table("new")
     ops = new_steps[shape][2] - new_steps[shape][3]
     return max(ops * f["kernel_s"] + LOOP_S, flops / PEAK_FLOPS)

@@ -357,54 +357,39 @@ def _run_one(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
 
 
 def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) -> list[dict]:
-    """Per target row of the `digits`-digit test set: how often the saved model (under its ABC bias) gets the row
-    right, and how often it writes 0 where the answer is not 0 (the padding every training answer has there).
-    Counted on the model's device from the predictions (`row_counts`), not from `evaluate`'s per-token table, which
-    cost three times the host work of building the batches (benchmarks/bench_campaign_host.py)."""
+    """Per target row of the `digits`-digit test set that has references: how often the saved model (under its ABC
+    bias) gets the row right, and how often it writes 0 where the answer is not 0 (the padding every training answer
+    has there). Counted from the predictions at the target rows (`aspan.accuracy.target_predictions`), as
+    `evaluate`'s records would give them."""
     import torch
 
     from ... import models
+    from ...accuracy import target_predictions
+    from ...batching import IGNORE
 
     data = ctx.data[name]
+    samples = data.test[digits]
     model = models.load(model_dir(ctx.out, name, condition, seed), device=ctx.cfg.device).model
     bias = ()
     if condition == "abc":
         cal = torch.load(calibration_file(ctx.out, name, seed), weights_only=True)
         bias = hooks_for_bias(cal["bias"], model)
-    counts = row_counts(model, data.tokenizer, data.test[digits], bias, ctx.cfg.eval_batch_size)
-    return [{"task": name, "condition": condition, "seed": seed, "digits": digits, "row": row,
-             "accuracy": correct / n, "zero_for_nonzero": zeros / max(1, nonzero)}
-            for row, (n, correct, zeros, nonzero) in sorted(counts.items())]
-
-
-def row_counts(model, tokenizer, samples: Sequence[Sample], bias_hooks, batch_size: int) -> dict[int, list[int]]:
-    """Per target index, over the rows `evaluate` scores (target rows with references; an EOS only where the task
-    scores it): [rows, rows right, rows that wrote 0 where the answer is not 0, rows whose answer is not 0]. Batches
-    are `lean_batch`'s tokens and labels, the rows with references read from each sample's own list."""
-    import torch
-
-    from ...batching import IGNORE, lean_batch
-    from ...evaluation import lean_predictions
-
-    zero, offset = tokenizer.encode("0")[0], tokenizer.offset
-    totals: dict[int, list[int]] = {}
-    for i in range(0, len(samples), batch_size):
-        part = samples[i : i + batch_size]
-        tokens, labels, mask = lean_batch(part, tokenizer, model.cfg.n_ctx)
-        width = tokens.shape[1]
-        refs = [set(s.ref_pairs(offset)[0]) for s in part]
-        has_refs = torch.tensor([[r in rows for r in range(width)] for rows in refs])
-        first = torch.tensor([offset + s.prompt_len - 1 for s in part])[:, None]
-        tidx = torch.arange(width)[None, :] - first
-        pred = lean_predictions(model, tokens.to(model.cfg.device), mask.to(model.cfg.device), bias_hooks).cpu()
-        keep = (labels != IGNORE) & has_refs
-        eos = tidx >= torch.tensor([len(s.target) for s in part])[:, None]
-        nonzero = keep & (eos | (labels != zero))
-        for slot, flags in enumerate((keep, keep & (pred == labels), nonzero & (pred == zero), nonzero)):
-            for row, n in enumerate(torch.bincount(tidx[flags], minlength=width).tolist()):
-                if n:
-                    totals.setdefault(row, [0, 0, 0, 0])[slot] += n
-    return {row: c for row, c in totals.items() if c[0] > 0}
+    pred, gold = target_predictions(model, data.tokenizer, samples, bias, ctx.cfg.eval_batch_size)
+    refs = torch.zeros_like(gold, dtype=torch.bool)  # the rows `evaluate` scores: target rows with references
+    for i, s in enumerate(samples):
+        refs[i, : len(s.references)] = torch.tensor([bool(r) for r in s.references])
+    zero = data.tokenizer.encode("0")[0]
+    out = []
+    for row in range(gold.shape[1]):
+        keep = refs[:, row] & (gold[:, row] != IGNORE)
+        if not keep.any():
+            continue
+        p, g = pred[keep, row], gold[keep, row]
+        nonzero = g != zero
+        out.append({"task": name, "condition": condition, "seed": seed, "digits": digits, "row": row,
+                    "accuracy": int((p == g).sum()) / int(keep.sum()),
+                    "zero_for_nonzero": int(((p == zero) & nonzero).sum()) / max(1, int(nonzero.sum()))})
+    return out
 
 
 POSITIONS = "positions.jsonl"  # position_rows of every saved vanilla and ABC model, recorded as soon as it exists
