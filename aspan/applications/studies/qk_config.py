@@ -4,7 +4,7 @@ shares (`Setup`: the model and the sets `qk.setup` builds from these settings)."
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,11 @@ class QKStudyConfig:
     lr_qk: tuple[float, ...] = (3e-3, 1e-2)  # for `qk`
     lr_small: tuple[float, ...] = (3e-3, 1e-2)  # for pairs and single columns
     lr_extend: int = 0  # rates a grid may add past each edge while its best rate sits there (0: the grid as given)
+    # a condition's own grid, by condition name ("all", "qk", "qk-pair:3", ...), in place of the grids above (e.g.
+    # one rate each, carried over from an earlier run): {} none
+    lr_of: dict = field(default_factory=dict)
+    # the conditions to run, by name ("none" always runs); (): every condition the pairs and columns give
+    only: tuple[str, ...] = ()
     n_select: int = 64  # selection samples (lengths `finetune`)
     n_report: int = 50  # report samples per bucket
     # seeds of the held-out sets (training batches use seeds with bit 62 set); the report sets skip the texts of
@@ -119,8 +124,9 @@ class QKStudyConfig:
             base_spec(self)
         if isinstance(self.lr_extend, bool) or not isinstance(self.lr_extend, int) or self.lr_extend < 0:
             raise ValueError(f"lr_extend must be an int >= 0, got {self.lr_extend!r}")
-        for grid in (self.lr_large, self.lr_qk, self.lr_small):
-            if not grid or any(not 0 < lr < math.inf for lr in grid):
+        for grid in (self.lr_large, self.lr_qk, self.lr_small, *self.lr_of.values()):
+            if not isinstance(grid, (list, tuple)) or not grid or any(
+                    isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf for lr in grid):
                 raise ValueError(f"learning-rate grids must be non-empty, finite and positive, got {grid}")
 
 
@@ -207,7 +213,13 @@ def conditions(cfg: QKStudyConfig, model) -> list[Condition]:
         i = next((i for i in range(half) if c in pair_columns(model, i)), None)
         freq = None if i is None else pair_frequency(model, i)
         out.append(Condition(f"qk-column:{c}", f"qk-column:{c}", cfg.lr_small, i, freq, ext))
-    return out
+    names = {c.name for c in out} - {"none"}
+    unknown = sorted((set(cfg.lr_of) | set(cfg.only)) - names)
+    if unknown:
+        raise ValueError(f"no condition {unknown[0]!r} in lr_of or only (the pairs and columns give "
+                         f"{', '.join(c.name for c in out)})")
+    out = [replace(c, lrs=tuple(cfg.lr_of[c.name])) if c.name in cfg.lr_of else c for c in out]
+    return [c for c in out if not cfg.only or c.name == "none" or c.name in cfg.only]
 
 
 @dataclass
