@@ -156,6 +156,11 @@ def test_every_shipped_config_loads_as_before(path):
     elif path.name.startswith("smollm2_"):
         cfg = load_config(PretrainedConfig, toml_path=path)
         assert cfg.model == "smollm2" and cfg.finetune == raw["finetune"] and cfg.train_config().steps >= 1
+    elif path.name.startswith("edit_"):  # an edit, as `aspan explain --edit` reads it
+        from aspan.applications.explain import read_edit
+        from aspan.experiments.edit import Edit
+
+        assert read_edit(str(path)) == Edit(**{k: as_tuples(v, object) for k, v in raw.items()})
     else:
         raise AssertionError(f"{path.name}: which settings does it hold?")
 
