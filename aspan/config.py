@@ -69,7 +69,8 @@ def load_config(cls: type[C], *, toml_path: PathLike | None = None, flags: Mappi
         try:
             check(cfg)
         except ValueError as e:
-            raise UsageError(f"{_culprit(str(e), sources, where)}: {e}") from None
+            culprit = _culprit(str(e), sources, where)
+            raise UsageError(str(e) if str(e).startswith(culprit) else f"{culprit}: {e}") from None
     return cfg
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .test_layering import lazy_names
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformer_lens", "transformers", "pandas", "plotly")
 PROBE = """
@@ -99,7 +101,8 @@ def _split_imports(module: str, files: dict[str, Path]) -> tuple[set[str], list[
             return [a.name for a in node.names]
         base = ".".join(package.split(".")[: len(package.split(".")) + 1 - node.level] if node.level else [])
         base = ".".join(filter(None, (base, node.module)))
-        return [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+        lazy = lazy_names(base, files)  # `from aspan.training import train` imports aspan.training.loop
+        return [f"{base}.{a.name}" if f"{base}.{a.name}" in files else lazy.get(a.name, base) for a in node.names]
 
     def walk(node: ast.AST, in_function: bool, typing_only: bool) -> None:
         for child in ast.iter_child_nodes(node):

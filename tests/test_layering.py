@@ -28,10 +28,22 @@ def source_files(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, 
             for package in packages for p in sorted((root / package).rglob("*.py"))}
 
 
+def lazy_names(package: str, files: dict[str, Path]) -> dict[str, str]:
+    """{name: the submodule defining it} of a package whose `__init__` imports its names on first access: its
+    `_LAZY` dict literal (submodule -> names); {} for any other package."""
+    path = files.get(package)
+    if path is None or path.name != "__init__.py":
+        return {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "_LAZY" and node.value:
+            return {name: f"{package}.{sub}" for sub, names in ast.literal_eval(node.value).items() for name in names}
+    return {}
+
+
 def imports(module: str, files: dict[str, Path]) -> set[str]:
     """The modules `module` imports anywhere in its file (every Import and ImportFrom node of its syntax tree, at
     module top, in functions, under `if`), relative imports resolved; `from p import m` names the submodule `p.m`
-    when there is one."""
+    when there is one, or the submodule a lazy package `p` imports the name `m` from (`lazy_names`)."""
     path, found = files[module], set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -40,7 +52,9 @@ def imports(module: str, files: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = ".".join(package.split(".")[: len(package.split(".")) + 1 - node.level] if node.level else [])
             base = ".".join(filter(None, (base, node.module)))
-            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names}
+            lazy = lazy_names(base, files)
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else lazy.get(a.name, base)
+                      for a in node.names}
     return found - {module}
 
 

@@ -30,6 +30,7 @@ from ..config import load_config
 from ..environment import run_environment
 from ..errors import Terminated, UsageError
 from ..io import write_text
+from ..training import BudgetSpent, TimeBudget, time_budget
 from .device_checks import CHECKS, run_checks
 from .slice_archive import STATE, campaign_lock, latest_steps, merge_slice, pack, snapshot  # noqa: F401 (the archive's
 from .studies import REGISTRY, row_files, study  #                          STATE and merge_slice, importable from here)
@@ -225,7 +226,6 @@ def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> di
     """Run one entry's command under the budget until `deadline`: "done", "paused" (the budget ran out; its
     trainings checkpointed), "stopped" (a stop signal came; its trainings checkpointed), "skipped" (a required package
     is missing) or "failed" (its exit code)."""
-    from ..training import BudgetSpent, TimeBudget, time_budget
 
     missing = [p for p in entry.requires if not installed(p)]
     if missing:

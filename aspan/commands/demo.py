@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from ..applications.settings import DemoConfig
 from ..config import load_config, to_toml
 from ..options import CONVENTIONS, EOS_REFS
-from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int, shard
+from .argtypes import config_file, device, nonneg_int, output_dir, points_fraction, positive_int, shard
 from .grammar import PRINT_CONFIG_HELP, add_quiet, from_settings
 from .launcher_options import add_launcher_options, check_launcher, run_launched
 
@@ -24,8 +25,8 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `DemoConfig`'s fields; none has an argparse default (a flag not given is None, so it never
     overrides --config), and `--help` shows the defaults from `DemoConfig` (and its `--quick` preset's)."""
-    parser.add_argument("--config", metavar="TOML", help="settings from a TOML file (keys: DemoConfig fields); "
-                        "flags given override it")
+    parser.add_argument("--config", metavar="TOML", type=config_file,
+                        help="settings from a TOML file (keys: DemoConfig fields); flags given override it")
     parser.add_argument("--task", help="task (only reversal ships a model; others train one first, ~minutes)")
     parser.add_argument("--out", type=output_dir, help="run directory; the report is OUT/report.html")
     parser.add_argument("--samples", type=positive_int, help="samples per evaluation set")
@@ -54,14 +55,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet(parser, old=None)
     parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
     add_launcher_options(parser)
-    from_settings(parser, "aspan.applications.demo:DemoConfig", presets={"--quick": "quick_config"},
+    from_settings(parser, "aspan.applications.settings:DemoConfig", presets={"--quick": "quick_config"},
                   only=("task", "out", "samples", "gen_samples", "seed", "threads", "rank_convention"))
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan demo` with the parsed arguments; the exit code."""
-    from ..applications.demo import DemoConfig, run_demo
-
     check_launcher(args)
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
@@ -84,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     command = " ".join(["aspan demo", *words, *switches])
     if args.launcher == "slurm":
         return run_launched(args, "demo", cfg, command)
+    from ..applications.demo import run_demo  # torch, pandas: after every setting is checked
+
     # run_demo holds the run directory for this job and configuration; its summary printed here
     run_demo(cfg, command=command, log=print, progress=not args.quiet)
     return 0

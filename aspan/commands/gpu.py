@@ -1,8 +1,8 @@
 """`aspan gpu`: a study campaign in slices of a few minutes of GPU time (`aspan.applications.campaign`).
 
-    aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice
+    aspan gpu slice --plan gpu/campaign --campaign results/gpu_campaign/state --out /tmp/slice
     aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state
-    aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state
+    aspan gpu status --plan gpu/campaign --campaign results/gpu_campaign/state
 """
 from __future__ import annotations
 
@@ -15,18 +15,18 @@ from pathlib import Path
 from typing import Iterator
 
 from ..applications import campaign as c
-from ..cli import build_parser, main
 from ..errors import UsageError
-from .argtypes import output_dir, output_file, output_file_or_stdout, positive_float
+from .argtypes import config_file, output_dir, output_file, output_file_or_stdout, positive_float
+from .parser import build_parser
 
 HELP = "advance a study campaign by one time-limited GPU slice (device checks first), merge a slice, show progress"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
-    "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
-    "aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice",
+    "aspan gpu status --plan gpu/campaign --campaign results/gpu_campaign/state",
+    "aspan gpu slice --plan gpu/campaign --campaign results/gpu_campaign/state --out /tmp/slice",
     "aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state",
 )
 OUTPUTS = (output_file, output_dir, output_file_or_stdout)  # the argument types of options that name outputs
-PLAN = "configs/gpu/campaign.toml"
+PLAN = "gpu/campaign"  # the shipped configs/gpu/campaign.toml
 CAMPAIGN = "results/gpu_campaign/state"
 
 
@@ -38,7 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        "campaign, all or nothing")
     st = sub.add_parser("status", help="print how far the campaign is")
     for q in (s, st):
-        q.add_argument("--plan", default=PLAN, metavar="TOML", help=f"the campaign (default {PLAN})")
+        q.add_argument("--plan", default=PLAN, metavar="TOML", type=config_file,
+                       help=f"the campaign: a file, or a plan aspan ships, by name (default {PLAN})")
     for q in (s, m, st):
         q.add_argument("--campaign", default=CAMPAIGN, metavar="DIR", help=f"campaign directory (default {CAMPAIGN})")
     s.add_argument("--out", required=True, metavar="DIR",
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     c.check_out(Path(args.campaign), Path(args.out))
     check_commands(plan, args)
 
-    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device))
+    # the plan's runs go through `aspan.cli.main` in this process (its log handler and stop flag theirs too)
+    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), args._main, args.device))
     print(json.dumps({k: record[k] for k in ("runs", "wall_s", "parts")}, default=str))
     print(c.format_status(record["status"]))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.applications.train import format_result, resolved_run, train_run
 from aspan.config import to_toml
 from aspan.curves import stop_set
 from aspan.errors import UsageError
@@ -102,8 +103,6 @@ RUN_KEYS = ("task", "split", "data", "init", "replay", "buckets", "curve_buckets
 def settings(args: argparse.Namespace):
     """`TrainRun` from its defaults (the fine-tuning preset with --finetune, or a --config file that says
     `finetune = true`), then --config, then the flags given, then its check; and that preset."""
-    from aspan.applications.train import resolved_run
-
     flags = {**given(args, TRAIN_KEYS, "train."), **given(args, RUN_KEYS)}
     flags.update({"params": args.param and tuple(args.param), "finetune": args.finetune, "resume": args.resume,
                   "progress": False if args.quiet else None})
@@ -115,8 +114,6 @@ def settings(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """Run `aspan train` with the parsed arguments; the exit code."""
     import os
-
-    from aspan.applications.train import format_result, train_run
 
     run, base = settings(args)
     if args.print_config:
