@@ -265,3 +265,21 @@ def test_applications_parse_no_command_line():
     (a notebook calls an application with a settings object, not with parsed arguments)."""
     assert sorted((m, d) for m, deps in GRAPH.items() if _under(m, "aspan.applications")
                   for d in deps if _under(d, "argparse", "aspan.commands")) == []
+
+
+def commands_importing_the_dispatcher(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, aspan.cli) for each module under `aspan.commands` that imports the command line's entry point."""
+    return sorted((m, d) for m, deps in graph.items() if _under(m, "aspan.commands") for d in deps if d == "aspan.cli")
+
+
+def test_commands_do_not_import_the_dispatcher():
+    """`aspan.cli` loads each command by name (`importlib`), an edge the module graph cannot see: a command importing
+    `aspan.cli` back is a cycle `test_no_import_cycle` misses. A command that runs commands (`aspan gpu slice`) gets
+    the dispatcher's `main` with its arguments instead."""
+    assert commands_importing_the_dispatcher(GRAPH) == []
+
+
+def test_the_dispatcher_check_fails_on_a_command_importing_it(tmp_path):
+    graph = _write_package(tmp_path, {**LAYERED, "aspan/commands/gpu.py": "def run():\n    from ..cli import main\n"})
+    assert commands_importing_the_dispatcher(graph) == [("aspan.commands.gpu", "aspan.cli")]
+    assert commands_importing_the_dispatcher(_write_package(tmp_path / "ok", LAYERED)) == []

@@ -22,7 +22,8 @@ from ..experiments.ranking import heatmap, n_selected, offset_heatmap, offset_ta
 from ..io import RunDir, claim_run, write_json
 from ..models.checkpoint import saved_task
 from ..models.trained import check_task
-from .settings import CAUSAL, RankConfig  # its settings, defined apart so that the command line imports them light
+from .settings import CAUSAL, RankConfig  # its settings, apart so that the command line imports them light
+from .settings import Edit as Edit  # the causal ranking's edit, importable here as before
 
 SHARE_COLS = ["rank", "layer", "head", "score_sum", "score_row", "best_delta", "best_delta_score", "convention"]
 

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from ..errors import UsageError
+from ..shipped import config_path
 from .argtypes import config_file as config_type
 
 QUIET_HELP = "no progress bars, warnings only"
@@ -64,7 +65,7 @@ def notice(prog: str, old: str, new: str) -> None:
 def add_config_file(parser: argparse.ArgumentParser, help: str) -> None:
     """`--config FILE` (a command whose settings live in a TOML file of their own shape), and the positional FILE as
     its deprecated spelling (`config_file` resolves the two)."""
-    parser.add_argument("old_config", nargs="?", metavar="CONFIG", type=config_type,
+    parser.add_argument("old_config", nargs="?", metavar="CONFIG",
                         help="deprecated spelling of --config CONFIG (goes in the next release)")
     parser.add_argument("--config", metavar="FILE", type=config_type, help=help)
 
@@ -77,7 +78,7 @@ def config_file(args: argparse.Namespace) -> str:
         if args.config is not None:
             raise UsageError(f"give the TOML file once: --config {args.config} (not also {args.old_config})")
         notice(prog, "the positional CONFIG", "--config CONFIG")
-        return args.old_config
+        return config_path(args.old_config)
     if args.config is None:
         raise UsageError("--config FILE is required: the TOML settings file")
     return args.config

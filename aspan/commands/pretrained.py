@@ -41,10 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan pretrained` with the parsed arguments; the exit code."""
-    from ..applications.pretrained import PretrainedConfig, run_pretrained
-
     check_launcher(args)
     path = config_file(args)
+    from ..applications.pretrained import PretrainedConfig, run_pretrained  # pandas, torch
+
     args.config = path  # the launcher reads its [slurm] table from the same file
     flags = {"model": args.model, "out": args.out, "device": args.device, "dtype": args.dtype, "threads": args.threads,
              "shard": args.shard, "finetune.steps": args.steps}

@@ -39,10 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan sweep` with the parsed arguments; the exit code."""
-    from aspan.applications.sweep import SweepConfig, format_selection, run_sweep_dir
-
     check_launcher(args)
     path = config_file(args)
+    from aspan.applications.sweep import SweepConfig, format_selection, run_sweep_dir  # pandas, torch
+
     args.config = path  # the launcher reads its [slurm] table from the same file
     # the file's keys, then --device; fully validated before any model work
     config = load_config(SweepConfig, toml_path=path, flags={"device": args.device}, name="sweep config")

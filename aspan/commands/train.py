@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aspan.applications.train import format_result, resolved_run, train_run
+from aspan.applications import train as app
 from aspan.config import to_toml
 from aspan.curves import stop_set
 from aspan.errors import UsageError
@@ -108,7 +108,7 @@ def settings(args: argparse.Namespace):
                   "progress": False if args.quiet else None})
     if args.stop_bucket is not None:
         flags.update({"train.stop_bucket": stop_set(args.stop_bucket), "stop_bucket_given": True})
-    return resolved_run(flags, args.config, args.finetune)
+    return app.resolved_run(flags, args.config, args.finetune)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise UsageError("--out DIR is required: the run directory")
-    result = train_run(run, args.out)
+    result = app.train_run(run, args.out)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: the first process speaks for all
-        print(format_result(result, args.out))
+        print(app.format_result(result, args.out))
     return 0

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ...applications.studies.qk import headline_table
 from ...applications.studies.qk_config import QKStudyConfig
 from ...config import load_config
 from ..argtypes import config_file, output_dir
@@ -69,8 +70,6 @@ def run_options(args: argparse.Namespace) -> dict:
 
 def show(args: argparse.Namespace, cfg, res) -> int:
     """The table and the findings, on stdout."""
-    from ...applications.studies.qk import headline_table
-
     print(headline_table(cfg, res.table))
     for replay, f in res.summary["findings"]["by_replay"].items():
         print(f"replay {replay}: best single pair/column {f['best_single']['condition']} is "
