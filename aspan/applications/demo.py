@@ -140,7 +140,7 @@ def setup(cfg: DemoConfig, progress: bool = True) -> Setup:
 
 def rank_heads(s: Setup, cfg: DemoConfig) -> Ranked:
     """Rank heads on the ID set with the offset scan; the best offset for the largest head selection."""
-    rank = Ranking(by="score_row", samples=cfg.samples, seed=cfg.seed + 1, convention=cfg.rank_convention)  # ID set
+    rank = Ranking(by="score_row", samples=cfg.samples, seed=cfg.seed + 1, convention=cfg.convention)  # ID set
     offsets = s.engine.offsets(rank.settings(0), cfg.deltas)
     k_max = min(max(cfg.tops), s.model.cfg.n_layers * s.model.cfg.n_heads)
     d_star = best_delta(offsets, k_max)
@@ -282,7 +282,7 @@ def run_info(cfg: DemoConfig, s: Setup, command: str, t0: float) -> dict[str, An
         "model": s.source, "model_config": _describe(s.model), "model_meta": s.meta, "seed": cfg.seed,
         "samples": cfg.samples, "gen_samples": min(cfg.gen_samples, cfg.samples), "tops": list(cfg.tops),
         "strengths": list(cfg.strengths), "deltas": list(cfg.deltas), "quick": cfg.quick, "id_budget": cfg.id_budget,
-        "eos": list(cfg.eos),
+        "eos": list(cfg.eos), "convention": cfg.convention,
         **run_environment(s.model, extra=("circuitsvis", "plotly")),
         "data_seeds": {"id": cfg.seed + 1, "ood_selection": cfg.seed + 2, "ood_held_out": cfg.seed + 3,
                        "id_held_out": cfg.seed + SEED_OFFSET[ID_REPORT]},

@@ -12,6 +12,7 @@ from typing import Any
 from .. import tasks
 from ..buckets import parse_buckets
 from ..checks import check_device, check_output_dir
+from ..config import renamed_key
 from ..experiments.edit import Edit
 from ..options import (
     CONVENTIONS,
@@ -221,14 +222,16 @@ class DemoConfig:
     ood: dict = field(default_factory=dict)  # overrides of the OOD preset (reversal: lengths 11-20)
     id_budget: float = ID_BUDGET  # the selection rule's budget on the drop of ID exact accuracy (a fraction)
     shard: tuple[int, int] | None = None  # only this shard of the grid (sweep.shard-I-of-N.jsonl), then stop
-    rank_convention: Convention = "raw"  # AttnScore convention of the attention-share ranking (sample or raw)
+    convention: Convention = "sample"  # AttnScore convention of the attention-share ranking (sample or raw)
     eos: tuple[EosRefs, ...] = EOS_REFS  # the search tries each treatment of the end-of-sequence row (Edit.eos)
 
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
-        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
-        return {k: v for k, v in raw.items() if k != "slurm"}
+        (the resources of `--launcher slurm`, `aspan.applications.launch`); `rank_convention`, the old spelling of
+        `convention`, read as it (with a warning)."""
+        return renamed_key({k: v for k, v in raw.items() if k != "slurm"}, "rank_convention", "convention",
+                           path or "demo config")
 
     @classmethod
     def quick_config(cls, **kw: Any) -> "DemoConfig":
@@ -249,7 +252,7 @@ class DemoConfig:
             raise ValueError("tops must be >= 1, strengths non-empty and deltas must contain 0")
         if not self.id_budget >= 0:
             raise ValueError(f"--id-budget must be >= 0, got {self.id_budget}")
-        check_option("--rank-convention", self.rank_convention, CONVENTIONS)
+        check_option("--convention", self.convention, CONVENTIONS)
         if not self.eos or any(e not in EOS_REFS for e in self.eos):
             raise ValueError(f"eos must be a non-empty tuple of {', '.join(map(repr, EOS_REFS))}, got {self.eos!r}")
         check_device(self.device, "--device")

@@ -11,14 +11,14 @@ from ..applications.settings import DemoConfig
 from ..config import load_config, to_toml
 from ..options import CONVENTIONS, EOS_REFS
 from .argtypes import config_file, device, nonneg_int, output_dir, points_fraction, positive_int, shard
-from .grammar import PRINT_CONFIG_HELP, add_quiet, from_settings
+from .grammar import PRINT_CONFIG_HELP, add_deprecated, add_quiet, from_settings
 from .launcher_options import add_launcher_options, check_launcher, run_launched
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan demo --quick --out runs/demo",
     "aspan demo --samples 200 --id-budget 1 --out runs/demo200",
-    "aspan demo --shard 0/4 --out runs/demo",
+    "aspan demo --samples 200 --id-budget 1 --shard 0/4 --out runs/demo200",
 )
 
 
@@ -42,9 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id-budget", type=points_fraction, metavar="PP",
                         help="selection rule: the largest OOD exact gain whose drop of ID exact accuracy is at most "
                              "PP percentage points (when not given: 1)")
-    parser.add_argument("--rank-convention", choices=CONVENTIONS,
-                        help="AttnScore convention of the attention-share ranking: raw (mass over the whole row) or "
-                             "sample (the paper's public code: over the sample's own columns)")
+    parser.add_argument("--convention", choices=CONVENTIONS,
+                        help="AttnScore convention of the attention-share ranking: sample (the paper's public code: "
+                             "mass on the references over the mass on the sample's own columns) or raw (over the whole "
+                             "row)")
     parser.add_argument("--eos", choices=("both", *EOS_REFS),
                         help="how the search may treat the end-of-sequence row (no references): leave it alone "
                              "(none), edit it on the reference map continued one row (extrapolate), or try both and "
@@ -56,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
     add_launcher_options(parser)
     from_settings(parser, "aspan.applications.settings:DemoConfig", presets={"--quick": "quick_config"},
-                  only=("task", "out", "samples", "gen_samples", "seed", "threads", "rank_convention"))
+                  only=("task", "out", "samples", "gen_samples", "seed", "threads", "convention"))
+    add_deprecated(parser, "--rank-convention", "--convention", dest="convention", choices=CONVENTIONS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     check_launcher(args)
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
-                                 threads=args.threads, rank_convention=args.rank_convention).items()
+                                 threads=args.threads, convention=args.convention).items()
           if v is not None}
     flags = {**kw, "id_budget": args.id_budget, "shard": args.shard,  # id_budget: a fraction (argtypes)
              "eos": EOS_REFS if args.eos == "both" else args.eos and (args.eos,)}

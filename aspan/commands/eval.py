@@ -17,7 +17,7 @@ HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan eval reversal -n 16 --no-attn --quiet",
     "aspan eval reversal --split ood --buckets 11-15,16-20 -n 50 --out runs/eval",
-    "aspan eval runs/tiny --mode generate --heads 1.3,1.5 -o records.jsonl",
+    "aspan eval runs/tiny --mode generate --heads 1.1,1.3 -n 100 -o records.jsonl",  # the model `aspan train` made
 )
 
 

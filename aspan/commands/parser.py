@@ -12,8 +12,10 @@ from importlib import import_module
 from .. import __version__
 from .grammar import QUIET_HELP, HelpFormatter, epilog
 
-COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study",
-            "gpu", "doctor")
+# in the order `aspan --help` lists them: each command's examples may read what an earlier command's wrote (`aspan
+# eval runs/tiny` after `aspan train --out runs/tiny`, `aspan report runs/demo` after `aspan demo --out runs/demo`)
+COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "demo", "pretrained", "study", "report",
+            "tutorials", "gpu", "doctor")
 EXIT_USAGE = 2  # a mistake in what the user asked for (`aspan.cli` adds the exit codes of a stopped command)
 
 

@@ -18,7 +18,8 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
     "aspan train --task reversal --out runs/tiny --steps 40 --n-layers 2 --n-heads 4 --d-model 32 --eval-samples 16",
     "aspan train --init reversal --task reversal --param length=11-20 --train-only qk-pair:1 --replay 0.5 --steps 50 "
     "--lr 1e-2 --out runs/ft",
-    "aspan train --out runs/tiny --resume --steps 80",
+    "aspan train --task reversal --out runs/tiny --steps 80 --n-layers 2 --n-heads 4 --d-model 32 --eval-samples 16 "
+    "--resume",
 )
 
 
