@@ -67,8 +67,8 @@ def test_every_command_takes_quiet_at_its_own_level():
     for name in found:
         action = next(a for a in commands()[name]._actions if "--quiet" in a.option_strings)
         assert action.dest == "quiet" and action.help == grammar.QUIET_HELP, name
-    required = {"show": ["--task", "reversal"], "report": ["r"], "gpu merge": ["s"], "gpu slice": ["--out", "o"],
-                "gpu": ["status"], "study": ["qk"]}
+    required = {"show": ["--task", "reversal"], "report": ["r"], "tutorials": ["d"], "gpu merge": ["s"],
+                "gpu slice": ["--out", "o"], "gpu": ["status"], "study": ["qk"]}
     for name in found:
         words = [*name.split(), *required.get(name, [])]
         assert cli.build_parser(words).parse_args(words).quiet is False, name
