@@ -672,6 +672,11 @@ def test_project_readme_python_example_numbers():
     flat = _flat(PROJECT)
     assert (f"gets per-token accuracy {base['partial']:.2f} (exact {base['exact']:.2f}); reinforcing the two lookup "
             f"heads' attention on `ref+2` raises it to {edited['partial']:.2f} (exact {edited['exact']:.2f})") in flat
+    # the heads it selects, which the text after the command-line block names beside those `aspan rank --top 2` picks
+    names = " and ".join(f"L{layer}H{head}" for layer, head in scope["heads"])
+    assert f"the layer-1 lookup heads lead ({names} on its 64 samples)" in flat
+    top = scope["ranking"].sort_values("score_sum", ascending=False).head(2)  # the same ranking, the CLI's column
+    assert f"puts diffuse layer-0 heads first ({', '.join(f'L{r.layer}H{r.head}' for r in top.itertuples())})" in flat
 
 
 def test_parity_fixed_budget_tables():
