@@ -106,4 +106,4 @@ docs: $(DOCS_STAMP)
 	$(DOCS_VENV)/bin/python -m sphinx -b html -E -W --keep-going -q $(SPHINXOPTS) docs docs/_build/html
 
 clean:
-	rm -rf $(VENV) $(NEW) $(DOCS_VENV) build *.egg-info docs/_build
+	rm -rf $(VENV) $(NEW) $(DOCS_VENV) build .build dist *.egg-info docs/_build
