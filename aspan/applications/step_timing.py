@@ -32,8 +32,11 @@ from ..training.tally import Tally
 class Steps(Protocol):
     """What `interleave` and `step_costs` drive: `aspan.training.costs.Stepper` or `PlainStepper`."""
 
-    def step(self) -> None: ...
-    def read(self) -> float: ...
+    def step(self) -> None:
+        """Take the next training step, reading nothing back from the device."""
+
+    def read(self) -> float:
+        """Wait for the device and return the last step's mean loss per target token."""
 
 
 def _rotary_tables(n_ctx: int, d_head: int, rotary_dim: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,6 +139,7 @@ class PlainStepper:
         return self.tally.loss
 
     def close(self) -> None:
+        """Stop making batches ahead."""
         self.batches.close()
 
 

@@ -235,6 +235,19 @@ def content_hash(path_or_name: str | os.PathLike) -> str:
     return sha256_of(model_path(path_or_name))
 
 
+def weights_hash(model) -> str:
+    """sha256 of a model object's parameters and buffers (names, dtypes, shapes and bytes, in order): what
+    `content_hash` is for a model held in memory (another model, or this one trained further, hashes differently)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        flat = tensor.detach().reshape(-1).contiguous().cpu()
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def load(
     path_or_name: str | os.PathLike, device: str | None = None, backend: Backend | None = None,
     dtype: ModelDtype | torch.dtype | None = None, device_map: str | dict[str, Any] | None = None, **adapter: Any,

@@ -352,6 +352,14 @@ class _Pass:
     cache: dict
 
 
+def tables(model) -> dict:
+    """The rotary tables and attention masks the fused forward keeps for `model`, by shape (the dict itself). A
+    recorded CUDA graph reads the very tensors its forward found here: it empties this before its warm-up (so the
+    forward it records builds nothing) and keeps references to what the warm-up put here (which the fused forward
+    may later drop)."""
+    return _seen(model).tables
+
+
 def _cache(model) -> dict:
     cache = _seen(model).tables
     if len(cache) > 64:  # shapes of a long evaluation, or buffers moved to another device

@@ -1,5 +1,5 @@
-"""Training batches off the step: `lean_batch` (tokens, labels and mask only, built from Python lists with one tensor
-per field) and `Prefetcher`, which makes the batches of the coming steps in a background thread.
+"""Training batches off the step: `aspan.batching.lean_batch` (tokens, labels and mask only, built from Python lists
+with one tensor per field) and `Prefetcher`, which makes the batches of the coming steps in a background thread.
 
 Every batch stays a pure function of (data settings, seed, batch size, step): the prefetcher only makes them
 earlier, so a resumed run sees the same batches whether or not batches were made ahead.
@@ -15,7 +15,7 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from ..batching import IGNORE, Batch, encode_sample, scores_eos
+from ..batching import Batch, lean_batch, target_count, token_count  # noqa: F401 (lean_batch: defined there)
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
 from .loss import train_batch
@@ -42,54 +42,6 @@ class StepBatch(NamedTuple):
             return self._replace(tokens=full.tokens, labels=full.labels, mask=full.attention_mask, full=full)
         return self._replace(tokens=self.tokens.to(device, non_blocking=True),
                              labels=self.labels.to(device, non_blocking=True))
-
-
-def _rows(sample: Sample, ids: list[int], offset: int, width: int, scored_eos: bool) -> list[int]:
-    """One sample's labels row of `width`: `make_batch`'s labels, the EOS label dropped unless `scored_eos`."""
-    labels = [IGNORE] * width
-    first, last = offset + sample.prompt_len - 1, len(ids) - 2  # rows predicting target char 0 and the last token
-    if first >= 0:
-        labels[first : last + 1] = ids[first + 1 : last + 2]
-    else:  # no prefix and no prompt: the row before the first token wraps to the last column, as in make_batch
-        for r in range(first, last + 1):
-            labels[r] = ids[r + 1]
-    for g in sample.given:  # input interleaved into the target: supplied, never predicted
-        labels[first + g] = IGNORE
-    if not scored_eos:
-        labels[len(ids) - 2] = IGNORE
-    return labels
-
-
-def lean_batch(samples: Sequence[Sample], tokenizer: Tokenizer, n_ctx: int | None = None,
-               shape: tuple[int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """(tokens, labels, mask) of `samples`, each [batch, pos] and equal to `train_batch`'s tokens, labels and
-    attention mask; with `shape` (rows, width) padded to that fixed shape (extra rows are all padding, labelled
-    IGNORE). ValueError if a sample does not fit `n_ctx` or the width."""
-    eos = tokenizer.eos_id is not None
-    seqs = [encode_sample(s, tokenizer) for s in samples]
-    longest = max((len(ids) for ids in seqs), default=0)
-    if n_ctx is not None and longest > n_ctx:
-        raise ValueError(f"a sample needs {longest} tokens but the model's context n_ctx={n_ctx} is shorter")
-    rows, width = shape or (len(samples), longest)
-    if longest > width or len(samples) > rows:
-        raise ValueError(f"a batch of {len(samples)} x {longest} tokens does not fit the fixed shape {rows} x {width}")
-    pad, offset = tokenizer.pad_id, tokenizer.offset
-    tokens = [ids + [pad] * (width - len(ids)) for ids in seqs] + [[pad] * width] * (rows - len(seqs))
-    mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in seqs] + [[0] * width] * (rows - len(seqs))
-    labels = [_rows(s, ids, offset, width, not eos or scores_eos(s)) for s, ids in zip(samples, seqs)]
-    labels += [[IGNORE] * width] * (rows - len(seqs))
-    return tuple(torch.tensor(x, dtype=torch.long) for x in (tokens, labels, mask))  # type: ignore[return-value]
-
-
-def target_count(samples: Sequence[Sample], tokenizer: Tokenizer) -> int:
-    """The rows `target_loss` scores in `samples`: every target character not `given`, plus EOS where scored."""
-    eos = tokenizer.eos_id is not None
-    return sum(len(s.target) - len(s.given) + (eos and scores_eos(s)) for s in samples)
-
-
-def token_count(samples: Sequence[Sample], tokenizer: Tokenizer) -> int:
-    """Real (non-padding) tokens of `samples`: the prefix, one token per character, and EOS."""
-    return sum(tokenizer.offset + len(s.text) + (tokenizer.eos_id is not None) for s in samples)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,11 @@ right-padded, which changes no scored row (attention is causal and padding sits 
 loss is that of the tight batch up to float rounding. The learning rate lives in a device tensor the schedule fills
 before each replay. The graph is recorded after a few warm-up steps on a side stream (which initialise AdamW's
 state and the kernels' workspaces); their updates are undone, so the run trains exactly the steps it logs.
+
+Additive attention biases given as tensors (`hooks.attn_bias`: ABC, ABS) are captured with the step: the fused
+forward (`aspan.models.fused`) turns them into an attention mask once, at the warm-up, and the graph reads that
+mask, kept alive with it. A bias changed in place after the recording would not reach the graph: the next step
+refuses it. Hook functions and hook factories run Python on every forward and are not captured.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..batching import IGNORE
+from ..models import fused
 from ..models.backend import backend_of
 from .batches import StepBatch
 
@@ -27,7 +33,7 @@ Step = Callable[[Any, StepBatch, Any], "tuple[Tensor, Tensor | None]"]  # `loop.
 
 def check_capture(run) -> None:
     """ValueError (one line) when `run` asked for a captured step it cannot have: only a single CUDA process
-    training a HookedTransformer without forward hooks can be captured."""
+    training a HookedTransformer, without forward hooks or with tensor attention biases only, can be captured."""
     if not run.config.capture:
         return
     why = None
@@ -36,11 +42,24 @@ def check_capture(run) -> None:
     elif run.world > 1:
         why = f"needs a single process (this run has {run.world}; DDP's all-reduce is not captured)"
     elif run.opts.fwd_hooks:
-        why = "cannot capture forward hooks (their functions run Python on every forward)"
-    elif backend_of(run.model).name != "hooked":
+        why = _hooks_reason(run.model, run.opts.fwd_hooks)
+    if why is None and backend_of(run.model).name != "hooked":
         why = "covers HookedTransformer models only"
     if why:
         raise ValueError(f"capture=True {why}: train with capture=False")
+
+
+def _hooks_reason(model, fwd_hooks) -> str | None:
+    """Why a step under `fwd_hooks` cannot be captured (None: it can: tensor attention biases on a model the fused
+    forward runs)."""
+    if callable(fwd_hooks):
+        return "cannot capture a hook factory (it runs Python on every batch)"
+    plan = fused.bias_plan(list(fwd_hooks))
+    if isinstance(plan, str) or not all(isinstance(h.bias, Tensor) for hs in plan.values() for h in hs):
+        return ("cannot capture forward hooks other than attention biases given as tensors (hooks.attn_bias): hook "
+                "functions run Python on every forward")
+    why = fused.why_not(model, list(fwd_hooks))
+    return None if why is None else f"captures attention biases through the fused forward only, not here ({why})"
 
 
 def fixed_shape(run) -> tuple[int, int]:
@@ -97,6 +116,10 @@ class CapturedStep:
         self.graph: Any = None
         self.out: tuple[Tensor, Tensor | None] | None = None
         self.warm = False
+        self.kept: list = []  # the fused forward's tables and masks the graph reads (kept alive with it)
+        plan = fused.bias_plan(list(run.opts.fwd_hooks or ()))
+        biases = [h.bias for hs in (plan.values() if isinstance(plan, dict) else ()) for h in hs]
+        self.biases = [(b, b._version) for b in biases]  # the attention biases, as recorded
         for group in run.opt.param_groups:  # the schedule fills these in place; the graph reads them
             group["lr"] = torch.tensor(float(group["lr"]), dtype=torch.float32, device=dev)
             group["capturable"] = graph
@@ -106,6 +129,9 @@ class CapturedStep:
     def __call__(self, run, batch: StepBatch, amp) -> tuple[Tensor, Tensor | None]:
         if tuple(batch.tokens.shape) != self.shape:
             raise ValueError(f"a captured step takes batches of {self.shape}, got {tuple(batch.tokens.shape)}")
+        if any(b._version != v for b, v in self.biases):
+            raise ValueError("an attention bias of this captured step was changed in place after it was recorded, "
+                             "which the recorded step would not see: train with capture=False to change biases")
         self.static.tokens.copy_(batch.tokens, non_blocking=True)
         self.static.labels.copy_(batch.labels, non_blocking=True)
         self.static.n_target.fill_(batch.n_target)
@@ -121,6 +147,7 @@ class CapturedStep:
     def _record(self, run, amp) -> None:
         """Warm up on a side stream, record the graph (CUDA), and undo the warm-up's updates."""
         snapshot = _state_snapshot(run)
+        fused.tables(run.model).clear()  # the warm-up builds every table and mask the recorded forward reads
         side = torch.cuda.Stream() if self.use_graph else None
         if side is not None:
             side.wait_stream(torch.cuda.current_stream())
@@ -134,5 +161,6 @@ class CapturedStep:
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):  # the prefetch thread pins memory
                 self.out = self.step(run, self.static, amp)
+        self.kept = list(fused.tables(run.model).values())
         _restore(run, snapshot)
         self.warm = True

@@ -17,8 +17,9 @@ import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from .. import models, stopping
+from ..accuracy import Accuracy, accuracy
 from ..curves import CURVES_FILE, curve_cost, steps_to_target, stop_point
-from ..evaluation import evaluate, hooks_for
+from ..evaluation import hooks_for
 from ..models.backend import backend_of
 from ..param_groups import parse_train_only
 from ..tasks.base import Sample
@@ -28,7 +29,7 @@ from .budget import BudgetSpent, current_budget
 from .config import RunOptions, TrainConfig, TrainResult, run_options
 from .data import Data, Replay
 from .graph import CapturedStep, capture_autocast, check_capture, fixed_shape
-from .loss import heldout_loss, target_loss
+from .loss import target_loss
 from .run import _agree, _freezer, _prepare, _Run, _setup_optimizer, _start
 from .state import _cut_logs, _rng_state, _save_checkpoint, check_resume, claim_scratch
 from .tally import Tally
@@ -254,10 +255,10 @@ def _curve(run: _Run, step: int) -> bool:
         first = len(run.history)
         for name, samples in run.opts.curve_data.items():
             t0 = time.perf_counter()
-            res = _scores(run, samples)
-            loss = heldout_loss(run.model, run.tokenizer, samples, run.opts.fwd_hooks, run.config.eval_batch_size)
+            acc = _accuracy(run, samples)  # accuracy and loss from one pass
+            res = acc.summary()
             run.write(CURVES_FILE, {"kind": "curve", "step": step, "bucket": name, "n": len(samples),
-                                    "exact": res["exact"], "partial": res["partial"], "loss": loss,
+                                    "exact": res["exact"], "partial": res["partial"], "loss": acc.loss,
                                     "eval_s": time.perf_counter() - t0, "train_s": train_s,
                                     "wall_s": run.wall_offset + time.perf_counter() - run.began})
         if run.opts.on_curve is not None:
@@ -271,10 +272,10 @@ def _curve(run: _Run, step: int) -> bool:
     return False
 
 
-def _scores(run: _Run, samples: Sequence[Sample]) -> dict:
-    """`evaluate`'s summary of `samples` under the run's hooks (teacher-forced, no attention scores)."""
-    return evaluate(run.model, run.tokenizer, samples, fwd_hooks=run.opts.fwd_hooks,
-                    batch_size=run.config.eval_batch_size, attn=False).summary()
+def _accuracy(run: _Run, samples: Sequence[Sample]) -> Accuracy:
+    """Teacher-forced accuracy and loss of `samples` under the run's hooks, in large batches on the device, without
+    per-token records: `evaluate(..., attn=False)`'s exact, partial and n, and `heldout_loss`'s loss."""
+    return accuracy(run.model, run.tokenizer, samples, run.opts.fwd_hooks, run.config.eval_batch_size)
 
 
 def _evaluate(run: _Run, step: int) -> None:
@@ -282,7 +283,7 @@ def _evaluate(run: _Run, step: int) -> None:
     if not (run.opts.eval_data and run.main):
         return
     for split, samples in run.opts.eval_data.items():
-        row = {"kind": "eval", "step": step, "split": split, **_scores(run, samples)}
+        row = {"kind": "eval", "step": step, "split": split, **_accuracy(run, samples).summary()}
         row = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
         run.write("eval.jsonl", row)
         if run.opts.progress:

@@ -16,11 +16,11 @@ from .. import models
 from ..checks import check_device
 from ..curves import CURVES_FILE, auto_every, stop_point
 from ..io import append_line
+from ..models.fit import Workload, check_fit
 from ..models.fused import TrainingForward
-from ..models.tiny import check_context
 from ..models.trained import TrainedTask, record_task
 from ..param_groups import Freezer, TrainOnly, group_masks, live_parameters
-from ..tokenization import Tokenizer, check_tokenizer, require_tokenizer
+from ..tokenization import Tokenizer, require_tokenizer
 from .config import RunOptions, TrainConfig
 from .data import Data, DataStream, Replay
 from .optim import _optimizer, lr_lambda
@@ -137,8 +137,8 @@ def _prepare(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConf
         total = config.epochs * stream.steps_per_epoch
     if config.batch_size < world:
         raise ValueError(f"batch_size {config.batch_size} is smaller than the number of processes {world}")
-    check_context(model, stream.max_text_len(), tokenizer.offset, eos=tokenizer.eos_id is not None)
-    check_tokenizer(tokenizer, stream.alphabet())
+    # hook points, characters as single tokens, vocabulary and context, before any forward
+    check_fit(model, tokenizer, Workload(stream.alphabet(), stream.max_text_len(), stream.max_text_len()), "train")
     record_task(model, _stream_task(stream))  # fine-tuning on another task makes it the model's task
     if config.train_only is not None:
         group_masks(model, config.train_only)  # out-of-range columns or pairs fail before any work

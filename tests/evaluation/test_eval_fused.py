@@ -60,8 +60,8 @@ def test_exact_flags_and_heldout_loss_equal_the_hooked_ones(shipped, fused_runs,
     fast_hooks, hooked = bias_and_hooked(model, bias)
     flags = exact_flags(model, tok, samples, fast_hooks, batch_size=50)
     loss = heldout_loss(model, tok, samples, fast_hooks, batch_size=50)
-    assert len(fused_runs) == 4
+    assert len(fused_runs) == 2  # one forward each: the 80 samples fill fewer than the CPU's 4,096 tokens
     assert torch.equal(flags, exact_flags(model, tok, samples, hooked, batch_size=50))
     assert 0 < int(flags.sum()) < len(samples)
     assert loss == pytest.approx(heldout_loss(model, tok, samples, hooked, batch_size=50), rel=1e-6)
-    assert len(fused_runs) == 4
+    assert len(fused_runs) == 2

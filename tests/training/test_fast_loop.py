@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch
 
+import hooks
 from aspan import tasks
 from aspan.batching import IGNORE, scores_eos
 from aspan.models import fused
@@ -239,8 +240,16 @@ def test_a_captured_step_is_refused_where_it_cannot_run():
 
     check_capture(run())  # a single CUDA process training a HookedTransformer without hooks: taken
     check_capture(run(config=cfg(), device=torch.device("cpu")))  # not asked for: nothing to refuse
+    model = tiny()
+    bias = hooks.attn_bias(torch.randn(12, 12), layers=1, heads=[0, 2], model=model)
+    check_capture(run(model=model, opts=SimpleNamespace(fwd_hooks=bias)))  # tensor attention biases: taken
+    hooked = bias + [("hook_embed", lambda x, hook: x)]
     for kw, why in [(dict(world=2), "single process"), (dict(opts=SimpleNamespace(fwd_hooks=[("x", None)])),
-                                                         "forward hooks")]:
+                                                         "forward hooks"),
+                    (dict(opts=SimpleNamespace(fwd_hooks=hooked)), "forward hooks other than attention biases"),
+                    (dict(opts=SimpleNamespace(fwd_hooks=hooks.attn_bias(lambda q, k, device: torch.zeros(q, k),
+                                                                         model=model))), "given as tensors"),
+                    (dict(opts=SimpleNamespace(fwd_hooks=lambda batch: bias)), "hook factory")]:
         with pytest.raises(ValueError, match=why) as info:
             check_capture(run(**kw))
         assert "\n" not in str(info.value) and "capture=False" in str(info.value)
@@ -263,17 +272,18 @@ def test_fixed_width_padding_gives_the_loss_and_gradients_of_the_tight_batch():
     assert all(float((a - b).abs().max()) <= 1e-6 * float(a.abs().max()) for a, b in zip(g1, g2))
 
 
-def test_the_captured_step_without_its_graph_trains_as_the_loop(monkeypatch):
-    """Everything of the captured step but the recording, run eagerly on the CPU: static buffers of the fixed
-    shape, the target count and learning rate in tensors, three warm-up steps undone. It trains as the loop does,
-    up to float rounding; the warm-up leaves no trace (undone, it would move the weights by far more)."""
+def capture_eagerly(monkeypatch) -> list:
+    """From here on, `train` steps through a captured step that runs its body eagerly (everything but the recording,
+    on the CPU: static buffers of the fixed shape, the target count and learning rate in tensors, three warm-up
+    steps undone); returns the list the captured steps it makes are added to."""
     from aspan.training import graph, loop
 
-    real = loop.stepping
+    real, made = loop.stepping, []
 
     class Unrecorded(graph.CapturedStep):
         def __init__(self, run, step, shape):
             super().__init__(run, step, shape, graph=False)
+            made.append(self)
 
     def eager_capture(run):
         shape = graph.fixed_shape(run)
@@ -283,13 +293,46 @@ def test_the_captured_step_without_its_graph_trains_as_the_loop(monkeypatch):
         assert shape == (8, TOK.offset + TASK.max_text_len() + 1)
         return real(run)  # ... and stepped by a CapturedStep that runs its body eagerly
 
-    eager = train(tiny(), TOK, TASK, cfg(steps=8), progress=False)
     monkeypatch.setattr(loop, "stepping", eager_capture)
-    captured = train(tiny(), TOK, TASK, cfg(steps=8), progress=False)
+    return made
+
+
+WIDTH = TOK.offset + TASK.max_text_len() + 1  # the captured step's fixed width
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
+def test_the_captured_step_without_its_graph_trains_as_the_loop(monkeypatch, bias):
+    """Everything of the captured step but the recording trains as the loop does, up to float rounding; the
+    warm-up leaves no trace (undone, it would move the weights by far more). With an attention bias (a tensor, on
+    some heads of one layer) the step reads the mask its warm-up made, and keeps it."""
+    table = torch.randn(WIDTH, WIDTH, generator=torch.Generator().manual_seed(0))
+    fwd = (lambda m: hooks.attn_bias(table, layers=1, heads=[0, 2], model=m)) if bias else (lambda m: [])
+    m1, m2 = tiny(), tiny()
+    eager = train(m1, TOK, TASK, cfg(steps=8), progress=False, fwd_hooks=fwd(m1))
+    made = capture_eagerly(monkeypatch)
+    captured = train(m2, TOK, TASK, cfg(steps=8), progress=False, fwd_hooks=fwd(m2))
     losses = lambda r: [x["loss"] for x in r.history if x["kind"] == "train"]  # noqa: E731
     assert losses(captured) == pytest.approx(losses(eager), rel=1e-5) and len(losses(eager)) == 8
     for p, q in zip(eager.model.parameters(), captured.model.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=2e-5)  # a kept warm-up: ~1e-2
+    (step,) = made
+    kept = {id(x) for x in step.kept}
+    assert step.biases == ([(table, table._version)] if bias else []) and step.kept
+    assert all(id(x) in kept for x in fused.tables(m2).values())  # what the steps read is kept with the step
+    if bias:  # the same training without the bias differs: the bias reached the captured step
+        plain = train(tiny(), TOK, TASK, cfg(steps=8), progress=False)
+        assert losses(plain)[1:] != pytest.approx(losses(captured)[1:], rel=1e-3)
+
+
+def test_a_bias_changed_after_the_recording_is_refused(monkeypatch):
+    """The recorded step would not see a bias changed in place: the next step says so, in one line."""
+    table = torch.zeros(WIDTH, WIDTH)
+    model = tiny()
+    capture_eagerly(monkeypatch)
+    with pytest.raises(ValueError, match="changed in place after it was recorded") as info:
+        train(model, TOK, TASK, cfg(steps=8, curve_every=2), progress=False, curve_data={"id": TASK.generate(4)},
+              fwd_hooks=hooks.attn_bias(table, model=model), on_curve=lambda rows: table.add_(1.0))
+    assert "\n" not in str(info.value) and "capture=False" in str(info.value)
 
 
 def test_adamw_is_fused_on_cuda_and_multi_tensor_on_the_cpu():

@@ -221,12 +221,12 @@ def _train(model, sets: _TaskSets, name: str, cfg: AbcStudyConfig, run: tuple[in
 
 
 def _measure(model, sets: _TaskSets, bias) -> dict[str, float]:
-    from ...evaluation import evaluate
+    from ...accuracy import accuracy
 
     out: dict[str, float] = {}
     for split, table in (("select", sets.select), ("test", sets.test)):
         for n, samples in table.items():
-            s = evaluate(model, sets.tokenizer, samples, fwd_hooks=bias, batch_size=50, attn=False).summary()
+            s = accuracy(model, sets.tokenizer, samples, fwd_hooks=bias, batch_size=50).summary()
             out[f"{split}_exact_{n}"], out[f"{split}_partial_{n}"] = s["exact"], s["partial"]
     return out
 
