@@ -119,4 +119,4 @@ docs-serve: $(if $(wildcard $(DOCS_SITE)/index.html),,docs)
 
 # .venv-docs: the environment make docs made before the docs extra joined .venv.
 clean:
-	rm -rf $(VENV) $(NEW) .venv-docs build *.egg-info docs/_build
+	rm -rf $(VENV) $(NEW) .venv-docs build .build dist *.egg-info docs/_build

@@ -74,7 +74,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "TrainConfig": ("aspan.training", "TrainConfig"),
     "train": ("aspan.training", "train"),
     "Replay": ("aspan.training", "Replay"),
-    "parse_train_only": ("aspan.param_groups", "parse_train_only"),
+    "parse_train_only": ("aspan.train_only", "parse_train_only"),
     "bucket_sets": ("aspan.buckets", "bucket_sets"),
 }
 

@@ -1,7 +1,9 @@
 """`aspan` command line: a thin dispatcher; each subcommand lives in `aspan.commands.<name>`.
 
 A command module defines `HELP` (one line), `EXAMPLES` (the command lines that end its `--help`),
-`add_arguments(parser)` and `run(args) -> int`; `RUN_DIR = "out"` names the option holding its run directory when
+`add_arguments(parser)` and `run(args) -> int` (`aspan.commands.parser` builds the parser from them); a command that
+runs commands itself (`aspan gpu slice`) finds this module's `main` as `args._main`, so that commands never import
+this module; `RUN_DIR = "out"` names the option holding its run directory when
 the dispatcher should hold it for the job (`aspan.io.claim_run`: a second job on the same directory fails at once).
 Commands that also pin a configuration claim it themselves.
 
@@ -24,82 +26,22 @@ import logging
 import os
 import sys
 import warnings
-from importlib import import_module
 
-from . import __version__, stopping
+from . import stopping
 from .checks import check_device
-from .commands.grammar import HelpFormatter, epilog
+from .commands.parser import (  # noqa: F401 (the parser's names, importable from the command line's module as before)
+    COMMANDS,
+    EXIT_USAGE,
+    VERBOSE_HELP,
+    Parser,
+    add_verbose,
+    build_parser,
+    version_line,
+)
 from .errors import Terminated, UsageError, missing_package_message
 from .io import claim_run
 
-COMMANDS = ("data", "show", "train", "eval", "rank", "explain", "sweep", "abc", "report", "demo", "pretrained",
-            "study", "gpu", "doctor")
-EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 2, 130, 143
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: `aspan train: error: argument --threads: must be >= 1, got 0 (see ... --help)`."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-class _Version(argparse.Action):
-    """`aspan --version`: `aspan X.Y.Z`, then exit 0 (`main` answers it before building the parser; the environment,
-    which needs torch and TransformerLens, is `aspan doctor`'s)."""
-
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
-        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        print(version_line())
-        parser.exit(0)
-
-
-def version_line() -> str:
-    """`aspan X.Y.Z`, what `aspan --version` prints."""
-    return f"aspan {__version__}"
-
-
-def _load(name: str):
-    return import_module(f"aspan.commands.{name}")
-
-
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; given `argv`, only the chosen command's options are built (another command's `add_arguments`
-    may import heavy modules, e.g. the studies', which `aspan data` should not wait for)."""
-    chosen = next((a for a in argv if not a.startswith("-")), None) if argv else None
-    parser = Parser(prog="aspan", description="Study and edit attention on AttentionSpan tasks.")
-    parser.add_argument("--version", action=_Version, help="print aspan's version, then exit (`aspan doctor`: the "
-                        "versions of the stack, the backend and the device)")
-    add_verbose(parser, default=False)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        try:
-            mod = _load(name)
-        except ModuleNotFoundError as e:  # a command not built yet must not break the others
-            if e.name != f"aspan.commands.{name}":
-                raise
-            continue
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP, formatter_class=HelpFormatter,
-                           epilog=epilog(getattr(mod, "EXAMPLES", ())))
-        if chosen not in COMMANDS or chosen == name:
-            mod.add_arguments(p)
-        add_verbose(p, default=argparse.SUPPRESS)  # `aspan -v CMD` or `aspan CMD ... -v` (`aspan study qk ... -v`)
-        p.set_defaults(_run=mod.run, _run_dir=getattr(mod, "RUN_DIR", None))
-    return parser
-
-
-VERBOSE_HELP = "report debug messages too (the default: information and warnings on stderr)"
-
-
-def add_verbose(parser: argparse.ArgumentParser, default) -> None:
-    """`-v/--verbose` on `parser` and on every parser nested under it (a command's own subcommands)."""
-    parser.add_argument("-v", "--verbose", action="store_true", default=default, help=VERBOSE_HELP)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                add_verbose(child, argparse.SUPPRESS)
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 
 
 class _Stderr(logging.StreamHandler):
@@ -204,6 +146,7 @@ def _main(argv: list[str] | None) -> int:
             parser.print_help()
             return EXIT_USAGE
         name = f"aspan {args.command}"
+        args._main = main  # for a command that runs commands in this process (`aspan gpu slice`)
         _check_common(args)
         with reporting(args), stopping.handled(), _held(args):
             code = int(args._run(args) or 0)

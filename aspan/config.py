@@ -18,6 +18,7 @@ a dict field (`{"finetune.steps": 50}`, the flag `--steps`), or one field of a n
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import re
 import reprlib
@@ -30,6 +31,7 @@ from .errors import UsageError
 from .io import PathLike, read_toml
 
 C = TypeVar("C")
+logger = logging.getLogger(__name__)
 
 
 def load_config(cls: type[C], *, toml_path: PathLike | None = None, flags: Mapping[str, Any] | None = None,
@@ -69,8 +71,20 @@ def load_config(cls: type[C], *, toml_path: PathLike | None = None, flags: Mappi
         try:
             check(cfg)
         except ValueError as e:
-            raise UsageError(f"{_culprit(str(e), sources, where)}: {e}") from None
+            culprit = _culprit(str(e), sources, where)
+            raise UsageError(str(e) if str(e).startswith(culprit) else f"{culprit}: {e}") from None
     return cfg
+
+
+def renamed_key(table: dict[str, Any], old: str, new: str, where: Any) -> dict[str, Any]:
+    """`table` (a parsed settings file or one of its tables) with the key `old`, a deprecated spelling, read as `new`,
+    after a one-line warning naming `where` (the file); ValueError when it gives both."""
+    if old not in table:
+        return table
+    if new in table:
+        raise ValueError(f"{old} and {new} are one setting ({old}: its old spelling): give it once, as {new}")
+    logger.warning("%s: %s is deprecated and goes in the next release; use %s", where, old, new)
+    return {(new if k == old else k): v for k, v in table.items()}
 
 
 def file_value(path: PathLike, key: str, name: str = "config") -> Any:

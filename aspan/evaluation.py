@@ -121,22 +121,30 @@ def eval_options(options: EvalOptions | None, settings: Mapping[str, object], wh
     return replace(options or EvalOptions(), **settings)
 
 
+def measured_columns(options: EvalOptions) -> list[str]:
+    """The AttnScore columns an evaluation with `options` measures: the rollout's unless `attn` is off, the heads'
+    only with `heads` (records keep every column of SCORE_COLUMNS, NaN where not measured)."""
+    sources = () if not options.attn else ("rollout", "heads") if options.heads else ("rollout",)
+    return [score_column(s, c) for s in sources for c in CONVENTIONS]
+
+
 @dataclass
 class EvalResult:
     """What `evaluate` returns: one row per scored target token (`records`) and one per sample (`samples`)."""
     records: pd.DataFrame  # one row per scored target token (RECORD_COLUMNS)
-    samples: pd.DataFrame  # one row per sample: sample_id, length, exact, partial, SCORE_COLUMNS
+    samples: pd.DataFrame  # one row per sample: sample_id, length, exact, partial and the measured SCORE_COLUMNS
     mode: Mode
 
     def summary(self) -> dict:
-        """Headline numbers: exact, partial, n, and every AttnScore column's mean (per sample mean over scored rows,
-        then over samples), named by source and convention."""
+        """Headline numbers: exact, partial, n, and the mean of each AttnScore column measured (per sample mean over
+        scored rows, then over samples), named by source and convention: `attn_heads_*` only when heads were given,
+        none with `attn=False` (`measured_columns`)."""
         s = self.samples
         return {
             "exact": float(s.exact.mean()) if len(s) else float("nan"),
             "partial": float(s.partial.mean()) if len(s) else float("nan"),
             "n": int(len(s)),
-            **{c: float(s[c].mean()) for c in SCORE_COLUMNS},
+            **{c: float(s[c].mean()) for c in SCORE_COLUMNS if c in s},
         }
 
 
@@ -287,7 +295,7 @@ def evaluate(
     _check(model, tokenizer, samples, options)
     parts = _stream(model, tokenizer, samples, CHUNK, options, checked=True)
     records = pd.concat([r.records for r in parts], ignore_index=True)
-    return EvalResult(records, sample_table(records), options.mode)
+    return EvalResult(records, sample_table(records, measured_columns(options)), options.mode)
 
 
 def exact_flags(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hooks: FwdHooks = (),
@@ -353,7 +361,7 @@ def _evaluate_chunk(model, tokenizer: Tokenizer, samples: list[Sample], first: i
     finally:
         model.train(was_training)
     records = pd.DataFrame(rows, columns=RECORD_COLUMNS).sort_values(["sample_id", "target_index"], ignore_index=True)
-    return EvalResult(records, sample_table(records), mode)
+    return EvalResult(records, sample_table(records, measured_columns(options)), mode)
 
 
 def _batch_rows(batch: Batch, numbered: list[tuple[int, Sample]], scored, tokenizer: Tokenizer,
@@ -385,19 +393,22 @@ def _records(records_or_result: pd.DataFrame | EvalResult) -> pd.DataFrame:
     return records_or_result.records if isinstance(records_or_result, EvalResult) else records_or_result
 
 
-def sample_table(records: pd.DataFrame) -> pd.DataFrame:
-    """Per sample: exact (every scored token right, EOS included), partial (fraction of target chars right),
-    AttnScores."""
+def sample_table(records: pd.DataFrame, scores: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per sample: exact (every scored token right, EOS included), partial (fraction of target chars right), and
+    the AttnScore columns `scores` (`evaluate` gives those it measured, `measured_columns`; None: the columns of
+    SCORE_COLUMNS the records hold a value in, so a score that was not measured is absent rather than NaN)."""
     r = _records(records)
+    if scores is None:
+        scores = [c for c in SCORE_COLUMNS if c in r and r[c].notna().any()]
     if r.empty:
-        return pd.DataFrame(columns=["sample_id", "length", "exact", "partial", *SCORE_COLUMNS])
+        return pd.DataFrame(columns=["sample_id", "length", "exact", "partial", *scores])
     chars = r[~r.eos]
     g = r.groupby("sample_id", sort=True)
     out = pd.DataFrame({
         "length": g.length.first(),
         "exact": g.correct.all(),
         "partial": chars.groupby("sample_id").correct.mean().reindex(g.length.first().index),
-        **{c: r[r.scored].groupby("sample_id")[c].mean().reindex(g.length.first().index) for c in SCORE_COLUMNS},
+        **{c: r[r.scored].groupby("sample_id")[c].mean().reindex(g.length.first().index) for c in scores},
     })
     return out.reset_index()
 

@@ -54,6 +54,12 @@ RankBy = Literal["score_sum", "score_row", "effect", "estimate"]
 RANK_BY: tuple[RankBy, ...] = get_args(RankBy)
 
 
+# Positional encodings of models trained from scratch, the baselines of the length-generalisation literature:
+# rotary (Su et al. 2021), learned absolute embeddings (GPT-2), ALiBi (Press et al. 2022, linear biases on the
+# scores) and none (NoPE, Kazemnejad et al. 2023: the causal mask is the only source of order).
+Positional = Literal["rotary", "learned", "alibi", "none"]
+POSITIONAL: tuple[str, ...] = get_args(Positional)
+
 # Which TransformerLens model class runs the network: HookedTransformer (TransformerLens 3) or TransformerBridge
 # (TransformerLens 3.9 and 4, wrapping the Hugging Face model; hook names in compatibility mode are the same).
 Backend = Literal["hooked", "bridge"]

@@ -34,9 +34,10 @@ def how_to_run(*papers: str) -> str:
     cited = "; ".join(PAPERS[p] for p in papers)
     return textwrap.indent(f"""
 
-**How to run it.** From a checkout of aspan: `pip install -e ".[notebooks]"` (aspan with JupyterLab; inside the
-venv that `make demo` builds: `.venv/bin/pip install -e ".[notebooks]"`), then `jupyter lab notebooks/` and run
-the cells top to bottom (well under a minute on a laptop CPU; nothing is downloaded).
+**How to run it.** Install aspan with its `notebooks` extra (JupyterLab): `pip install ".[notebooks]"` in a
+checkout, or the wheel's `"dist/aspan-0.2.0-py3-none-any.whl[notebooks]"`. `aspan tutorials my-tutorials` copies the
+notebooks into `my-tutorials/`; `jupyter lab my-tutorials` opens them. Run the cells top to bottom (well under a
+minute on a laptop CPU; nothing is downloaded).
 Papers: {cited}.""", " " * 8)
 
 

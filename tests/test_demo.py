@@ -44,8 +44,8 @@ def test_config_errors_come_first(tmp_path):
         demo.run_demo(demo.DemoConfig(task="sorting", out=str(tmp_path)))
     with pytest.raises(ValueError, match="samples"):
         demo.run_demo(demo.DemoConfig(samples=1, out=str(tmp_path)))
-    with pytest.raises(ValueError, match="rank-convention"):
-        demo.run_demo(demo.DemoConfig(rank_convention="row", out=str(tmp_path)))
+    with pytest.raises(ValueError, match="convention"):
+        demo.run_demo(demo.DemoConfig(convention="row", out=str(tmp_path)))
     assert not any(tmp_path.iterdir())
     assert main(["demo", "--task", "nope", "--out", str(tmp_path)]) == 2
 
@@ -70,7 +70,8 @@ def test_quick_demo_end_to_end(quick_run):
     summary = json.loads((out / "summary.json").read_text())
     run = json.loads((out / "run.json").read_text())
     assert run["model"].startswith("shipped checkpoint") and run["quick"] and run["task"] == "reversal"  # no training
-    assert set(pd.read_csv(out / "ranking.csv").convention) == {"raw"}  # the default --rank-convention
+    assert set(pd.read_csv(out / "ranking.csv").convention) == {"sample"}  # the default --convention
+    assert run["convention"] == "sample"
     # headline numbers agree with the per-token records written beside them (recomputed independently)
     rec = pd.read_json(out / "records_ood.jsonl", lines=True)
     chars = rec[~rec.eos]

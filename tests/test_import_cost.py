@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .test_layering import lazy_names
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformer_lens", "transformers", "pandas", "plotly")
 PROBE = """
@@ -27,10 +29,11 @@ assert "usage: aspan" in shown.getvalue(), shown.getvalue()[-2000:]
 """
 
 
-def loaded(code: str) -> list[str]:
-    """The heavy libraries in `sys.modules` after a fresh interpreter runs `code` (in the repository root)."""
+def loaded(code: str, cwd: Path = ROOT) -> list[str]:
+    """The heavy libraries in `sys.modules` after a fresh interpreter runs `code` (in `cwd`, the repository root by
+    default; this checkout's package first on the path)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
-    done = subprocess.run([sys.executable, "-c", PROBE.format(code=code, heavy=HEAVY)], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-c", PROBE.format(code=code, heavy=HEAVY)], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stderr.strip().splitlines()[-1])
@@ -40,10 +43,101 @@ def test_import_aspan_loads_no_heavy_library():
     assert loaded("import aspan") == []
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["explain", "--help"], ["study", "--help"], ["study", "qk", "--help"],
-                                  ["study", "parity", "--help"], ["study", "abc", "--help"]])
-def test_help_loads_no_heavy_library(argv):
-    assert loaded(HELP.format(argv=argv)) == []
+def every_command() -> list[list[str]]:
+    """The words of `aspan` and of every command and subcommand (`["study", "qk"]`), from the parser."""
+    import argparse
+
+    from aspan.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser, words: list[str]) -> list[list[str]]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return [words] + [w for action in subs for name, child in action.choices.items() for w in walk(child,
+                                                                                                     [*words, name])]
+    return walk(build_parser(), [])
+
+
+@pytest.mark.parametrize("words", every_command(), ids=lambda w: " ".join(w) or "aspan")
+def test_help_loads_no_heavy_library(words):
+    """`aspan ... --help` of every command and subcommand builds that command's parser and prints its help (each
+    flag's default read from its settings dataclass) without importing any heavy library."""
+    assert loaded(HELP.format(argv=[*words, "--help"])) == []
+
+
+USAGE = """
+from aspan.cli import main
+with contextlib.redirect_stderr(io.StringIO()) as said, contextlib.redirect_stdout(io.StringIO()):
+    code = main({argv!r})
+assert code == 2 and said.getvalue().count("\\n") == 1, (code, said.getvalue()[-2000:])
+"""
+# a mistake of each kind, in each command that can make it: refused in one line (exit 2) before a heavy import
+USAGE_ERRORS = [
+    ["eval", "reversal", "--config", "missing.toml"], ["eval", "no-such-model"], ["eval", "reversal", "--task", "x"],
+    ["eval", "reversal", "--heads", "1"], ["eval", "reversal", "--bogus"],
+    ["rank", "reversal"], ["rank", "reversal", "--task", "x"], ["rank", "no-such-model", "--task", "reversal"],
+    ["rank", "reversal", "--task", "reversal", "--top", "0"],
+    ["abc", "reversal", "--task", "reversal", "--abs", "x"], ["abc", "reversal", "--task", "reversal",
+                                                              "--directions", "up"],
+    ["train", "--task", "x", "--out", "o"], ["train", "--config", "missing.toml"], ["train", "--task", "reversal"],
+    ["train", "--task", "reversal", "--out", "o", "--train-only", "nope"],
+    ["demo", "--task", "x"], ["demo", "--samples", "2"], ["demo", "--config", "missing.toml"],
+    ["sweep"], ["sweep", "--config", "missing.toml"], ["pretrained", "--config", "missing.toml"],
+    ["study", "qk", "--quick"], ["study", "qk", "--quick", "--out", "o", "--seeds", "a"],
+    ["study", "parity", "--quick", "--out", "o", "--formats", "x"], ["study", "abc", "--quick", "--out", "o",
+                                                                      "--tasks", "x"],
+    ["explain", "no-such-model"], ["explain", "reversal", "--task", "x"],
+    ["report", "no-such-run"], ["tutorials"], ["gpu", "status", "--plan", "missing.toml"],
+    ["gpu", "carry", "--plan", "missing.toml"],
+    ["data", "--task", "x"], ["show", "--task", "x"], ["study"], ["gpu"], ["gpu", "slice"], ["gpu", "merge"],
+    ["doctor", "--model", "no-such-model"], ["doctor", "--task", "reversal"], ["doctor", "--model", "reversal",
+                                                                              "--task", "x"],
+]
+
+
+@pytest.mark.parametrize("argv", USAGE_ERRORS, ids=" ".join)
+def test_usage_errors_come_before_any_heavy_import(argv, tmp_path):
+    assert loaded(USAGE.format(argv=argv), cwd=tmp_path) == []
+    assert list(tmp_path.iterdir()) == []  # nothing written either
+
+
+def cpu_seconds(argv: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    """The CPU time (user and system; not the wall time, which a loaded machine stretches) of `python -m aspan.cli
+    ARGV` in a fresh interpreter, in an empty directory, and what it did."""
+    import resource
+    import tempfile
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
+    with tempfile.TemporaryDirectory() as cwd:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run([sys.executable, "-m", "aspan.cli", *argv], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=300)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, done
+
+
+def test_every_help_takes_at_most_half_a_second_of_cpu():
+    """`aspan ... --help` of each command and subcommand: at most 0.5 s of CPU (about 0.2 s measured), where importing
+    torch and TransformerLens alone takes 3-5 s (`aspan eval --help` took 3.0 s of CPU when it did)."""
+    slow = {}
+    for words in every_command():
+        cpu, done = cpu_seconds([*words, "--help"])
+        assert done.returncode == 0, done.stderr[-2000:]
+        if cpu > 0.5:
+            slow[" ".join(words)] = round(cpu, 2)
+    assert slow == {}, f"--help took over 0.5 s of CPU: {slow}"
+
+
+def test_every_usage_error_takes_at_most_a_second_of_cpu():
+    """Each usage error above (every command and subcommand makes one) is reported, exit 2, within 1 s of CPU (about
+    0.2 s measured; `aspan doctor --model` of a missing model took 5.6 s when it loaded torch first)."""
+    assert {w[0] for w in USAGE_ERRORS} | {" ".join(w[:2]) for w in USAGE_ERRORS} >= \
+        {" ".join(w) for w in every_command() if w}  # each command and subcommand has one
+    slow = {}
+    for argv in USAGE_ERRORS:
+        cpu, done = cpu_seconds(argv)
+        assert done.returncode == 2, (argv, done.stderr[-2000:])
+        if cpu > 1.0:
+            slow[" ".join(argv)] = round(cpu, 2)
+    assert slow == {}, f"usage errors took over 1 s of CPU: {slow}"
 
 
 def test_the_probe_sees_a_heavy_import():
@@ -99,7 +193,8 @@ def _split_imports(module: str, files: dict[str, Path]) -> tuple[set[str], list[
             return [a.name for a in node.names]
         base = ".".join(package.split(".")[: len(package.split(".")) + 1 - node.level] if node.level else [])
         base = ".".join(filter(None, (base, node.module)))
-        return [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+        lazy = lazy_names(base, files)  # `from aspan.training import train` imports aspan.training.loop
+        return [f"{base}.{a.name}" if f"{base}.{a.name}" in files else lazy.get(a.name, base) for a in node.names]
 
     def walk(node: ast.AST, in_function: bool, typing_only: bool) -> None:
         for child in ast.iter_child_nodes(node):

@@ -28,10 +28,22 @@ def source_files(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, 
             for package in packages for p in sorted((root / package).rglob("*.py"))}
 
 
+def lazy_names(package: str, files: dict[str, Path]) -> dict[str, str]:
+    """{name: the submodule defining it} of a package whose `__init__` imports its names on first access: its
+    `_LAZY` dict literal (submodule -> names); {} for any other package."""
+    path = files.get(package)
+    if path is None or path.name != "__init__.py":
+        return {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "_LAZY" and node.value:
+            return {name: f"{package}.{sub}" for sub, names in ast.literal_eval(node.value).items() for name in names}
+    return {}
+
+
 def imports(module: str, files: dict[str, Path]) -> set[str]:
     """The modules `module` imports anywhere in its file (every Import and ImportFrom node of its syntax tree, at
     module top, in functions, under `if`), relative imports resolved; `from p import m` names the submodule `p.m`
-    when there is one."""
+    when there is one, or the submodule a lazy package `p` imports the name `m` from (`lazy_names`)."""
     path, found = files[module], set()
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -40,7 +52,9 @@ def imports(module: str, files: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = ".".join(package.split(".")[: len(package.split(".")) + 1 - node.level] if node.level else [])
             base = ".".join(filter(None, (base, node.module)))
-            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names}
+            lazy = lazy_names(base, files)
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in files else lazy.get(a.name, base)
+                      for a in node.names}
     return found - {module}
 
 
@@ -251,3 +265,28 @@ def test_applications_parse_no_command_line():
     (a notebook calls an application with a settings object, not with parsed arguments)."""
     assert sorted((m, d) for m, deps in GRAPH.items() if _under(m, "aspan.applications")
                   for d in deps if _under(d, "argparse", "aspan.commands")) == []
+
+
+def commands_importing_the_dispatcher(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(module, aspan.cli) for each module under `aspan.commands` that imports the command line's entry point, other
+    than `PROCESS_ENTRY_POINTS`."""
+    return sorted((m, d) for m, deps in graph.items() if _under(m, "aspan.commands") and m not in PROCESS_ENTRY_POINTS
+                  for d in deps if d == "aspan.cli")
+
+
+# the main module of a process of its own, which `aspan.cli` never loads: `python -m aspan.commands.gpu_worker` runs
+# `aspan.cli.main` on one study unit in a worker process (`aspan gpu slice` with units at once), so it closes no cycle
+PROCESS_ENTRY_POINTS = frozenset({"aspan.commands.gpu_worker"})
+
+
+def test_commands_do_not_import_the_dispatcher():
+    """`aspan.cli` loads each command by name (`importlib`), an edge the module graph cannot see: a command importing
+    `aspan.cli` back is a cycle `test_no_import_cycle` misses. A command that runs commands (`aspan gpu slice`) gets
+    the dispatcher's `main` with its arguments instead."""
+    assert commands_importing_the_dispatcher(GRAPH) == []
+
+
+def test_the_dispatcher_check_fails_on_a_command_importing_it(tmp_path):
+    graph = _write_package(tmp_path, {**LAYERED, "aspan/commands/gpu.py": "def run():\n    from ..cli import main\n"})
+    assert commands_importing_the_dispatcher(graph) == [("aspan.commands.gpu", "aspan.cli")]
+    assert commands_importing_the_dispatcher(_write_package(tmp_path / "ok", LAYERED)) == []

@@ -186,7 +186,7 @@ def test_cli_runs_the_pipeline_and_rejects_bad_configs(hf_dir, tmp_path, capsys)
     ("[data]\nood_params = {length = [0, 3]}\n[finetune]\nsteps = 1\n", "length"),
     ("[prompt]\nshots = [-1]\n[finetune]\nsteps = 1\n", "shots"),
     ("colour = 1\n", "colour"),
-    ('[analysis]\nrank_convention = "row"\n[finetune]\nsteps = 1\n', "rank_convention"),
+    ('[analysis]\nconvention = "row"\n[finetune]\nsteps = 1\n', "analysis.convention"),
     ('[data]\neval_samples = "many"\n[finetune]\nsteps = 1\n', "eval_samples: must be an integer"),
 ])
 def test_config_errors_name_the_file_and_the_problem(tmp_path, text, message):

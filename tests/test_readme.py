@@ -7,7 +7,8 @@ The own-model page's blocks are run by tests/test_own_model_page.py instead (`te
 whichever TransformerLens is installed.
 
 Three commands are not run as written: `pip install` (the README's install block, checked to name the checkout
-and the wheel of this version) would change the environment; `make test` is what runs this suite (running it here
+and the wheel of this version that `python -m build` writes to dist/; scripts/check_wheel.sh builds and installs it)
+would change the environment; `make test` is what runs this suite (running it here
 would recurse), and `make demo` would rebuild the venv and run the full-size demo (minutes). `make demo` is checked
 instead by `make -n demo` from the repo root (the target exists and calls `aspan demo`), and the getting-started page's
 `aspan demo --quick` command (asserted present) exercises the same code path at small sizes.
@@ -130,7 +131,7 @@ def test_readme_block_runs(index, workdir):
     if all(pips):  # the install block: from the checkout, or the wheel of this version (not run: it would install)
         from aspan import __version__
 
-        assert [m[1] for m in pips] == [".", f"aspan-{__version__}-py3-none-any.whl"], (page, line, code)
+        assert [m[1] for m in pips] == [".", f"dist/aspan-{__version__}-py3-none-any.whl"], (page, line, code)
         return
     assert not any(pips), f"{page} bash block at line {line} mixes pip install with other commands"
     _run(["bash", "-euo", "pipefail", "-c", code], workdir, f"{page} bash block at line {line}")

@@ -600,6 +600,29 @@ def test_causal_demo_default_size():
             in _flat(_page("getting-started.md"))) and cost == 0
 
 
+def test_causal_demo_default_size_in_the_sample_convention():
+    """The demo at its default size ranked in `sample` (default_size/sample/) against `raw` (default_size/): the same
+    edit and held-out numbers for every condition; the ranking scores, one paper rank and the Spearman correlations
+    differ, as the README says."""
+    raw = json.loads((RESULTS / "causal_demo" / "default_size" / "summary.json").read_text())
+    sample = json.loads((RESULTS / "causal_demo" / "default_size" / "sample" / "summary.json").read_text())
+    assert json.loads((RESULTS / "causal_demo" / "default_size" / "sample" / "run.json").read_text())["convention"] \
+        == "sample"
+    for condition in ("baseline", "paper_recipe", "selected", "upper_bound"):
+        assert raw[condition] == sample[condition], condition
+    assert raw["search"]["atoms"] == sample["search"]["atoms"]
+    pairs = list(zip(raw["tables"]["rankings_compared"], sample["tables"]["rankings_compared"], strict=True))
+    assert all((a["layer"], a["head"], a["estimate"]) == pytest.approx((b["layer"], b["head"], b["estimate"]))
+               for a, b in pairs)
+    moved = [(f"L{a['layer']}H{a['head']}", a["paper_rank"], b["paper_rank"]) for a, b in pairs
+             if a["paper_rank"] != b["paper_rank"]]
+    flat = _flat(_readme("causal_demo"))
+    (head, before, after), = moved
+    assert f"the paper's rank of one head ({head}: {before}th, {after}th in `sample`)" in flat
+    assert (f"(paper's score vs causal estimate {raw['search']['spearman_paper_vs_estimate']:.3f} raw, "
+            f"{sample['search']['spearman_paper_vs_estimate']:.3f} sample)") in flat
+
+
 def test_smollm2_selected_edit():
     summary = json.loads((RESULTS / "smollm2_cpu" / "summary.json").read_text())
     held, sel = summary["selected_held_out"], summary["selected"]
@@ -672,6 +695,11 @@ def test_project_readme_python_example_numbers():
     flat = _flat(PROJECT)
     assert (f"gets per-token accuracy {base['partial']:.2f} (exact {base['exact']:.2f}); reinforcing the two lookup "
             f"heads' attention on `ref+2` raises it to {edited['partial']:.2f} (exact {edited['exact']:.2f})") in flat
+    # the heads it selects, which the text after the command-line block names beside those `aspan rank --top 2` picks
+    names = " and ".join(f"L{layer}H{head}" for layer, head in scope["heads"])
+    assert f"the layer-1 lookup heads lead ({names} on its 64 samples)" in flat
+    top = scope["ranking"].sort_values("score_sum", ascending=False).head(2)  # the same ranking, the CLI's column
+    assert f"puts diffuse layer-0 heads first ({', '.join(f'L{r.layer}H{r.head}' for r in top.itertuples())})" in flat
 
 
 def test_parity_fixed_budget_tables():

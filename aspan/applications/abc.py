@@ -9,7 +9,6 @@ the run directory.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ from .. import models, tasks
 from ..checks import check_offsets
 from ..environment import run_environment
 from ..experiments.abc import (
-    DIRECTIONS,
     ABCSettings,
     abc_figure,
     abc_lines,
@@ -35,59 +33,10 @@ from ..models.checkpoint import saved_task
 from ..models.trained import check_task
 from ..tasks.params import parse_params
 from ..training import TrainConfig
+from .settings import ABCRun, parse_abs  # its settings, defined apart so that the command line imports them light
+from .settings import parse_bias_heads as parse_heads  # `--heads` of `aspan abc`, as this module named it
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class ABCRun:
-    """The settings of one `aspan abc` run (its flags, named after them; `lam` is --lambda, `abs` --abs)."""
-
-    model: str  # aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'
-    task: str
-    id_params: tuple[str, ...] = ()  # key=value overrides of the ID preset
-    ood_params: tuple[str, ...] = ()  # key=value overrides of the OOD preset
-    id_samples: int = 64  # ID samples to calibrate on (only correctly solved ones count)
-    ood_samples: int = 100
-    seed: int = 0
-    lam: float = 0.87  # keep lines with sum >= mean + lam * std
-    directions: str = "diagonal,anti,vertical,aligned"
-    rows: str = "target"  # query rows the lines are computed and applied on: target or all
-    per_direction: bool = False  # threshold each direction on its own statistics (default: pooled)
-    abs: str | None = None  # ABS window DIRECTION:LINE:WIDTH instead of ABC
-    heads: str | None = None  # bias only these heads, e.g. "1.3,0.2" (default: every head)
-    mode: str = "teacher"
-    finetune_steps: int = 0  # also fine-tune under the bias for this many steps
-    finetune_split: str = "ood"
-    lr: float = 1e-4
-    finetune_batch_size: int = 16
-    batch_size: int = 32
-    device: str | None = None
-    out: str = "runs/abc"
-    progress: bool = True
-
-
-def parse_heads(text: str) -> list[tuple[int, int]]:
-    """`--heads 1.3,0.2` as a list of (layer, head); ValueError naming --heads on any other form, no head at all
-    included (`--heads ""`: leave the flag out to bias every head)."""
-    found = [re.fullmatch(r"\s*([0-9]{1,9})\.([0-9]{1,9})\s*", h) for h in text.split(",") if h.strip()]
-    if not found or not all(found):
-        shown = repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
-        raise ValueError(f"--heads must look like 1.3,0.2 (layer.head, at least one; leave it out for every head), "
-                         f"got {shown}")
-    return [(int(m[1]), int(m[2])) for m in found]
-
-
-def parse_abs(text: str) -> tuple[str, int, int]:
-    """`--abs DIRECTION:LINE:WIDTH` (e.g. `anti:1:0`) as (direction, line, width); ValueError on any other form."""
-    parts = text.split(":")
-    try:
-        direction, line, width = parts[0], int(parts[1]), int(parts[2])
-    except (IndexError, ValueError):
-        raise ValueError(f"--abs must look like DIRECTION:LINE:WIDTH (e.g. anti:1:0), got {text!r}") from None
-    if direction not in DIRECTIONS or width < 0 or len(parts) != 3:
-        raise ValueError(f"--abs: direction must be one of {', '.join(DIRECTIONS)} and width >= 0, got {text!r}")
-    return direction, line, width
 
 
 @dataclass
@@ -103,19 +52,10 @@ class _Plan:
 
 def _plan(run: ABCRun) -> _Plan:
     """Validate every option (one-line ValueError) before the model loads."""
+    run.check()
     id_task = tasks.preset(run.task, "id", **parse_params(run.task, list(run.id_params)))
     ood_task = tasks.preset(run.task, "ood", **parse_params(run.task, list(run.ood_params)))
     directions = [d.strip() for d in run.directions.split(",") if d.strip()]
-    bad = [d for d in directions if d not in DIRECTIONS]
-    if bad or not directions:
-        raise ValueError(f"--directions: choose from {', '.join(DIRECTIONS)}, got {run.directions!r}")
-    if run.lam < 0:
-        raise ValueError(f"--lambda must be >= 0, got {run.lam}")
-    for name in ("id_samples", "ood_samples", "batch_size", "finetune_batch_size"):
-        if getattr(run, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-    if run.finetune_steps < 0:
-        raise ValueError("--finetune-steps must be >= 0")
     window = parse_abs(run.abs) if run.abs else None
     if window:
         n = ood_task.max_text_len() + 2  # the longest sequence: prefix + text + EOS (anti-diagonals span 2n lines)

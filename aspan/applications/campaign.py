@@ -30,6 +30,7 @@ from ..config import load_config
 from ..environment import run_environment
 from ..errors import Terminated, UsageError
 from ..io import write_text
+from ..training import BudgetSpent, TimeBudget, time_budget
 from .device_checks import CHECKS, run_checks
 from .slice_archive import STATE, campaign_lock, latest_steps, merge_slice, pack, snapshot  # noqa: F401 (the archive's
 from .slice_units import UNITS_DONE, ProbeShape, UnitJob, probe, run_units  # STATE and merge_slice, importable here)
@@ -329,8 +330,6 @@ def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> di
 
 def run_in_process(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, argv: list[str]) -> dict[str, Any]:
     """The entry's command in this process under the budget; a finished run is marked done and pruned."""
-    from ..training import BudgetSpent, TimeBudget, time_budget
-
     try:
         with time_budget(TimeBudget(deadline, plan.checkpoint_s, s.clock)):
             code = s.run_command(argv)

@@ -20,6 +20,10 @@ def claim_config(out: PathLike, name: str, config: Any, runtime: tuple[str, ...]
     settings = {"command": name, **{k: v for k, v in asdict(config).items()
                                     if k not in runtime and not (k == "dtype" and v == "float32")},
                 "backend": default_backend()}
+    recorded = recorded_settings(out) if Path(out).is_dir() else None
+    for new, old in FORMER_NAMES.items():  # a setting recorded under its former name is compared under that name
+        if isinstance(recorded, dict) and new in settings and old in recorded and new not in recorded:
+            settings = {(old if k == new else k): v for k, v in settings.items()}
     return claim_run(out, settings, shard=shard, command=command)
 
 
@@ -38,6 +42,9 @@ def claim_study(out: PathLike, study: str, options: dict[str, Any], config_file:
         settings |= {k: recorded[k] for k in FORMERLY_RECORDED if k in recorded}
     return claim_run(out, settings, shard=shard, command=command)
 
+
+# Settings renamed since a run directory may have recorded them: new name -> the name recorded before.
+FORMER_NAMES = {"convention": "rank_convention"}
 
 # Options a study's run directory recorded before they were known to change nothing computed (`-v`, a logging flag):
 # a directory that holds one resumes, with the flag given or not.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,11 +24,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import evaluation, models, tasks
-from ..checks import check_device, check_output_dir
 from ..environment import run_environment
 from ..experiments import ranking
 from ..experiments.engine import (
-    ID_BUDGET,
     ID_REPORT,
     SEED_OFFSET,
     Data,
@@ -42,7 +40,6 @@ from ..experiments.engine import (
 )
 from ..experiments.search import SearchConfig
 from ..io import RunDir, settings_key
-from ..options import CONVENTIONS, EOS_REFS, Convention, EosRefs, check_option
 from ..report import write_report
 from ..tokenization import CharTokenizer
 from ..training import TrainConfig, train
@@ -65,6 +62,7 @@ from .demo_outputs import (  # noqa: F401 (re-exported: the demo's outputs and s
     make_summary,
     write_outputs,
 )
+from .settings import DemoConfig  # its settings, defined apart so that the command line imports them light
 
 RUNTIME = ("out", "device", "threads", "shard", "id_budget")  # how the demo runs, not what it computes
 CHECKPOINTS = models.SHIPPED
@@ -97,61 +95,6 @@ def train_model(task: str, steps: int = TRAIN_STEPS, seed: int = 0, quick: bool 
 
 
 # ----------------------------------------------------------------------------------------------- settings
-@dataclass
-class DemoConfig:
-    """What `aspan demo` runs; `quick_config()` gives tiny sizes for tests."""
-
-    task: str = "reversal"
-    out: str = "runs/demo"
-    samples: int = 100  # per evaluation set (ID, OOD selection, OOD held-out, ID held-out)
-    gen_samples: int = 32  # greedy generation is run on this many samples per split
-    seed: int = 0
-    train: bool = False
-    steps: int | None = None
-    quick: bool = False
-    device: str | None = None
-    threads: int | None = 1  # torch CPU threads: 1 is several times faster than 2 for a tiny model on busy cores
-    tops: tuple[int, ...] = (1, 2, 4)
-    strengths: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
-    deltas: tuple[int, ...] = (-2, -1, 0, 1, 2, 3)
-    ood: dict = field(default_factory=dict)  # overrides of the OOD preset (reversal: lengths 11-20)
-    id_budget: float = ID_BUDGET  # the selection rule's budget on the drop of ID exact accuracy (a fraction)
-    shard: tuple[int, int] | None = None  # only this shard of the grid (sweep.shard-I-of-N.jsonl), then stop
-    rank_convention: Convention = "raw"  # AttnScore convention of the attention-share ranking (sample or raw)
-    eos: tuple[EosRefs, ...] = EOS_REFS  # the search tries each treatment of the end-of-sequence row (Edit.eos)
-
-    @classmethod
-    def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
-        """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
-        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
-        return {k: v for k, v in raw.items() if k != "slurm"}
-
-    @classmethod
-    def quick_config(cls, **kw: Any) -> "DemoConfig":
-        """The `--quick` configuration (fewer samples, a smaller grid), `kw` overriding it."""
-        base = dict(samples=24, gen_samples=8, tops=(1, 2), strengths=(1.0, 4.0), deltas=(-1, 0, 1, 2), quick=True)
-        return cls(**{**base, **kw})
-
-    def check(self) -> None:
-        """ValueError on impossible settings, before any work."""
-        tasks.task_class(self.task)  # unknown task -> ValueError naming the choices
-        if self.samples < 4 or self.gen_samples < 1:
-            raise ValueError(f"--samples must be >= 4 and gen_samples >= 1, got {self.samples}, {self.gen_samples}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {self.threads}")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"--steps must be >= 1, got {self.steps}")
-        if not self.tops or min(self.tops) < 1 or not self.strengths or 0 not in self.deltas:
-            raise ValueError("tops must be >= 1, strengths non-empty and deltas must contain 0")
-        if not self.id_budget >= 0:
-            raise ValueError(f"--id-budget must be >= 0, got {self.id_budget}")
-        check_option("--rank-convention", self.rank_convention, CONVENTIONS)
-        if not self.eos or any(e not in EOS_REFS for e in self.eos):
-            raise ValueError(f"eos must be a non-empty tuple of {', '.join(map(repr, EOS_REFS))}, got {self.eos!r}")
-        check_device(self.device, "--device")
-        check_output_dir(self.out, "--out")
-
-
 def ood_task(cfg: DemoConfig):
     """The OOD task of the demo: the preset with the task's own demo overrides (`Task.demo_ood`, `quick_ood` under
     --quick: reversal lengths 11-20, 11-14) unless `cfg.ood` says otherwise."""
@@ -197,7 +140,7 @@ def setup(cfg: DemoConfig, progress: bool = True) -> Setup:
 
 def rank_heads(s: Setup, cfg: DemoConfig) -> Ranked:
     """Rank heads on the ID set with the offset scan; the best offset for the largest head selection."""
-    rank = Ranking(by="score_row", samples=cfg.samples, seed=cfg.seed + 1, convention=cfg.rank_convention)  # ID set
+    rank = Ranking(by="score_row", samples=cfg.samples, seed=cfg.seed + 1, convention=cfg.convention)  # ID set
     offsets = s.engine.offsets(rank.settings(0), cfg.deltas)
     k_max = min(max(cfg.tops), s.model.cfg.n_layers * s.model.cfg.n_heads)
     d_star = best_delta(offsets, k_max)
@@ -339,7 +282,7 @@ def run_info(cfg: DemoConfig, s: Setup, command: str, t0: float) -> dict[str, An
         "model": s.source, "model_config": _describe(s.model), "model_meta": s.meta, "seed": cfg.seed,
         "samples": cfg.samples, "gen_samples": min(cfg.gen_samples, cfg.samples), "tops": list(cfg.tops),
         "strengths": list(cfg.strengths), "deltas": list(cfg.deltas), "quick": cfg.quick, "id_budget": cfg.id_budget,
-        "eos": list(cfg.eos),
+        "eos": list(cfg.eos), "convention": cfg.convention,
         **run_environment(s.model, extra=("circuitsvis", "plotly")),
         "data_seeds": {"id": cfg.seed + 1, "ood_selection": cfg.seed + 2, "ood_held_out": cfg.seed + 3,
                        "id_held_out": cfg.seed + SEED_OFFSET[ID_REPORT]},

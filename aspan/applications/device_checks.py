@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 from .. import tasks
 from ..tokenization import CharTokenizer
+from ..training import TrainConfig
 
 HOOKS_ATOL = 1e-3  # AttnScores are probabilities: CPU and GPU kernels may differ by float32 rounding, not more
 CHECK_SAMPLES = 48  # reversal samples per check (ID and OOD lengths mixed)
@@ -166,7 +167,7 @@ def distributed_worker() -> None:
     import torch.distributed as dist
 
     from .. import models
-    from ..training import TrainConfig, train
+    from ..training import train
 
     device = os.environ["ASPAN_CHECK_DEVICE"]
     backend = "nccl" if device.startswith("cuda") else "gloo"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .. import tasks
 from ..environment import describe_environment
 from ..errors import UsageError
+from ..shipped import check_model_name
 from ..tasks.params import parse_params
 
 
@@ -20,11 +21,22 @@ class DoctorRun:
     params: tuple[str, ...] = ()  # key=value overrides of that preset
     device: str | None = None  # where to load the model (None: the default device)
 
+    def check(self) -> DoctorRun:
+        """This run, or a one-line UsageError before anything heavy is imported: `--task` or `--param` without a
+        model, a model no loader can find, an unknown task or parameter."""
+        if self.model is None and (self.task or self.params):
+            raise UsageError("--task and --param need --model (the model to check)")
+        if self.model is not None:
+            check_model_name(self.model, "--model")
+        if self.task is not None:
+            parse_params(self.task, list(self.params))  # an unknown task or parameter, by name
+        return self
+
 
 def doctor(run: DoctorRun | None = None) -> list[str]:
     """`name: value` lines: this machine's record, then, with `run.model`, one line `model: ...` on what fits; a
     model that cannot run the task raises a one-line UsageError naming the fix (`aspan.check_model`)."""
-    run = run or DoctorRun()
+    run = (run or DoctorRun()).check()
     return describe_environment() + ([] if run.model is None else [f"model: {check_model_line(run)}"])
 
 

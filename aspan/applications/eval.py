@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -28,49 +26,9 @@ from ..models.trained import check_task, trained_task
 from ..tasks.params import parse_params
 from ..tokenization import check_tokenizer
 from ..training import latest_checkpoint, resolve_device
+from .settings import EvalRun, parse_heads  # its settings, defined apart so that the command line imports them light
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class EvalRun:
-    """The settings of one evaluation (those of `aspan eval`'s flags, named after them)."""
-
-    checkpoint: str  # checkpoint or training run directory, .gguf file, or 'smollm2'
-    task: str | None = None  # default: the checkpoint's training task
-    any_task: bool = False  # score a model on another task than the one it was trained on
-    split: str = "ood"  # the task preset
-    params: tuple[str, ...] = ()  # key=value task parameter overrides
-    samples: int = 500  # samples (per bucket with buckets)
-    mode: str = "teacher"  # teacher forcing or greedy generation
-    seed: int = 0
-    batch_size: int = 32
-    heads: str | None = None  # heads for attn_heads_sample/_raw, e.g. "1.3,1.5"
-    delta: int = 0  # score references shifted by this key offset
-    attn: bool = True  # False: accuracy only (no AttnScore forwards)
-    buckets: str | None = None  # length ranges each evaluated on its own samples, e.g. "1-10,11-20"
-    bucket: int | None = None  # length bucket width of the table (default: 1, or 5 beyond 15 lengths)
-    device: str = "auto"
-    dtype: str = "float32"  # precision the model is loaded in (float32, bfloat16, float16)
-    threads: int | None = None
-    output: str | None = None  # per-token records JSONL
-    run_dir: str | None = None  # also run.json, summary.json and records.jsonl here
-    progress: bool = True  # a progress bar over the samples
-
-
-def parse_heads(text: str | None) -> list[tuple[int, int]] | None:
-    """`"1.3,0.5"` (or `1:3`) -> [(1, 3), (0, 5)]; None -> None; ValueError naming --heads on any other form, an
-    empty one included (`--heads ""`: leave the flag out for no head records)."""
-    if text is None:
-        return None
-    out = []
-    for item in text.split(","):
-        found = re.fullmatch(r"\s*([0-9]{1,9})[.:]([0-9]{1,9})\s*", item)
-        if found is None:
-            shown = repr(item) if len(item) <= 60 else f"{item[:60]!r}... ({len(item)} characters)"
-            raise ValueError(f"--heads: expected layer.head pairs like 1.3,0.5, got {shown}")
-        out.append((int(found[1]), int(found[2])))
-    return out
 
 
 def resolve_checkpoint(path: str) -> str:
@@ -102,8 +60,7 @@ def run_eval(run: EvalRun, echo: Callable[[str], None] | None = None) -> dict:
 
 
 def _run_eval(run: EvalRun, echo: Callable[[str], None]) -> dict:
-    if run.samples < 1:
-        raise ValueError(f"-n must be >= 1, got {run.samples}")
+    run.check()
     heads = parse_heads(run.heads)
     buckets = parse_buckets(run.buckets)
     model, tokenizer, name, task = model_and_task(run)

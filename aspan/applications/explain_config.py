@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..options import Convention
+from .. import tasks
+from ..options import CONVENTIONS, Convention, check_option
+from ..tasks.params import parse_params
+from .settings import parse_heads
 
 
 @dataclass
@@ -27,3 +30,14 @@ class ExplainRun:
     dtype: str = "float32"  # precision the model is loaded in (float32, bfloat16, float16)
     out: str = "runs/explain"  # run directory: anatomy.json, figures/, views/, run.json and the page
     output: str | None = None  # the page (default: OUT/report.html)
+
+    def check(self) -> None:
+        """ValueError naming the flag of the first setting that cannot run, before anything is loaded (the task
+        against the checkpoint's, and the heads against its shape, are checked once it is)."""
+        if self.task is not None:
+            tasks.preset(self.task, self.split, **parse_params(self.task, list(self.params)))
+        check_option("--split", self.split, ("id", "ood"))
+        check_option("--convention", self.convention, CONVENTIONS)
+        parse_heads(self.heads)
+        if self.top < 1 or self.seed < 0:
+            raise ValueError(f"--top must be >= 1 and --seed >= 0, got {self.top} and {self.seed}")

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from .. import evaluation, models, tasks
 from ..checks import check_device, check_output_dir
-from ..config import load_config
+from ..config import load_config, renamed_key
 from ..environment import run_environment, torch_threads
 from ..experiments import ranking
 from ..experiments.engine import ID_BUDGET, Data, Engine, Ranking, Selection, on_set, point, run_in_dir, select
@@ -73,7 +73,7 @@ SECTIONS = {
     "prompt": {"instruction", "shots", "train_shots", "few_shot_seed"},
     "data": {"id_params", "ood_params", "eval_samples", "gen_samples", "batch_size"},
     "finetune": set(f.name for f in fields(TrainConfig)) | {"label"},
-    "analysis": {"rank_samples", "rank_convention", "deltas", "top", "strengths", "sweep_delta", "id_budget"},
+    "analysis": {"rank_samples", "convention", "deltas", "top", "strengths", "sweep_delta", "id_budget"},
 }
 
 
@@ -100,7 +100,7 @@ class PretrainedConfig:
     batch_size: int = 16
     finetune: dict = field(default_factory=lambda: {"steps": 250})
     rank_samples: int = 32
-    rank_convention: str = "raw"  # AttnScore convention of the head ranking: raw (whole row) or sample (the paper's)
+    convention: str = "sample"  # AttnScore convention of the head ranking: sample (the paper's) or raw (whole row)
     deltas: tuple[int, ...] = (0,)
     top: tuple[int, ...] = (5,)
     strengths: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -125,6 +125,8 @@ class PretrainedConfig:
             if key == "slurm":
                 continue
             if key in SECTIONS and key and isinstance(value, dict):
+                if key == "analysis":  # the ranking's convention, as everywhere (`rank_convention` before)
+                    value = renamed_key(value, "rank_convention", "convention", path or "config")
                 unknown = sorted(set(value) - SECTIONS[key])
                 if unknown:
                     known = ", ".join(sorted(SECTIONS[key]))
@@ -165,7 +167,7 @@ class PretrainedConfig:
         if any(not isinstance(k, int) or k < 0 for k in (*self.shots, self.train_shots)):
             raise ValueError(f"config: shots and train_shots must be integers >= 0, got {self.shots}, "
                              f"{self.train_shots}")
-        check_option("config: analysis.rank_convention", self.rank_convention, CONVENTIONS)
+        check_option("config: analysis.convention", self.convention, CONVENTIONS)
         check_option("config: dtype", self.dtype, MODEL_DTYPES)
         if not self.id_budget >= 0:
             raise ValueError(f"config: analysis.id_budget must be >= 0 (a fraction), got {self.id_budget}")
@@ -331,7 +333,7 @@ def analyse(p: Prepared, f: Finetuned, cfg: PretrainedConfig) -> Analysis:
     rank_s = p.id_task.generate(cfg.rank_samples, seed=cfg.seed + 10_000)
     deltas = list(dict.fromkeys([0, *cfg.deltas, cfg.sweep_delta]))
     offsets = ranking.offset_table(f.model, f.tok, rank_s, deltas, batch_size=cfg.batch_size, progress=p.progress,
-                                   convention=cfg.rank_convention)  # named in ranking.csv
+                                   convention=cfg.convention)  # named in ranking.csv
     table = ranking.ranking_from_offsets(offsets)
     top_heads = ranking.select_heads(table, top=min(max(cfg.top), len(table)))
     label = {"model": cfg.finetune_label(), "prompt": _prompt(cfg.train_shots)}
@@ -347,7 +349,7 @@ def sweep(p: Prepared, f: Finetuned, cfg: PretrainedConfig, run: RunDir) -> Swep
     model_id = "finetuned:" + settings_key({"model": cfg.model, "finetune": asdict(p.train_config),
                                             "prompt": [cfg.instruction, cfg.train_shots, cfg.few_shot_seed]})
     rank = Ranking(by="score_sum", samples=cfg.rank_samples, seed=cfg.seed + 10_000, params=cfg.id_params,
-                   convention=cfg.rank_convention)
+                   convention=cfg.convention)
     n_heads = f.model.cfg.n_layers * f.model.cfg.n_heads
     points = [point(data, model_id, f"top:{k}", c, delta=cfg.sweep_delta, seed=cfg.seed, rank=rank)
               for k in sorted({min(k, n_heads) for k in cfg.top}) for c in cfg.strengths]

@@ -9,9 +9,7 @@ into a run directory.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -19,67 +17,29 @@ from .. import models, tasks
 from ..checks import check_offsets
 from ..environment import run_environment
 from ..experiments import profiling
-from ..experiments.profiling import Edit, ProfileConfig
+from ..experiments.profiling import ProfileConfig
 from ..experiments.ranking import heatmap, n_selected, offset_heatmap, offset_table, ranking_from_offsets, select_heads
 from ..io import RunDir, claim_run, write_json
 from ..models.checkpoint import saved_task
 from ..models.trained import check_task
+from .settings import CAUSAL, RankConfig  # its settings, apart so that the command line imports them light
+from .settings import Edit as Edit  # the causal ranking's edit, importable here as before
 
 SHARE_COLS = ["rank", "layer", "head", "score_sum", "score_row", "best_delta", "best_delta_score", "convention"]
-CAUSAL = ("effect", "estimate")  # the `by` values that profile the heads with an edit
 
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class RankConfig:
-    """What `aspan rank` is asked (its flags, by the same names). `deltas` always includes 0; a causal ranking
-    (`by` in CAUSAL) adds the edit's offset and profiles on `profile_split` with `profile_params`."""
-
-    model: str  # aspan checkpoint dir, HF checkpoint dir, .gguf file, or 'smollm2'
-    task: str
-    split: str = "id"
-    params: dict[str, Any] = field(default_factory=dict)  # task parameter overrides
-    samples: int = 64
-    seed: int = 0
-    deltas: list[int] = field(default_factory=lambda: [0])
-    top: int | None = None
-    fraction: float | None = None
-    by: str = "score_sum"
-    convention: str = "sample"
-    batch_size: int = 32
-    device: str | None = None
-    dtype: str = "float32"  # precision the model is loaded in (float32, bfloat16, float16)
-    out: str = "runs/rank"
-    progress: bool = True
-    any_task: bool = False
-    edit: Edit = field(default_factory=lambda: Edit("reinforce"))  # the causal ranking's edit
-    metric: str = "logprob"
-    candidates: int | None = None
-    greedy: int | None = None
-    profile_split: str = "ood"
-    profile_params: dict[str, Any] = field(default_factory=dict)
-
-
 def check_rank(cfg: RankConfig):
     """Everything that can be checked before the model loads; (task, deltas, profiling task or None, profile
     config or None). ValueError naming the flag otherwise."""
+    cfg.check()
     task = tasks.preset(cfg.task, cfg.split, **cfg.params)
     deltas = list(dict.fromkeys([0, *cfg.deltas]))
-    if cfg.samples < 1 or cfg.batch_size < 1:
-        raise ValueError("--samples and --batch-size must be >= 1")
-    if cfg.fraction is not None and not 0 < cfg.fraction <= 1:
-        raise ValueError(f"--fraction must be in (0, 1], got {cfg.fraction}")
-    if cfg.top is not None and cfg.top < 1:
-        raise ValueError(f"--top must be >= 1, got {cfg.top}")
     prof_task = prof_cfg = None
     if cfg.by in CAUSAL:
         prof_task = tasks.preset(cfg.task, cfg.profile_split, **cfg.profile_params)
-        if cfg.candidates is not None and cfg.candidates < 1:
-            raise ValueError(f"--candidates must be >= 1, got {cfg.candidates}")
-        if cfg.greedy is not None and cfg.greedy < 1:
-            raise ValueError(f"--greedy must be >= 1, got {cfg.greedy}")
         if cfg.edit.delta not in deltas:
             deltas.append(cfg.edit.delta)  # the attention share at the edit's offset goes beside the causal ranking
         prof_cfg = ProfileConfig(metric=cfg.metric, candidates=cfg.candidates, batch_size=cfg.batch_size,

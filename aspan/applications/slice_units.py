@@ -32,6 +32,8 @@ from typing import Any, Callable, Sequence
 from .. import stopping, tasks
 from ..io import write_text
 from ..tokenization import CharTokenizer
+from ..training.budget import BudgetSpent, TimeBudget, time_budget
+from ..training.config import TrainConfig
 
 PAUSED_EXIT = 75  # a unit worker's exit code when the slice's deadline paused its training (checkpointed)
 UNITS_DONE = ".campaign-units.json"  # in a run's directory: the keys of its units that finished, by the slice
@@ -163,7 +165,7 @@ def _say(line: str) -> None:
 
 def _burst(model, tok, task, shape: ProbeShape, device: str, seconds: float) -> tuple[int, float]:
     """Train for `seconds` of wall time through `aspan.training.train`; (steps, seconds taken)."""
-    from ..training import BudgetSpent, TimeBudget, TrainConfig, time_budget, train
+    from ..training import train
 
     cfg = TrainConfig.scratch(steps=10**7, batch_size=shape.batch_size, device=device, log_every=10**7, seed=0)
     t0 = time.perf_counter()

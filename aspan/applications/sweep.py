@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..checks import check_output_dir
 from ..environment import run_environment
+from ..experiments.edit import setting_label
 from ..experiments.engine import ANY_TASK_HINT, ID_BUDGET, ROW_FIELDS, set_tasks
 from ..experiments.sweep import (
     SweepConfig,
@@ -158,7 +159,6 @@ def held_out_selection(config: SweepConfig, out: Path, rows, id_budget: float | 
 
 def format_selection(entry: dict) -> str:
     """The selection rule and its choice, with the held-out result (what `aspan sweep` prints on a complete grid)."""
-    from ..experiments.edit import setting_label
 
     rule = f"selection rule: {entry['rule']}"
     if entry["selected"] is None:

@@ -26,7 +26,7 @@ from ..errors import UsageError
 from ..io import claim_run, recorded_settings, save_figure, sha256_of, write_json
 from ..tasks.params import parse_params
 from ..tokenization import CharTokenizer, check_tokenizer
-from ..training import TrainConfig
+from ..training import ARCHITECTURE, RESUME_FREE, Replay, RunOptions, TrainConfig, read_jsonl
 
 
 @dataclass
@@ -58,6 +58,8 @@ class TrainRun:
         if self.finetune and not self.init:
             raise UsageError("--finetune (the paper's fine-tuning defaults) needs --init CKPT, the model to fine-tune")
         self.train.check()
+        if self.task is not None:
+            parse_params(self.task, list(self.params))  # an unknown task or parameter, by name
         parse_buckets(self.buckets)
         if not 0 <= self.replay < 1:
             raise ValueError(f"--replay must be in [0, 1), got {self.replay}")
@@ -81,7 +83,7 @@ def train_run(run: TrainRun, out: str) -> Any:
 
 
 def _train_run(run: TrainRun, out: str) -> Any:
-    from ..training import read_jsonl, resolve_device
+    from ..training import resolve_device
 
     run.check()
     buckets = parse_buckets(run.buckets)
@@ -126,7 +128,7 @@ def fit(run: TrainRun, out: str, prepared: Prepared) -> Any:
 
     from .. import models
     from ..models.backend import backend_of
-    from ..training import ARCHITECTURE, RESUME_FREE, Replay, RunOptions, train
+    from ..training import train
 
     model, tokenizer, data, tasks3, hashes = (prepared.model, prepared.tokenizer, prepared.data, prepared.tasks3,
                                               prepared.hashes)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.applications.settings import ABCRun
 from aspan.config import load_config, to_toml
 from aspan.errors import UsageError
 from aspan.options import MODES
+from aspan.shipped import check_model_name
 
 from .argtypes import device, nonneg_float, nonneg_int, output_dir, positive_float, positive_int
 from .grammar import add_config, add_quiet, from_settings, given
@@ -53,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=output_dir, help="run directory")
     add_quiet(p)
     add_config(p, "ABCRun")
-    from_settings(p, "aspan.applications.abc:ABCRun")
+    from_settings(p, "aspan.applications.settings:ABCRun")
 
 
 FIELDS = ("model", "task", "id_samples", "ood_samples", "seed", "lam", "directions", "rows", "per_direction", "abs",
@@ -63,8 +65,6 @@ FIELDS = ("model", "task", "id_samples", "ood_samples", "seed", "lam", "directio
 
 def settings(args: argparse.Namespace):
     """`ABCRun` from its defaults, then --config, then the flags given, then its check."""
-    from aspan.applications.abc import ABCRun
-
     required(args, "abc")
     flags = {**given(args, FIELDS), "id_params": args.id_params and tuple(args.id_params),
              "ood_params": args.ood_params and tuple(args.ood_params), "progress": False if args.quiet else None}
@@ -80,11 +80,12 @@ def required(args: argparse.Namespace, command: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan abc` with the parsed arguments; the exit code."""
-    from aspan.applications.abc import abc_run, format_summary
-
-    cfg = settings(args)
+    cfg = settings(args)  # every setting checked before the run's imports (torch, TransformerLens)
     if args.print_config:
         print(to_toml(cfg), end="")
         return 0
+    check_model_name(cfg.model)
+    from aspan.applications.abc import abc_run, format_summary
+
     print(format_summary(abc_run(cfg)))
     return 0

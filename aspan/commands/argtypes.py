@@ -7,6 +7,7 @@ import math
 from typing import Callable
 
 from ..checks import check_device, check_output_dir, check_output_file, parse_shard
+from ..shipped import config_path
 
 
 def _int(text: str) -> int:
@@ -109,3 +110,12 @@ def shard(text: str) -> tuple[int, int]:
 def output_file_or_stdout(text: str) -> str:
     """`-` (standard output) or a writable file path."""
     return text if text == "-" else output_file(text)
+
+
+def config_file(text: str) -> str:
+    """A TOML settings file: a path that exists, or a config aspan ships, by name (`reversal_reinforce`,
+    `configs/gpu/campaign.toml`), as its path (`aspan.shipped.config_path`)."""
+    try:
+        return config_path(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None

@@ -7,25 +7,26 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from ..applications.settings import DemoConfig
 from ..config import load_config, to_toml
 from ..options import CONVENTIONS, EOS_REFS
-from .argtypes import device, nonneg_int, output_dir, points_fraction, positive_int, shard
-from .grammar import PRINT_CONFIG_HELP, add_quiet, from_settings
+from .argtypes import config_file, device, nonneg_int, output_dir, points_fraction, positive_int, shard
+from .grammar import PRINT_CONFIG_HELP, add_deprecated, add_quiet, from_settings
 from .launcher_options import add_launcher_options, check_launcher, run_launched
 
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan demo --quick --out runs/demo",
     "aspan demo --samples 200 --id-budget 1 --out runs/demo200",
-    "aspan demo --shard 0/4 --out runs/demo",
+    "aspan demo --samples 200 --id-budget 1 --shard 0/4 --out runs/demo200",
 )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `DemoConfig`'s fields; none has an argparse default (a flag not given is None, so it never
     overrides --config), and `--help` shows the defaults from `DemoConfig` (and its `--quick` preset's)."""
-    parser.add_argument("--config", metavar="TOML", help="settings from a TOML file (keys: DemoConfig fields); "
-                        "flags given override it")
+    parser.add_argument("--config", metavar="TOML", type=config_file,
+                        help="settings from a TOML file (keys: DemoConfig fields); flags given override it")
     parser.add_argument("--task", help="task (only reversal ships a model; others train one first, ~minutes)")
     parser.add_argument("--out", type=output_dir, help="run directory; the report is OUT/report.html")
     parser.add_argument("--samples", type=positive_int, help="samples per evaluation set")
@@ -41,9 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--id-budget", type=points_fraction, metavar="PP",
                         help="selection rule: the largest OOD exact gain whose drop of ID exact accuracy is at most "
                              "PP percentage points (when not given: 1)")
-    parser.add_argument("--rank-convention", choices=CONVENTIONS,
-                        help="AttnScore convention of the attention-share ranking: raw (mass over the whole row) or "
-                             "sample (the paper's public code: over the sample's own columns)")
+    parser.add_argument("--convention", choices=CONVENTIONS,
+                        help="AttnScore convention of the attention-share ranking: sample (the paper's public code: "
+                             "mass on the references over the mass on the sample's own columns) or raw (over the whole "
+                             "row)")
     parser.add_argument("--eos", choices=("both", *EOS_REFS),
                         help="how the search may treat the end-of-sequence row (no references): leave it alone "
                              "(none), edit it on the reference map continued one row (extrapolate), or try both and "
@@ -54,18 +56,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quiet(parser, old=None)
     parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
     add_launcher_options(parser)
-    from_settings(parser, "aspan.applications.demo:DemoConfig", presets={"--quick": "quick_config"},
-                  only=("task", "out", "samples", "gen_samples", "seed", "threads", "rank_convention"))
+    from_settings(parser, "aspan.applications.settings:DemoConfig", presets={"--quick": "quick_config"},
+                  only=("task", "out", "samples", "gen_samples", "seed", "threads", "convention"))
+    add_deprecated(parser, "--rank-convention", "--convention", dest="convention", choices=CONVENTIONS)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan demo` with the parsed arguments; the exit code."""
-    from ..applications.demo import DemoConfig, run_demo
-
     check_launcher(args)
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
                                  seed=args.seed, train=args.train, steps=args.steps, device=args.device,
-                                 threads=args.threads, rank_convention=args.rank_convention).items()
+                                 threads=args.threads, convention=args.convention).items()
           if v is not None}
     flags = {**kw, "id_budget": args.id_budget, "shard": args.shard,  # id_budget: a fraction (argtypes)
              "eos": EOS_REFS if args.eos == "both" else args.eos and (args.eos,)}
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
     command = " ".join(["aspan demo", *words, *switches])
     if args.launcher == "slurm":
         return run_launched(args, "demo", cfg, command)
+    from ..applications.demo import run_demo  # torch, pandas: after every setting is checked
+
     # run_demo holds the run directory for this job and configuration; its summary printed here
     run_demo(cfg, command=command, log=print, progress=not args.quiet)
     return 0

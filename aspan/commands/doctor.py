@@ -32,10 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan doctor` with the parsed arguments; the exit code."""
-    if args.model is None and (args.task or args.params):
-        raise ValueError("--task and --param need --model (the model to check)")
+    check = DoctorRun(args.model, args.task, args.split, tuple(args.params), args.device).check()  # before imports
     print("\n".join(describe_environment()), flush=True)  # the record first, also when the model check fails
     if args.model is not None:
-        check = DoctorRun(args.model, args.task, args.split, tuple(args.params), args.device)
         print(f"model: {check_model_line(check)}")
     return 0

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.applications.settings import EvalRun
 from aspan.config import load_config, to_toml
 from aspan.errors import UsageError
 from aspan.options import MODEL_DTYPES, MODES
+from aspan.shipped import check_model_name
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
 from .grammar import Once, add_config, add_deprecated, add_quiet, from_settings, given
@@ -15,7 +17,7 @@ HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan eval reversal -n 16 --no-attn --quiet",
     "aspan eval reversal --split ood --buckets 11-15,16-20 -n 50 --out runs/eval",
-    "aspan eval runs/tiny --mode generate --heads 1.3,1.5 -o records.jsonl",
+    "aspan eval runs/tiny --mode generate --heads 1.1,1.3 -n 100 -o records.jsonl",  # the model `aspan train` made
 )
 
 
@@ -52,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run directory: also write run.json, summary.json and records.jsonl there (for `aspan report`)")
     add_quiet(p, old=None)
     add_config(p, "EvalRun")
-    from_settings(p, "aspan.applications.eval:EvalRun")
+    from_settings(p, "aspan.applications.settings:EvalRun")
     add_deprecated(p, "--run-dir", "--out", dest="run_dir", type=output_dir, metavar="DIR")
 
 
@@ -62,8 +64,6 @@ FIELDS = ("checkpoint", "task", "any_task", "split", "samples", "mode", "seed", 
 
 def settings(args: argparse.Namespace):
     """`EvalRun` from its defaults, then --config, then the flags given, then its check."""
-    from aspan.applications.eval import EvalRun
-
     if args.checkpoint is None and args.config is None:
         raise UsageError("MODEL is required (or a --config file that names its checkpoint)")
     flags = {**given(args, FIELDS), "params": args.params and tuple(args.params),
@@ -73,11 +73,12 @@ def settings(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan eval` with the parsed arguments; the exit code."""
-    from aspan.applications.eval import run_eval
-
-    cfg = settings(args)
+    cfg = settings(args)  # every setting checked before the evaluation's imports (torch, pandas)
     if args.print_config:
         print(to_toml(cfg), end="")
         return 0
+    check_model_name(cfg.checkpoint)
+    from aspan.applications.eval import run_eval
+
     run_eval(cfg, echo=print)  # the headline and tables as they come
     return 0

@@ -10,6 +10,7 @@ from aspan.applications.explain_config import ExplainRun
 from aspan.config import load_config, to_toml
 from aspan.errors import UsageError
 from aspan.options import CONVENTIONS, MODEL_DTYPES
+from aspan.shipped import check_model_name
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
 from .grammar import add_config, from_settings, given
@@ -61,9 +62,8 @@ FIELDS = ("checkpoint", "task", "any_task", "split", "seed", "failing", "heads",
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run `aspan explain` with the parsed arguments; the exit code."""
-    from aspan.applications.explain import run_explain
-
+    """Run `aspan explain` with the parsed arguments; the exit code (every setting, and the model's name, checked
+    before the explanation's imports: torch, pandas)."""
     if args.checkpoint is None and args.config is None:
         raise UsageError("MODEL is required (or a --config file that names its checkpoint)")
     flags = {**given(args, FIELDS), "params": args.params and tuple(args.params)}
@@ -71,5 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if args.print_config:
         print(to_toml(cfg), end="")
         return 0
+    check_model_name(cfg.checkpoint)
+    from aspan.applications.explain import run_explain
+
     run_explain(cfg, echo=print)
     return 0

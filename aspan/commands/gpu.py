@@ -1,8 +1,8 @@
 """`aspan gpu`: a study campaign in slices of a few minutes of GPU time (`aspan.applications.campaign`).
 
-    aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice
+    aspan gpu slice --plan gpu/campaign --campaign results/gpu_campaign/state --out /tmp/slice
     aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state
-    aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state
+    aspan gpu status --plan gpu/campaign --campaign results/gpu_campaign/state
     aspan gpu carry --campaign results/gpu_campaign/state
 """
 from __future__ import annotations
@@ -18,19 +18,19 @@ from typing import Iterator
 from ..applications import campaign as c
 from ..applications.carry import carry, format_carry
 from ..applications.studies import study
-from ..cli import build_parser, main
 from ..errors import UsageError
-from .argtypes import output_dir, output_file, output_file_or_stdout, positive_float
+from .argtypes import config_file, output_dir, output_file, output_file_or_stdout, positive_float
+from .parser import build_parser
 
 HELP = "advance a study campaign by one time-limited GPU slice (device checks first), merge a slice, show progress"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
-    "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
-    "aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice",
+    "aspan gpu status --plan gpu/campaign --campaign results/gpu_campaign/state",
+    "aspan gpu slice --plan gpu/campaign --campaign results/gpu_campaign/state --out /tmp/slice",
     "aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state",
     "aspan gpu carry --campaign results/gpu_campaign/state",
 )
 OUTPUTS = (output_file, output_dir, output_file_or_stdout)  # the argument types of options that name outputs
-PLAN = "configs/gpu/campaign.toml"
+PLAN = "gpu/campaign"  # the shipped configs/gpu/campaign.toml
 CAMPAIGN = "results/gpu_campaign/state"
 
 
@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ca = sub.add_parser("carry", help="print what a slice carries to the GPU machine and its size; exit 1 when it "
                         "is over the campaign's budget or the next run's inputs cannot travel")
     for q in (s, st, ca):
-        q.add_argument("--plan", default=PLAN, metavar="TOML", help=f"the campaign (default {PLAN})")
+        q.add_argument("--plan", default=PLAN, metavar="TOML", type=config_file,
+                       help=f"the campaign: a file, or a plan aspan ships, by name (default {PLAN})")
     for q in (s, m, st, ca):
         q.add_argument("--campaign", default=CAMPAIGN, metavar="DIR", help=f"campaign directory (default {CAMPAIGN})")
     s.add_argument("--out", required=True, metavar="DIR",
@@ -89,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if args.units_at_once < 0:
         raise UsageError(f"--units-at-once must be >= 0, got {args.units_at_once}")
     worker = (sys.executable, "-m", "aspan.commands.gpu_worker")
-    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device, worker=worker,
+    # the plan's runs go through `aspan.cli.main` (`args._main`) in this process, or K units at a time in workers
+    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), args._main, args.device, worker=worker,
                                        list_units=study_units, units_at_once=args.units_at_once))
     print(json.dumps({k: record[k] for k in ("runs", "wall_s", "parts")}, default=str))
     print(c.format_status(record["status"], plan.loan_s))

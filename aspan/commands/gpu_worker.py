@@ -12,6 +12,7 @@ import time
 
 from ..applications.slice_units import PAUSED_EXIT
 from ..cli import main as aspan
+from ..training.budget import BudgetSpent, TimeBudget, time_budget
 
 
 def parse(argv: list[str]) -> tuple[float, float, list[str]]:
@@ -27,8 +28,6 @@ def parse(argv: list[str]) -> tuple[float, float, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line under the deadline; its exit code, or `PAUSED_EXIT` when the budget paused it."""
-    from ..training import BudgetSpent, TimeBudget, time_budget
-
     try:
         until, checkpoint_s, command = parse(sys.argv[1:] if argv is None else argv)
     except ValueError as e:

@@ -12,6 +12,8 @@ import argparse
 import sys
 
 from ..errors import UsageError
+from ..shipped import config_path
+from .argtypes import config_file as config_type
 
 QUIET_HELP = "no progress bars, warnings only"
 
@@ -65,7 +67,7 @@ def add_config_file(parser: argparse.ArgumentParser, help: str) -> None:
     its deprecated spelling (`config_file` resolves the two)."""
     parser.add_argument("old_config", nargs="?", metavar="CONFIG",
                         help="deprecated spelling of --config CONFIG (goes in the next release)")
-    parser.add_argument("--config", metavar="FILE", help=help)
+    parser.add_argument("--config", metavar="FILE", type=config_type, help=help)
 
 
 def config_file(args: argparse.Namespace) -> str:
@@ -76,17 +78,18 @@ def config_file(args: argparse.Namespace) -> str:
         if args.config is not None:
             raise UsageError(f"give the TOML file once: --config {args.config} (not also {args.old_config})")
         notice(prog, "the positional CONFIG", "--config CONFIG")
-        return args.old_config
+        return config_path(args.old_config)
     if args.config is None:
         raise UsageError("--config FILE is required: the TOML settings file")
     return args.config
 
 
 def add_quiet(parser: argparse.ArgumentParser, old: str | None = "--no-progress") -> None:
-    """`--quiet` (dest `quiet`), and `old`, when given, as its deprecated alias."""
-    parser.add_argument("--quiet", action="store_true", help=QUIET_HELP)
+    """`--quiet` (dest `quiet`), and `old`, when given, as its deprecated alias. Not given, it leaves `quiet` as the
+    outer parser set it (`aspan --quiet CMD`; the top-level default is False)."""
+    parser.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP)
     if old:
-        parser.add_argument(old, action=_Deprecated, dest="quiet", new="--quiet", default=False,
+        parser.add_argument(old, action=_Deprecated, dest="quiet", new="--quiet", default=argparse.SUPPRESS,
                             help="deprecated spelling of --quiet (goes in the next release)")
 
 
@@ -176,8 +179,9 @@ PRINT_CONFIG_HELP = "print the resolved settings as TOML (which --config reads b
 def add_config(parser: argparse.ArgumentParser, settings: str, tables: str = "") -> None:
     """`--config FILE` (a TOML file of the fields of the dataclass `settings`, nested ones as the `tables` say, under
     the flags given) and `--print-config`."""
-    parser.add_argument("--config", metavar="FILE", help=f"settings from a TOML file (keys: the fields of {settings}"
-                        f"{'; ' + tables if tables else ''}); flags given override it")
+    keys = f"the fields of {settings}" + (f"; {tables}" if tables else "")
+    parser.add_argument("--config", metavar="FILE", type=config_type,
+                        help=f"settings from a TOML file (keys: {keys}); flags given override it")
     parser.add_argument("--print-config", action="store_true", help=PRINT_CONFIG_HELP)
 
 

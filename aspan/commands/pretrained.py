@@ -15,14 +15,14 @@ from .launcher_options import add_launcher_options, check_launcher, run_launched
 
 HELP = "pretrained model end to end: few-shot eval, fine-tune (paper defaults), Table 2/3, head ranking, sweep"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
-    "aspan pretrained --config configs/smollm2_smoke.toml --out runs/smollm2-smoke",
-    "aspan pretrained --config configs/smollm2_reversal.toml --dtype bfloat16 --threads 2",
+    "aspan pretrained --config smollm2_smoke --out runs/smollm2-smoke",
+    "aspan pretrained --config smollm2_reversal --dtype bfloat16 --threads 2",
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the options and arguments of `aspan pretrained` to its parser."""
-    add_config_file(p, "TOML config (see configs/smollm2_reversal.toml)")
+    add_config_file(p, "TOML config: a file, or a config aspan ships, by name (smollm2_smoke, smollm2_reversal)")
     p.add_argument("--model", help="override the config's model: 'smollm2', an HF checkpoint dir or a .gguf file")
     p.add_argument("--out", type=output_dir, help="override the run directory")
     p.add_argument("--device", type=device, help="cpu, cuda, cuda:N (default: CUDA when present)")
@@ -41,10 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan pretrained` with the parsed arguments; the exit code."""
-    from ..applications.pretrained import PretrainedConfig, run_pretrained
-
     check_launcher(args)
     path = config_file(args)
+    from ..applications.pretrained import PretrainedConfig, run_pretrained  # pandas, torch
+
     args.config = path  # the launcher reads its [slurm] table from the same file
     flags = {"model": args.model, "out": args.out, "device": args.device, "dtype": args.dtype, "threads": args.threads,
              "shard": args.shard, "finetune.steps": args.steps}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.applications.settings import CAUSAL, RankConfig
 from aspan.config import load_config, to_toml
 from aspan.methods import RULES
 from aspan.options import CONVENTIONS, MODEL_DTYPES, PROFILE_METRICS, RANK_BY
+from aspan.shipped import check_model_name
 from aspan.tasks.params import parse_params
 
 from .abc import required
@@ -67,10 +69,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--profile-split", choices=("id", "ood"), help="preset of the profiling set")
     c.add_argument("--profile-param", action="append", default=[], metavar="KEY=VALUE",
                    help="override a parameter of the profiling preset, e.g. length=11-20 (repeatable)")
-    from_settings(p, "aspan.applications.rank:RankConfig",
+    from_settings(p, "aspan.applications.settings:RankConfig",
                   only=("split", "samples", "seed", "deltas", "top", "fraction", "by", "convention", "batch_size",
                         "device", "dtype", "out", "metric", "candidates", "greedy", "profile_split"))
-    from_settings(p, "aspan.applications.rank:Edit", only=("method", "delta"))
+    from_settings(p, "aspan.applications.settings:Edit", only=("method", "delta"))
 
 
 def parse_deltas(text: str) -> list[int]:
@@ -95,8 +97,6 @@ def settings(args: argparse.Namespace):
     ranking's edit over the file's, key by key), then its check."""
     from dataclasses import replace
 
-    from aspan.applications.rank import CAUSAL, RankConfig
-
     required(args, "rank")
     flags = {**given(args, FIELDS), "deltas": args.deltas and parse_deltas(args.deltas),
              "progress": False if args.quiet else None}
@@ -111,12 +111,13 @@ def settings(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan rank` with the parsed arguments; the exit code."""
-    from aspan.applications.rank import format_summary, rank_heads
-
-    cfg = settings(args)
+    cfg = settings(args)  # every setting checked before the ranking's imports (torch, pandas)
     if args.print_config:
         print(to_toml(cfg), end="")
         return 0
+    check_model_name(cfg.model)
+    from aspan.applications.rank import format_summary, rank_heads
+
     print(format_summary(rank_heads(cfg)))  # rank_heads holds the run directory for this job
     return 0
 

@@ -3,6 +3,7 @@ tables and settings; `--images png|svg` writes the run's key figures as static i
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..errors import UsageError
 from .argtypes import output_file
@@ -30,7 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan report` with the parsed arguments; the exit code."""
-    from ..report import write_images, write_report
+    if not Path(args.run_dir).is_dir():
+        raise UsageError(f"run directory {args.run_dir} does not exist" if not Path(args.run_dir).exists()
+                         else f"{args.run_dir} is not a run directory (a file)")
+    from ..report import write_images, write_report  # pandas, plotly: after the arguments are checked
 
     if args.images:
         if args.out is not None:

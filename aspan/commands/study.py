@@ -57,22 +57,22 @@ def run(args: argparse.Namespace) -> int:
     """Build the study's settings (every one checked), then run it holding its run directory: one job at a time, one
     configuration (the study's options); or one unit of it, holding that unit's lock; or every unit as Slurm job
     arrays, then the whole study in this process."""
-    from ..applications.claims import claim_study  # loads torch: not at start-up
-
     config = args._study_config(args)  # bad settings are refused before the run directory is touched
     if args.print_config:
         printer = getattr(args._study_module, "print_config", None)  # a module may add what selects its study
         print(printer(args, config) if printer else to_toml(config), end="")
         return 0
     check_launcher(args)
+    if args.out is None and not args.list_units:
+        raise UsageError("--out DIR is required: the study's run directory (not needed with --list-units or "
+                         "--print-config)")
     found = study(args._study_module.registered(args))
     if args.list_units:  # writes nothing: no --out needed
         for i, u in enumerate(found.units(config)):
             print(f"{i}\t{u.stage}\t{u.key}")
         return 0
-    if args.out is None:
-        raise UsageError("--out DIR is required: the study's run directory (not needed with --list-units or "
-                         "--print-config)")
+    from ..applications.claims import claim_study  # loads torch: after the arguments are checked
+
     given = {k: v for k, v in vars(args).items() if k not in RUNTIME and not k.startswith("_") and not callable(v)}
     config_file = getattr(args, "config", None)
     if args.unit is not None:

@@ -14,15 +14,15 @@ from .launcher_options import add_launcher_options, check_launcher, print_job_id
 
 HELP = "run a resumable grid of attention reinforcement settings from a TOML config (rows to JSONL, figures)"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
-    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --quiet",
-    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --shard 0/4",
-    "aspan sweep --config configs/reversal_reinforce.toml --out runs/sweep --limit 0",
+    "aspan sweep --config reversal_reinforce --out runs/sweep --quiet",
+    "aspan sweep --config reversal_reinforce --out runs/sweep --shard 0/4",
+    "aspan sweep --config reversal_reinforce --out runs/sweep --limit 0",
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the options and arguments of `aspan sweep` to its parser."""
-    add_config_file(p, "TOML sweep config (see configs/*.toml)")
+    add_config_file(p, "TOML sweep config: a file, or a config aspan ships, by name (reversal_reinforce)")
     p.add_argument("--out", type=output_dir, default=None, help="run directory (default runs/sweep-<config name>)")
     p.add_argument("--shard", type=shard, default=None, metavar="I/N",
                    help="run only shard I of N (0 <= I < N), e.g. $SLURM_ARRAY_TASK_ID/8")
@@ -39,10 +39,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan sweep` with the parsed arguments; the exit code."""
-    from aspan.applications.sweep import SweepConfig, format_selection, run_sweep_dir
-
     check_launcher(args)
     path = config_file(args)
+    from aspan.applications.sweep import SweepConfig, format_selection, run_sweep_dir  # pandas, torch
+
     args.config = path  # the launcher reads its [slurm] table from the same file
     # the file's keys, then --device; fully validated before any model work
     config = load_config(SweepConfig, toml_path=path, flags={"device": args.device}, name="sweep config")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from aspan.applications import train as app
 from aspan.config import to_toml
 from aspan.curves import stop_set
 from aspan.errors import UsageError
@@ -17,7 +18,8 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
     "aspan train --task reversal --out runs/tiny --steps 40 --n-layers 2 --n-heads 4 --d-model 32 --eval-samples 16",
     "aspan train --init reversal --task reversal --param length=11-20 --train-only qk-pair:1 --replay 0.5 --steps 50 "
     "--lr 1e-2 --out runs/ft",
-    "aspan train --out runs/tiny --resume --steps 80",
+    "aspan train --task reversal --out runs/tiny --steps 80 --n-layers 2 --n-heads 4 --d-model 32 --eval-samples 16 "
+    "--resume",
 )
 
 
@@ -102,21 +104,17 @@ RUN_KEYS = ("task", "split", "data", "init", "replay", "buckets", "curve_buckets
 def settings(args: argparse.Namespace):
     """`TrainRun` from its defaults (the fine-tuning preset with --finetune, or a --config file that says
     `finetune = true`), then --config, then the flags given, then its check; and that preset."""
-    from aspan.applications.train import resolved_run
-
     flags = {**given(args, TRAIN_KEYS, "train."), **given(args, RUN_KEYS)}
     flags.update({"params": args.param and tuple(args.param), "finetune": args.finetune, "resume": args.resume,
                   "progress": False if args.quiet else None})
     if args.stop_bucket is not None:
         flags.update({"train.stop_bucket": stop_set(args.stop_bucket), "stop_bucket_given": True})
-    return resolved_run(flags, args.config, args.finetune)
+    return app.resolved_run(flags, args.config, args.finetune)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run `aspan train` with the parsed arguments; the exit code."""
     import os
-
-    from aspan.applications.train import format_result, train_run
 
     run, base = settings(args)
     if args.print_config:
@@ -124,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise UsageError("--out DIR is required: the run directory")
-    result = train_run(run, args.out)
+    result = app.train_run(run, args.out)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: the first process speaks for all
-        print(format_result(result, args.out))
+        print(app.format_result(result, args.out))
     return 0

@@ -27,16 +27,16 @@ import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
-
-import torch
-from torch import Tensor
-
-import hooks
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..methods import OPTION_UNSET, OPTIONS, RULES, check_method
 from ..options import EOS_REFS, EosRefs
 
+if TYPE_CHECKING:
+    from torch import Tensor
+
+# torch and `hooks` are imported where an edit becomes tensors and hooks, not here: an `Edit` is also a setting the
+# command line holds and checks before it loads a model (`aspan rank`'s causal ranking)
 Head = tuple[int, int]
 HookList = list[tuple[str, Callable]]
 
@@ -134,7 +134,9 @@ class Edit:
 
     def _check_method(self) -> None:
         """The method's own rule (`RULES`): a strength only where it takes one, checked by its kernel's check
-        (reinforce C >= 0, steer alpha in (0, 1]); threshold and renormalisation only where it takes them."""
+        (reinforce C >= 0, steer alpha in (0, 1]); threshold and renormalisation only where it takes them. The
+        kernels' checks live in `hooks` (which loads torch): the method's default strength and no threshold, valid
+        by the rule, are not sent there, so the default edit of a setting is built light."""
         rule = RULES[self.method]
         for name in OPTIONS:
             if name not in rule.options and getattr(self, name) not in (None, False):
@@ -144,8 +146,11 @@ class Edit:
                 raise ValueError(f"{self.method} takes no strength, got {self.strength!r}")
             return
         _number(self.strength, "strength")
-        rule.check(self.strength)
-        if "threshold" in rule.options:
+        if self.strength != rule.strength:
+            rule.check(self.strength)
+        if "threshold" in rule.options and self.threshold is not None:
+            import hooks
+
             hooks.check_threshold(self.threshold)
 
     # ------------------------------------------------------------------------------------------- as settings
@@ -239,6 +244,10 @@ class Edit:
         difference). `mask` [batch, q, k] holds the references of the rows of `pattern` already shifted by delta (the
         last q of k positions, as under a KV cache). A kernel on the attention scores (steer) runs on log(pattern),
         and the rows it leaves alone are kept exactly."""
+        import torch
+
+        import hooks
+
         b, n, q, k = pattern.shape
         full = torch.zeros(b, k, k, dtype=torch.bool, device=pattern.device)
         full[:, k - q:] = mask.to(pattern.device)
@@ -270,6 +279,8 @@ class Edit:
         "extrapolate" a copy whose end-of-sequence rows carry the reference map continued one row (real tokens
         only, when `attention_mask` is given)."""
         if self.eos == "extrapolate":
+            import hooks
+
             return hooks.extrapolate_mask(ref_mask, attention_mask=attention_mask)
         return ref_mask
 
@@ -278,6 +289,8 @@ class Edit:
         kernel on `refs(ref_mask)` shifted by delta, with the gates."""
         if not self.heads:
             raise ValueError(f"the edit {self.label!r} has no heads to edit: put it on heads with `on`")
+        import hooks
+
         rows = None if self.beyond is None else hooks.rows_beyond(ref_mask[..., 0], self.beyond + 1)
         gates = {"rows": rows, "gate_below": self.below}
         refs, rule = self.refs(ref_mask, attention_mask), RULES[self.method]

@@ -99,9 +99,9 @@ class Ranking:
     samples: int = 64  # ID samples ranked on
     seed: int = 10_000  # their seed
     params: dict = field(default_factory=dict)  # ID preset overrides for the ranking samples
-    # AttnScore convention of the attention share (`aspan.options.Convention`); "raw", the engine's historical one,
-    # is left out of the settings so points ranked in it keep their keys
-    convention: Convention = "raw"
+    # AttnScore convention of the attention share (`aspan.options.Convention`): "sample", the paper's, as everywhere
+    # in aspan; "raw", the engine's historical one, is left out of the settings so points ranked in it keep their keys
+    convention: Convention = "sample"
 
     def __post_init__(self) -> None:
         check_option("ranking convention", self.convention, CONVENTIONS)
@@ -299,7 +299,9 @@ class Engine:
             "id_exact": id_res["exact"], "id_partial": id_res["partial"],
             "id_baseline_exact": id_base["exact"], "id_baseline_partial": id_base["partial"],
             "id_cost": id_base["exact"] - id_res["exact"], "id_set": id_name,
-            **{c: res.get(c) for c in SCORE_COLUMNS}, **{f"baseline_{c}": base.get(c) for c in SCORE_COLUMNS},
+            # every row holds every score column (NaN: not measured on this set), as rows always have
+            **{c: res.get(c, math.nan) for c in SCORE_COLUMNS},
+            **{f"baseline_{c}": base.get(c, math.nan) for c in SCORE_COLUMNS},
             "by_length": res_len, "baseline_by_length": base_len,
         }
 

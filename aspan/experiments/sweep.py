@@ -89,7 +89,7 @@ class SweepConfig:
     rank_seed: int = 10_000
     rank_delta: int | None = None  # None: rank at each grid point's own delta
     rank_params: dict[str, Any] = field(default_factory=dict)
-    rank_convention: str = "raw"  # AttnScore convention of the ranking's attention share (sample or raw)
+    convention: str = "sample"  # AttnScore convention of the ranking's attention share ([heads] convention)
     any_task: bool = False  # evaluate a model on another task than its training task (refused otherwise)
 
     @classmethod
@@ -126,7 +126,7 @@ class SweepConfig:
         heads = {"top": self.top, "fraction": self.fractions, "list": [list(h) for h in self.explicit],
                  "by": self.rank_by, "rank_samples": self.rank_samples, "rank_seed": self.rank_seed,
                  "rank_delta": "same" if self.rank_delta is None else self.rank_delta,
-                 "rank_params": self.rank_params, "convention": self.rank_convention}
+                 "rank_params": self.rank_params, "convention": self.convention}
         return toml_document(top, {"heads": heads})
 
     @classmethod
@@ -305,7 +305,7 @@ def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
     by = _str(heads.get("by", "score_sum"), "heads.by")
     if by not in RANK_KEYS:
         raise ValueError(f"sweep config: heads.by: must be one of {', '.join(RANK_KEYS)}, got {by!r}")
-    convention = _str(heads.get("convention", "raw"), "heads.convention")
+    convention = _str(heads.get("convention", "sample"), "heads.convention")
     if convention not in CONVENTIONS:
         raise ValueError(f"sweep config: heads.convention: must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
     rank_delta = heads.get("rank_delta", "same")
@@ -318,7 +318,7 @@ def _head_settings(heads: dict[str, Any], task: str) -> dict[str, Any]:
             "rank_samples": _int(heads.get("rank_samples", 64), "heads.rank_samples", minimum=1),
             "rank_seed": _int(heads.get("rank_seed", 10_000), "heads.rank_seed", minimum=0),
             "rank_delta": None if rank_delta == "same" else _int(rank_delta, "heads.rank_delta"),
-            "rank_params": rank_params, "rank_convention": convention}
+            "rank_params": rank_params, "convention": convention}
 
 
 def method_axes(method: str, strengths: tuple, thresholds: tuple = (None,), renormalize: tuple = (False,)
@@ -336,7 +336,7 @@ def grid(config: SweepConfig) -> list[dict[str, Any]]:
     `settings_key(point)`. Each method crosses only the axes it takes: patch no strengths, thresholds or
     renormalisation; steer no thresholds or renormalisation (so no edit is evaluated twice under two keys)."""
     data = config.data()
-    rank = Ranking(config.rank_by, config.rank_samples, config.rank_seed, config.rank_params, config.rank_convention)
+    rank = Ranking(config.rank_by, config.rank_samples, config.rank_seed, config.rank_params, config.convention)
     rest = (config.deltas, config.modes, config.seeds, config.gates, config.eos)
     out = []
     for sel, method in itertools.product(config.selections(), config.methods):

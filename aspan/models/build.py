@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..options import POSITIONAL, Positional  # noqa: F401 (Positional: kept importable here)
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
 from .loaded import bridge, import_transformer_lens
@@ -21,11 +22,6 @@ if TYPE_CHECKING:
 WEIGHTS, CONFIG = "model.safetensors", "config.json"  # the files of a checkpoint directory (as aspan.models.checkpoint)
 _DEPRECATED = r"HookedTransformer(\.from_pretrained)? is deprecated"
 
-# Positional encodings of models trained from scratch, the baselines of the length-generalisation literature:
-# rotary (Su et al. 2021), learned absolute embeddings (GPT-2), ALiBi (Press et al. 2022, linear biases on the
-# scores) and none (NoPE, Kazemnejad et al. 2023: the causal mask is the only source of order).
-Positional = Literal["rotary", "learned", "alibi", "none"]
-POSITIONAL: tuple[str, ...] = get_args(Positional)
 
 
 def positional_cfg(positional: str, d_head: int) -> dict:

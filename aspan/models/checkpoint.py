@@ -16,6 +16,8 @@ from ..errors import UsageError, reading
 from ..hf_tokenization import HFCharAdapter
 from ..io import atomic_dir, clean, read_json, sha256_of, to_json
 from ..options import BACKENDS, Backend, ModelDtype, check_option, dtype_name
+from ..shipped import CHECKPOINTS
+from ..shipped import checkpoint_names as shipped
 from ..tokenization import CharTokenizer, Tokenizer
 from . import hfform
 from .backend import backend_named, backend_of, default_backend
@@ -205,13 +207,8 @@ def _load_aspan(path: Path, config: dict[str, Any], device: str, dtype: torch.dt
     return LoadedModel(model.eval(), tokenizer, config.get("meta", {}))
 
 
-# Checkpoints shipped inside the package, loadable by name (e.g. `load("reversal")`).
-SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints"
-
-
-def shipped() -> list[str]:
-    """Names of the checkpoints shipped in the package."""
-    return sorted(p.name for p in SHIPPED.iterdir() if (p / CONFIG).is_file()) if SHIPPED.is_dir() else []
+# Checkpoints shipped inside the package, loadable by name (e.g. `load("reversal")`): `aspan.shipped`'s
+SHIPPED = CHECKPOINTS
 
 
 def resolve(path_or_name: str | os.PathLike) -> Path:

@@ -28,19 +28,41 @@ is importable from `aspan.training` itself.
 """
 from __future__ import annotations
 
-from .budget import BudgetSpent, TimeBudget, current_budget, time_budget
-from .config import ARCHITECTURE, RESUME_FREE, RunOptions, TrainConfig, TrainResult, run_options
-from .data import REPLAY_STREAM, Data, DataStream, Replay, batch_seed, read_jsonl, replay_count
-from .loop import train, train_resumable
-from .loss import heldout_loss, target_loss, train_batch
-from .optim import decays, lr_lambda
-from .run import resolve_device
-from .state import LEGACY_STATE, STATE_FORMAT, STATE_JSON, STATE_TENSORS, check_resume, latest_checkpoint, read_state
+import importlib
+from typing import Any
 
-__all__ = [
-    "ARCHITECTURE", "LEGACY_STATE", "REPLAY_STREAM", "RESUME_FREE", "STATE_FORMAT", "STATE_JSON", "STATE_TENSORS",
-    "BudgetSpent", "Data", "DataStream", "Replay", "RunOptions", "TimeBudget", "TrainConfig", "TrainResult",
-    "batch_seed", "check_resume", "current_budget", "decays", "heldout_loss", "latest_checkpoint", "lr_lambda",
-    "read_jsonl", "read_state", "replay_count", "resolve_device", "run_options", "target_loss", "time_budget", "train",
-    "train_batch", "train_resumable",
-]
+# submodule -> the names it defines, each imported from it on first access (PEP 562), as `aspan`'s own entry points
+# are: the settings (`TrainConfig`, from `config`) then load without torch, so the command line reads and checks them
+# before it pays for the training loop's imports
+_LAZY: dict[str, tuple[str, ...]] = {
+    "budget": ("BudgetSpent", "TimeBudget", "current_budget", "time_budget"),
+    "config": ("ARCHITECTURE", "RESUME_FREE", "RunOptions", "TrainConfig", "TrainResult", "run_options"),
+    "data": ("REPLAY_STREAM", "Data", "DataStream", "Replay", "batch_seed", "read_jsonl", "replay_count"),
+    "loop": ("train", "train_resumable"),
+    "loss": ("heldout_loss", "target_loss", "train_batch"),
+    "optim": ("decays", "lr_lambda"),
+    "run": ("resolve_device",),
+    "state": ("LEGACY_STATE", "STATE_FORMAT", "STATE_JSON", "STATE_TENSORS", "check_resume", "latest_checkpoint",
+              "read_state"),
+}
+_EXPORTS = {name: module for module, names in _LAZY.items() for name in names}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a name of `__all__` from its submodule on first access and cache it on the package; a submodule's name
+    (`aspan.training.loop`) imports that submodule, as the package's eager imports once did."""
+    if name not in _EXPORTS:
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -9,8 +9,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from ..curves import Stop
 from ..options import CurveMetric, StopRule, check_count, check_real
-from ..param_groups import TrainOnly, parse_train_only
 from ..tasks.base import Sample
+from ..train_only import TrainOnly, parse_train_only
 
 
 @dataclass

@@ -191,5 +191,6 @@ def test_the_shipped_plan_passes_the_command_checks():
     from argparse import Namespace
 
     from aspan.commands.gpu import CAMPAIGN, PLAN, check_commands
+    from aspan.shipped import config_path
 
-    check_commands(c.load_plan(PLAN), Namespace(plan=PLAN, campaign=CAMPAIGN, device="cpu"))
+    check_commands(c.load_plan(config_path(PLAN)), Namespace(plan=PLAN, campaign=CAMPAIGN, device="cpu"))

@@ -16,14 +16,15 @@ from ..test_layering import GRAPH
 
 PARSING = ("aspan.commands", "aspan.applications", "aspan.options", "aspan.errors", "aspan.config",
            "aspan.tasks",  # task facts for choices and parameters (torch-free; tasks import only themselves)
-           "aspan.checks")  # the validators behind the argument types (aspan/commands/argtypes.py)
+           "aspan.checks",  # the validators behind the argument types (aspan/commands/argtypes.py)
+           "aspan.shipped")  # config names and model names, resolved and checked while parsing
 # commands that still import more than that, and what (the settings dataclasses they build, or work not moved yet)
 PENDING = {
     "aspan.commands.train": {"aspan.training", "aspan.curves"},  # TrainConfig, the curve settings
     "aspan.commands.rank": {"aspan.methods"},  # the edit methods' names and default strengths, for --help
     "aspan.commands.doctor": {"aspan.environment"},  # one library call: the environment record
     "aspan.commands.report": {"aspan.report"},  # one library call: the report page or its images
-    "aspan.commands.gpu": {"aspan.cli"},  # a campaign's runs are aspan command lines: the dispatcher runs them
+    "aspan.commands.parser": {"aspan"},  # the version `aspan --version` prints
 }
 
 

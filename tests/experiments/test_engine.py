@@ -194,7 +194,7 @@ def test_top_heads_come_from_the_ranking(tiny_model, tok):
     rank = engine.Ranking(by="score_row", samples=5, seed=7)
     p = point(DATA, "m", "top:3", 1.0, delta=2, rank=rank)
     samples = tasks.preset("reversal", "id").generate(5, seed=7)
-    table = offset_table(tiny_model, tok, samples, [2], convention="raw")  # the engine ranks in the raw convention
+    table = offset_table(tiny_model, tok, samples, [2], convention="sample")  # the default, as everywhere
     assert eng.heads(p) == select_heads(table, top=3, by="score_row")
 
 
@@ -203,7 +203,8 @@ def test_ranking_convention_reaches_the_offset_scan_and_keys(tiny_model, tok):
     from aspan.experiments.ranking import offset_table
 
     eng = Engine(tiny_model, tok, DATA, batch_size=4)
-    raw, sample = engine.Ranking(samples=5, seed=7), engine.Ranking(samples=5, seed=7, convention="sample")
+    raw, sample = engine.Ranking(samples=5, seed=7, convention="raw"), engine.Ranking(samples=5, seed=7)
+    assert sample.convention == "sample" and sample.settings(0)["convention"] == "sample"
     assert "convention" not in raw.settings(0)  # raw points keep the keys they had before the option existed
     assert point(DATA, "m", "top:2", 1.0, rank=raw) != point(DATA, "m", "top:2", 1.0, rank=sample)
     samples = tasks.preset("reversal", "id").generate(5, seed=7)

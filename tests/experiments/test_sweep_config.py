@@ -64,8 +64,10 @@ def test_missing_required_key():
 
 
 def test_ranking_convention_goes_into_the_top_points_only_when_sample():
-    raw_pts = grid(cfg(heads={"top": [1], "list": [[0, 1]]}))
-    sample_pts = grid(cfg(heads={"top": [1], "list": [[0, 1]], "convention": "sample"}))
+    """`sample` is the default, as everywhere; `raw` points keep the keys they had before the option existed."""
+    raw_pts = grid(cfg(heads={"top": [1], "list": [[0, 1]], "convention": "raw"}))
+    sample_pts = grid(cfg(heads={"top": [1], "list": [[0, 1]]}))
+    assert cfg().convention == "sample"
     assert all("convention" not in p["rank"] for p in raw_pts if "rank" in p)
     assert [p["rank"].get("convention") for p in sample_pts if "rank" in p] == ["sample"] * len(
         [p for p in sample_pts if "rank" in p]) != []

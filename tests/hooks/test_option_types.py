@@ -38,11 +38,11 @@ def boolean_options() -> set[str]:
 
 
 def _model():
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    """A small untrained model of the installed TransformerLens's backend (a TransformerBridge on 4.x)."""
+    from aspan import models
+    from aspan.tokenization import CharTokenizer
 
-    cfg = HookedTransformerConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10, act_fn="relu",
-                                  seed=0)
-    return HookedTransformer(cfg)
+    return models.tiny(CharTokenizer(), n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=16, seed=0, device="cpu")
 
 
 TOKENS, _, MASK = padded_batch([8, 8], pos=8, seed=3)

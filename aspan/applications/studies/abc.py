@@ -38,6 +38,7 @@ from ...tasks.base import Sample, Task
 from ...tasks.draws import LengthMix
 from ...tasks.split import distinct
 from ...tokenization import CharTokenizer
+from ...training import TrainConfig
 from . import Study, Unit, protocol_fields, study_rows, unit_file, unit_index
 from .abc_outputs import AbcOutputs, write_abc_outputs
 
@@ -211,7 +212,7 @@ def _model(sets: _TaskSets, cfg: AbcStudyConfig, positional: str, seed: int):
 
 
 def _train(model, sets: _TaskSets, name: str, cfg: AbcStudyConfig, run: tuple[int, float, int], bias=()) -> None:
-    from ...training import TrainConfig, train
+    from ...training import train
 
     seed, lr, steps = run
     tc = TrainConfig.scratch(steps=steps, batch_size=cfg.batch_size, lr=lr, warmup=min(cfg.warmup, steps // 4),

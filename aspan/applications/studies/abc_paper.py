@@ -42,6 +42,7 @@ from ...findings.tables import ABC_PAPER_TABLE
 from ...intervals import wilson  # noqa: F401 (re-exported: part of this module's public names)
 from ...io import RowWriter, RunDir, append_line, settings_key
 from ...tasks.base import Sample
+from ...training import TrainConfig
 from . import Study, Unit, study_rows, unit_file, unit_index
 from .abc_outputs import AbcOutputs, write_abc_outputs
 from .abc_paper_bias import (  # noqa: F401 (re-exported: the biases were defined here)
@@ -106,8 +107,6 @@ CHECK = "id check"  # the name of the check set among the learning curves
 def train_config(cfg: PaperConfig, seed: int, steps: int):
     """One schedule over `steps` that stops at the first check (every `check_every` steps and at the cap) where ID
     exact on the check set reaches `fit_exact` (the `target` stop rule of `aspan.curves`)."""
-    from ...training import TrainConfig
-
     return TrainConfig.scratch(steps=steps, batch_size=cfg.batch_size, lr=cfg.lr, warmup=min(cfg.warmup, steps // 4),
                                seed=seed, device=cfg.device, log_every=max(1, min(cfg.check_every, steps)),
                                eval_batch_size=cfg.eval_batch_size, curve_every=cfg.check_every, stop="target",

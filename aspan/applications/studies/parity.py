@@ -38,6 +38,7 @@ from ...intervals import mean_sd, seed_interval, t_interval
 from ...io import RowWriter, read_rows, save_figure, settings_key, write_csv, write_json
 from ...tasks.parity import Parity as Parity  # the task, as the study named it before
 from ...tokenization import CharTokenizer
+from ...training import TrainConfig
 from . import Study, Unit, study_rows, unit_file, unit_index
 from .parity_config import PROTOCOLS as PROTOCOLS  # the settings' names, as the study's before
 from .parity_config import SET_DRAWS as SET_DRAWS
@@ -103,7 +104,7 @@ def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, ou
     fmt, lr, seed = spec.format, spec.lr, spec.seed
     from ... import models
     from ...accuracy import accuracy
-    from ...training import TrainConfig, train_resumable
+    from ...training import train_resumable
 
     settings = run_settings(config, fmt, lr, seed)
     model = models.tiny(tok, n_layers=config.n_layers, n_heads=config.n_heads, d_model=config.d_model, n_ctx=n_ctx,

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...models.tiny import POSITIONAL, Positional
+from ...options import POSITIONAL, Positional
 from ...tasks.parity import FORMATS, Parity
 
 SET_DRAWS = ("disjoint", "with_replacement")  # `ParityStudyConfig.set_draw`

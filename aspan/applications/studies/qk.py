@@ -33,6 +33,7 @@ from ...buckets import Bucket, bucket_name, bucket_sets
 from ...environment import run_environment
 from ...io import RowWriter, RunDir, settings_key, write_json
 from ...tokenization import CharTokenizer, check_tokenizer
+from ...training import Replay, TrainConfig
 from . import Study, Unit, study_rows, unit_file, unit_index
 from .qk_config import (  # noqa: F401 (re-exported: the study's settings, imported from here)
     CURVES_ROWS,
@@ -130,7 +131,7 @@ def base_model(cfg: QKStudyConfig, path: Path, device: str):
     a tiny model whose context holds the longest bucket, trained on the task at the base's lengths until exact on
     held-out samples of them reaches the base's `fit_exact`, or its cap."""
     from ... import models
-    from ...training import TrainConfig, latest_checkpoint, train
+    from ...training import latest_checkpoint, train
 
     spec = base_spec(cfg)
     if not (path / BASE_RECORD).exists():
@@ -209,7 +210,7 @@ def train_one(s: Setup, settings: dict) -> tuple[dict, list[dict]]:
     import torch
 
     from ...param_groups import trainable_count
-    from ...training import Replay, TrainConfig, train, train_resumable
+    from ...training import train, train_resumable
 
     with torch.no_grad():
         s.model.load_state_dict(s.base)

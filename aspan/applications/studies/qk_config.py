@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ...buckets import Bucket, parse_buckets
-from ...models.tiny import POSITIONAL
-from ...options import CURVE_METRICS, check_option
+from ...options import CURVE_METRICS, POSITIONAL, check_option
 
 
 @dataclass

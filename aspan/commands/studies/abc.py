@@ -11,14 +11,14 @@ from ...applications.studies.abc import CONDITIONS, STUDY_TASKS, AbcStudyConfig
 from ...applications.studies.abc_paper import PAPER_CONDITIONS, PAPER_TASKS, PaperConfig
 from ...config import file_value, load_config, to_toml
 from ...errors import UsageError
-from ..argtypes import output_dir
+from ..argtypes import config_file, output_dir
 from ..grammar import add_quiet
 from . import flag_list
 
 HELP = "ABC/ABS study (Duan & Shi 2023): successor, addition, parity; vanilla (rotary/learned/alibi/none), ABS, ABC"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan study abc --quick --out runs/abc_study",
-    "aspan study abc --protocol paper --config configs/abc_paper_cpu.toml --out runs/abc_paper",
+    "aspan study abc --protocol paper --config abc_paper_cpu --out runs/abc_paper",
     "aspan study abc --quick --out runs/abc_study --list-units",
 )
 
@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=output_dir, default="runs/abc_study",
                    help="run directory (resumable: rows are keyed by settings)")
     p.add_argument("--quick", action="store_true", help="a tiny run for tests (well under a minute)")
-    p.add_argument("--config", metavar="TOML", help="settings from a TOML file (keys: AbcStudyConfig fields)")
+    p.add_argument("--config", metavar="TOML", type=config_file,
+                   help="settings from a TOML file (keys: AbcStudyConfig fields, or PaperConfig's): a file, or a "
+                        "config aspan ships, by name (abc_paper_cpu)")
     p.add_argument("--tasks", help=f"comma-separated subset of {','.join(STUDY_TASKS)}")
     p.add_argument("--conditions", help=f"comma-separated subset of {','.join(CONDITIONS)} (paper protocol: of "
                                         "vanilla,abc,abs; both filter its plan)")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from ...applications.studies.parity_config import ParityStudyConfig
 from ...config import load_config
 from ...tasks.parity import FORMATS
-from ..argtypes import output_dir
+from ..argtypes import config_file, output_dir
 from ..grammar import add_quiet
 from . import flag_list, preset
 
 HELP = "parity formats (Ebrahimi et al. 2024): train each from scratch, test at 1x/2x/5x/10x the training length"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan study parity --quick --out runs/parity",
-    "aspan study parity --config configs/parity_study_gpu.toml --out runs/parity --device cuda",
+    "aspan study parity --config parity_study_gpu --out runs/parity --device cuda",
     "aspan study parity --quick --out runs/parity --launcher slurm --time 30",
 )
 
@@ -23,7 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=output_dir, help="run directory (created; a rerun resumes it); required, except "
                                                        "with --list-units and --print-config")
     parser.add_argument("--quick", action="store_true", help="tiny settings (< 1 min), for tests")
-    parser.add_argument("--config", help="TOML file with ParityStudyConfig settings (a [parity] table), e.g. a GPU run")
+    parser.add_argument("--config", metavar="TOML", type=config_file,
+                        help="ParityStudyConfig settings (a [parity] table): a file, or a config aspan ships, by name "
+                             "(parity_study_gpu)")
     parser.add_argument("--formats", help=f"comma-separated subset of {','.join(FORMATS)}")
     parser.add_argument("--train-length", type=int, help="longest training input in bits (default 8)")
     parser.add_argument("--steps", type=int, help="optimiser steps per run (default 800)")
@@ -44,8 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace):
     """ParityStudyConfig: the defaults (or --quick's), then --config (its [parity] table), then the flags given;
     checked."""
-    from ...applications.studies.parity import ParityStudyConfig
-
     flags = {name: getattr(args, name) for name in ("train_length", "steps", "seeds", "device", "threads",
                                                     "positional", "protocol", "cap")}
     flags.update(formats=flag_list(args, "formats", str), lrs=flag_list(args, "lrs", float))

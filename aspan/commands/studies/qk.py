@@ -6,15 +6,17 @@ import argparse
 import sys
 from pathlib import Path
 
+from ...applications.studies.qk import headline_table
+from ...applications.studies.qk_config import QKStudyConfig
 from ...config import load_config
-from ..argtypes import output_dir
+from ..argtypes import config_file, output_dir
 from ..grammar import add_quiet
 from . import flag_list, preset
 
 HELP = "fine-tune only some attention parameters (qk, RoPE pairs, single columns) on longer lengths; per-bucket table"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan study qk --quick --out runs/qk",
-    "aspan study qk --config configs/qk_study_gpu.toml --out runs/qk --device cuda",
+    "aspan study qk --config qk_study_gpu --out runs/qk --device cuda",
     "aspan study qk --quick --protocol curves --out runs/qk-curves",
 )
 
@@ -24,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=output_dir,
                    help="run directory (resumable: rerun the same command to continue); required, except with "
                         "--list-units and --print-config")
-    p.add_argument("--config", metavar="TOML",
-                   help="study settings (fields of QKStudyConfig; see configs/qk_study_*.toml); flags below override")
+    p.add_argument("--config", metavar="TOML", type=config_file,
+                   help="study settings (fields of QKStudyConfig): a file, or a config aspan ships, by name "
+                        "(qk_study_gpu); flags below override")
     p.add_argument("--quick", action="store_true", help="a complete but tiny study (seconds; for tests)")
     p.add_argument("--init", help="checkpoint to fine-tune (default: the shipped reversal model)")
     p.add_argument("--steps", type=int, help="optimiser steps per run (equal for every condition)")
@@ -47,8 +50,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace):
     """QKStudyConfig: the defaults (or --quick's), then --config (TOML), then the flags given; checked."""
-    from ...applications.studies.qk import QKStudyConfig
-
     flags = {name: getattr(args, name) for name in ("init", "steps", "batch_size", "n_select", "n_report",
                                                        "protocol", "cap", "device")}
     flags.update(seeds=flag_list(args, "seeds", int), columns=flag_list(args, "columns", int),
@@ -69,8 +70,6 @@ def run_options(args: argparse.Namespace) -> dict:
 
 def show(args: argparse.Namespace, cfg, res) -> int:
     """The table and the findings, on stdout."""
-    from ...applications.studies.qk import headline_table
-
     print(headline_table(cfg, res.table))
     for replay, f in res.summary["findings"]["by_replay"].items():
         print(f"replay {replay}: best single pair/column {f['best_single']['condition']} is "
