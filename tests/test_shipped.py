@@ -90,10 +90,14 @@ def test_every_ranking_defaults_to_the_sample_convention():
     assert DemoConfig().convention == PretrainedConfig().convention == Ranking().convention == "sample"
     assert RankConfig("m", "reversal").convention == SweepConfig("m", "reversal", (1.0,)).convention == "sample"
     assert SCAN_DEFAULTS["convention"] == "sample"  # `rank_heads` and `offset_table` in Python
+    from aspan.anatomy.heads import ExplainOptions
+    from aspan.applications.explain_config import ExplainRun
+
+    assert ExplainOptions().convention == ExplainRun("m").convention == "sample"  # `explain` ranks when not given
     import contextlib
     import io
 
-    for command in ("rank", "demo"):  # one flag name, the same default shown in --help
+    for command in ("rank", "demo", "explain"):  # one flag name, the same default shown in --help
         with contextlib.redirect_stdout(io.StringIO()) as shown:
             assert main([command, "--help"]) == 0
         text = " ".join(shown.getvalue().split())

@@ -36,7 +36,7 @@ class ExplainOptions:
     rank_samples: int = 64  # ID samples of the task the ranking scores (its ID preset)
     rank_seed: int = 1  # their seed
     deltas: tuple[int, ...] = (-1, 0, 1, 2, 3)  # offsets the ranking scans when `delta` is None
-    convention: Convention = "raw"  # mass over the whole row ("raw") or over the sample's own columns ("sample")
+    convention: Convention = "sample"  # mass over the sample's own columns ("sample") or the whole row ("raw")
 
     def check(self) -> None:
         """ValueError naming the field of an impossible setting."""

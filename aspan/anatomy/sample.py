@@ -56,7 +56,7 @@ class Anatomy:
     selected: list[Head]
     delta: int
     how: str  # how the heads were chosen, in words
-    convention: str = "raw"
+    convention: str = "sample"
     edit: str | None = None  # the edit's label; None without one
     causes: list[str] = field(default_factory=list)  # the likely cause before the edit (empty: no rule fires)
     causes_after: list[str] = field(default_factory=list)  # the edit's effect and what the rules find after it

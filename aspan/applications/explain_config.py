@@ -24,7 +24,7 @@ class ExplainRun:
     heads: str | None = None  # heads to follow, e.g. "1.7,1.0" (default: the ranking's on ID samples)
     delta: int | None = None  # key offset the heads read at (default: the ranking's, or 0 with --heads)
     top: int = 2  # heads the ranking selects
-    convention: Convention = "raw"  # mass over the whole row (raw) or over the sample's own columns (sample)
+    convention: Convention = "sample"  # mass over the sample's own columns (sample) or the whole row (raw)
     edit: str | None = None  # a TOML file of an edit: the same rows after it, side by side
     device: str = "auto"
     dtype: str = "float32"  # precision the model is loaded in (float32, bfloat16, float16)

@@ -42,6 +42,7 @@ def run(keys: dict, **kw) -> Anatomy:
             for k, w in row.items():
                 D[r, k] = w
         s.scripts[DISTRACTOR] = D
+    kw.setdefault("convention", "raw")  # the masses below are worked out over the whole row
     return explain(s.model, s.tok, kw.pop("sample", sample()), heads=[READER], delta=1, **kw)
 
 
