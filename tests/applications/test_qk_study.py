@@ -483,3 +483,30 @@ def test_quick_selection_report_and_curve_sets_share_no_prompt_and_repeat_none(c
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             assert not set(prompts[a]) & set(prompts[b]), (a, b)
+
+
+def test_groups_and_per_condition_grids_choose_what_runs_and_at_which_rates(tmp_path):
+    """`groups` keeps only the named whole groups (the untrained model always runs); `lr_grids` gives one condition
+    its own grid (here one rate fixed beforehand), every other condition keeps its kind's; both are config, and an
+    unknown group or a grid for a condition the study does not run is refused before any training."""
+    from aspan.applications.studies.qk import run_study
+    from aspan.config import load_config
+
+    toml = tmp_path / "c.toml"
+    toml.write_text('groups = ["all"]\npairs = [0, 1]\ncolumns = [9]\nlr_small = [0.001, 0.01]\n'
+                    '[lr_grids]\n"qk-pair:1" = [0.003]\n')
+    cfg = load_config(QKStudyConfig, toml_path=toml, base=QKStudyConfig.quick(replays=(0.0,)))
+    model = models.load("reversal", device="cpu").model
+    grids = {c.name: c.lrs for c in conditions(cfg, model)}
+    assert grids == {"none": (), "all": (1e-3,), "qk-pair:0": (1e-3, 1e-2), "qk-pair:1": (3e-3,),
+                     "qk-column:9": (1e-3, 1e-2)}
+    res = run_study(cfg, tmp_path / "run", progress=False)
+    ran = {(r["condition"], r["lr"]) for r in res.rows}
+    assert {lr for c, lr in ran if c == "qk-pair:1"} == {3e-3}
+    assert {lr for c, lr in ran if c == "qk-pair:0"} == {1e-3, 1e-2}
+    assert not {c for c, _ in ran} & {"attn", "qk"}
+    assert res.table.set_index("condition").loc["qk-pair:1", "lr_grid"] == "0.003"
+    with pytest.raises(ValueError, match="groups: unknown group 'mlp'"):
+        QKStudyConfig.quick(groups=("all", "mlp")).check()
+    with pytest.raises(ValueError, match="lr_grids: 'qk-pair:5' is not a condition of this study"):
+        conditions(QKStudyConfig.quick(lr_grids={"qk-pair:5": [1e-3]}), model)
