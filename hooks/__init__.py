@@ -1,5 +1,5 @@
 """TransformerLens hook functions that read and edit attention (capture, rollout, head scores, reinforcement,
-pattern patching, PASTA steering, biases).
+pattern patching, PASTA steering, biases, rotary pairs re-aimed).
 
 Depends on torch, einops, jaxtyping and transformer_lens only, never on aspan. Masks are bool [batch, pos, pos] with row
 = query position. Scores take `columns` (bool [batch, pos], the AttnScore denominator: None for the whole row, the `raw`
@@ -43,6 +43,7 @@ from .options import CaptureOptions, EditOptions, OffsetOptions, ReinforceOption
 from .patch import patch_pattern
 from .reinforce import reinforce
 from .rollout import rollout, rollout_scores
+from .rotary import rotary_pairs
 from .scores import head_row_scores, head_scores, offset_scores
 from .steer import check_alpha as check_alpha
 from .steer import steer
@@ -52,6 +53,6 @@ from .steer import steer
 __all__ = [
     "CaptureOptions", "EditOptions", "OffsetOptions", "ReinforceOptions", "ScoreOptions", "SteerOptions", "attn_bias",
     "attn_mass", "capture", "capture_hooks", "extrapolate_mask", "head_row_scores", "head_scores",
-    "offset_bias", "offset_scores", "patch_pattern", "reinforce", "rollout", "rollout_scores", "rows_beyond", "share",
-    "shift_mask", "steer", "target_rows",
+    "offset_bias", "offset_scores", "patch_pattern", "reinforce", "rollout", "rollout_scores", "rotary_pairs",
+    "rows_beyond", "share", "shift_mask", "steer", "target_rows",
 ]

@@ -107,6 +107,9 @@ class DemoConfig:
     gen_samples: int = 32  # greedy generation is run on this many samples per split
     seed: int = 0
     train: bool = False
+    # a checkpoint directory to load instead of the shipped model (e.g. one `scripts/train_default.py --seed N`
+    # wrote); None: the shipped checkpoint, or a model trained here (`train`)
+    model: str | None = None
     steps: int | None = None
     quick: bool = False
     device: str | None = None
@@ -143,6 +146,12 @@ class DemoConfig:
             raise ValueError(f"--steps must be >= 1, got {self.steps}")
         if not self.tops or min(self.tops) < 1 or not self.strengths or 0 not in self.deltas:
             raise ValueError("tops must be >= 1, strengths non-empty and deltas must contain 0")
+        if self.model is not None:
+            if self.train:
+                raise ValueError("--model loads a checkpoint and --train trains one: give one of them")
+            if not (Path(self.model) / "config.json").is_file():
+                raise ValueError(f"--model: no checkpoint at {self.model} (a directory with config.json, as "
+                                 "aspan.models.save writes it)")
         if not self.id_budget >= 0:
             raise ValueError(f"--id-budget must be >= 0, got {self.id_budget}")
         check_option("--rank-convention", self.rank_convention, CONVENTIONS)
@@ -164,6 +173,9 @@ def get_model(cfg: DemoConfig, progress: bool = True):
     """(model, tokenizer, description, meta): the shipped checkpoint, or a freshly trained model (with a progress
     bar unless `progress` is False)."""
     shipped = CHECKPOINTS / cfg.task
+    if cfg.model is not None:
+        model, tokenizer, meta = models.load(cfg.model, device=cfg.device)
+        return model, tokenizer, f"checkpoint {cfg.model}", dict(meta)
     if not cfg.train and (shipped / "config.json").is_file():
         model, tokenizer, meta = models.load(shipped, device=cfg.device)
         return model, tokenizer, f"shipped checkpoint aspan/checkpoints/{cfg.task}", dict(meta)
@@ -191,8 +203,20 @@ def setup(cfg: DemoConfig, progress: bool = True) -> Setup:
     model, tokenizer, source, meta = get_model(cfg, progress)
     models.check_context(model, ood_t, tokenizer.offset)
     data = Data(cfg.task, ood_params=ood_t.params(), n=cfg.samples)
-    model_id = cfg.task if source.startswith("shipped") else f"trained:{settings_key(meta)}"
+    model_id = (cfg.task if source.startswith("shipped") else f"checkpoint:{weights_digest(cfg.model)}"
+                if cfg.model is not None else f"trained:{settings_key(meta)}")
     return Setup(model, tokenizer, source, meta, id_t, ood_t, Engine(model, tokenizer, data, attn=False), model_id)
+
+
+def weights_digest(path: str) -> str:
+    """A checkpoint's identity in grid keys: the SHA-256 (first 16 hex digits) of its weight files, so a run
+    directory reuses rows only for the same weights, wherever the checkpoint lies."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for f in sorted(Path(path).glob("*.safetensors")) or sorted(Path(path).glob("*.bin")):
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def rank_heads(s: Setup, cfg: DemoConfig) -> Ranked:

@@ -18,6 +18,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
     "aspan demo --quick --out runs/demo",
     "aspan demo --samples 200 --id-budget 1 --out runs/demo200",
     "aspan demo --shard 0/4 --out runs/demo",
+    "aspan demo --model runs/reversal-seed1 --samples 200 --out runs/demo-seed1",
 )
 
 
@@ -33,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=nonneg_int, help="data (and training) seed")
     parser.add_argument("--train", action="store_true", default=None,
                         help="train a model instead of loading the shipped checkpoint")
+    parser.add_argument("--model", metavar="DIR",
+                        help="a checkpoint directory to load instead of the shipped model (e.g. one "
+                             "scripts/train_default.py --seed N wrote)")
     parser.add_argument("--steps", type=positive_int,
                         help="training steps when training (when not given: 1500 reversal, 1000 others)")
     parser.add_argument("--device", type=device, help="torch device (when not given: cuda when available, else cpu)")
@@ -64,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_launcher(args)
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
-                                 seed=args.seed, train=args.train, steps=args.steps, device=args.device,
+                                 seed=args.seed, train=args.train, model=args.model, steps=args.steps,
+                                 device=args.device,
                                  threads=args.threads, rank_convention=args.rank_convention).items()
           if v is not None}
     flags = {**kw, "id_budget": args.id_budget, "shard": args.shard,  # id_budget: a fraction (argtypes)
