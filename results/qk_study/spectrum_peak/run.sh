@@ -1,16 +1,14 @@
 #!/bin/bash
-# The spectrum's peak and the partner columns (configs/qk_spectrum_peak_cpu.toml), unit by unit in the order that
-# answers the most first: the untrained model, the pairs (each with its three seeds), full fine-tuning, then the
-# partner columns; then the whole command once more, which finds every row, trains nothing and writes the outputs.
-# Resumable: a finished unit's rows are kept and it trains nothing when run again. Run from the repository root;
-# ASPAN names the command (default .venv/bin/aspan), OUT the run directory.
+# The spectrum's peak (configs/qk_spectrum_peak_cpu.toml), unit by unit: the untrained model, then each pair with its
+# three seeds (pair 24, the anchor, first); then the whole command once more, which finds every row, trains nothing
+# and writes the outputs. Resumable: a finished unit's rows are kept and it trains nothing when run again. Run from
+# the repository root; ASPAN names the command (default .venv/bin/aspan), OUT the run directory.
 set -e
 ASPAN=${ASPAN:-.venv/bin/aspan}
 OUT=${OUT:-runs/qk_spectrum_peak_cpu}
 CONFIG=configs/qk_spectrum_peak_cpu.toml
 order=(none)
-for cond in qk-pair:24 qk-pair:20 qk-pair:22 qk-pair:26 qk-pair:28 all qk-column:64 qk-column:72 qk-column:80 \
-            qk-column:88 qk-column:96 qk-column:104 qk-column:112 qk-column:120 qk-column:127; do
+for cond in qk-pair:24 qk-pair:20 qk-pair:22 qk-pair:26 qk-pair:28; do
   order+=("$cond/replay 0/select" "$cond/replay 0/seed 1" "$cond/replay 0/seed 2")
 done
 for unit in "${order[@]}"; do
