@@ -510,3 +510,22 @@ def test_groups_and_per_condition_grids_choose_what_runs_and_at_which_rates(tmp_
         QKStudyConfig.quick(groups=("all", "mlp")).check()
     with pytest.raises(ValueError, match="lr_grids: 'qk-pair:5' is not a condition of this study"):
         conditions(QKStudyConfig.quick(lr_grids={"qk-pair:5": [1e-3]}), model)
+
+
+def test_the_committed_paper_shaped_run_resumes_and_names_its_base():
+    """A study with a base records init "base" (the model it trained into RUN_DIR/base), not the `init` it did not
+    load; the committed paper_shape rows carry that label and their keys are the settings' hashes, so rerunning its
+    command finds every row and plans nothing."""
+    from aspan.applications.studies.qk import plan, run_settings, setup
+    from aspan.config import load_config
+    from aspan.io import settings_key
+
+    root = Path(__file__).resolve().parents[2]
+    run = root / "results" / "qk_study" / "paper_shape"
+    cfg = load_config(QKStudyConfig, toml_path=root / "configs" / "qk_paper_shape_cpu.toml")
+    rows = [json.loads(line) for line in (run / "runs.jsonl").read_text().splitlines()]
+    assert {r["init"] for r in rows} == {"base"} and all("base" in r for r in rows)
+    s = setup(cfg, out=run)  # loads the committed base (its base.json says it is trained)
+    assert plan(s, rows) == []
+    none = next(r for r in rows if r["condition"] == "none")
+    assert none["key"] == settings_key(run_settings(s, s.conds[0], 0.0, None, None))
