@@ -156,10 +156,12 @@ def figures(t) -> dict:
                         error_y={"type": "data", "symmetric": False, "array": g[f"{col}_hi"] - g[col],
                                  "arrayminus": g[col] - g[f"{col}_lo"]}), row=i, col=j)
                 fig.add_hline(y=float(none[col]), line_dash="dash", line_color="black", row=i, col=j)
-        fig.update_xaxes(type="log", tickvals=[4, 8, 16, 32, 64], title_text="pairs edited", row=len(buckets))
+        fig.update_xaxes(type="log", tickvals=[4, 8, 16, 32, 64], range=[0.5, 1.9])
+        fig.update_xaxes(title_text="pairs edited (k)", row=len(buckets))
         fig.update_yaxes(range=[0, 1.02], title_text=name)
-        fig.update_layout(title=f"{name} accuracy with the rotation of k pairs clamped or removed (fast: pairs "
-                                "0..k-1, mid: around 32, slow: ..63; dashed: untouched model; 95 % intervals)",
+        fig.update_layout(title=f"{name} accuracy, the rotation of k pairs clamped or removed past the training "
+                                "positions (remove: everywhere)<br><sup>fast: pairs 0..k-1; mid: 32-k/2..32+k/2-1; "
+                                "slow: 64-k..63; dashed: the untouched model; 95 % intervals</sup>",
                           height=850, width=1100)
         found[f"{metric}_by_band"] = fig
     return found
