@@ -16,9 +16,8 @@ from .launcher_options import add_launcher_options, check_launcher, run_launched
 HELP = "run the end-to-end demo (shipped reversal model): OOD failure, attention, causal repair search, HTML report"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan demo --quick --out runs/demo",
-    "aspan demo --samples 200 --id-budget 1 --out runs/demo200",
+    "aspan demo --model runs/reversal-seed1 --samples 200 --id-budget 1 --out runs/demo200",
     "aspan demo --shard 0/4 --out runs/demo",
-    "aspan demo --model runs/reversal-seed1 --samples 200 --out runs/demo-seed1",
 )
 
 
