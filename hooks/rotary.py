@@ -13,7 +13,9 @@ angle θ_i · p to the angle the mode asks for:
   `beyond` is None (the pairs then carry content only, as without positional encoding).
 
 Positions are those of a forward over whole sequences (right padding; the i-th token at position i). KV-cached
-generation rotates the new queries at an offset these hooks cannot see, so a cached forward is refused.
+generation rotates the new queries at an offset these hooks cannot see, so a cached forward is refused. The hooks need
+a HookedTransformer: a TransformerBridge (TransformerLens 3.9) lists `hook_rot_q` and `hook_rot_k` but its rotary
+attention does not call them, so a bridge is refused rather than left unedited.
 """
 from __future__ import annotations
 
@@ -82,6 +84,9 @@ def rotary_pairs(model, pairs: Iterable[int], mode: RotaryMode = "clamp", beyond
         True
     """
     dim, _, adjacent = _rotary_layout(model.cfg)
+    if not hasattr(model.blocks[0].attn, "apply_rotary"):
+        raise ValueError(f"rotary_pairs needs a HookedTransformer: the rotary attention of this "
+                         f"{type(model).__name__} does not call hook_rot_q / hook_rot_k, so nothing would be edited")
     chosen = _check_pairs(pairs, dim // 2)
     if mode not in ROTARY_MODES:
         raise ValueError(f"mode must be one of {', '.join(ROTARY_MODES)}, got {mode!r}")

@@ -89,7 +89,8 @@ def _over() -> dict:
     return {"exact": sum(exact) / 4, "exact_ci": seed_interval(exact, 200), "partial": sum(partial) / 4,
             "partial_ci": t_interval(partial), "id_exact": sum(x["id_exact"] for x in sel) / 4,
             "base_partial": sum(_one(s, "baseline")["partial"] for s in SEEDS) / 4,
-            "paper_exact": sum(x["exact"] for x in paper) / 4, "paper_ci": seed_interval([x["exact"] for x in paper], 200),
+            "paper_exact": sum(x["exact"] for x in paper) / 4,
+            "paper_ci": seed_interval([x["exact"] for x in paper], 200),
             "paper_cost": sum(x["id_cost"] for x in paper) / 4, "paper_costs": [x["id_cost"] for x in paper],
             "spread": max(exact) - min(exact), "sel": sel}
 

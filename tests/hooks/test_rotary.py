@@ -163,3 +163,17 @@ def test_a_model_without_rotary_is_refused():
     cfg = HookedTransformerConfig(n_layers=1, n_heads=1, d_model=8, d_head=8, n_ctx=8, d_vocab=5, act_fn="relu")
     with pytest.raises(ValueError, match="needs a rotary model"):
         hooks.rotary_pairs(HookedTransformer(cfg), [0], mode="remove")
+
+
+def test_a_bridge_is_refused_since_its_rotary_hook_points_never_fire():
+    """A TransformerBridge lists hook_rot_q / hook_rot_k but its attention does not call them: a forward with hooks
+    there runs them never, so `rotary_pairs` refuses the bridge instead of editing nothing."""
+    from tests.conftest import _bridge_model
+
+    bridge = _bridge_model("rotary", 1)
+    fired: list[str] = []
+    with bridge.hooks(fwd_hooks=[("blocks.0.attn.hook_rot_q", lambda x, hook: fired.append(hook.name))]):
+        bridge(torch.randint(0, 20, (1, 6)))
+    assert "blocks.0.attn.hook_rot_q" in bridge.hook_dict and not fired
+    with pytest.raises(ValueError, match="needs a HookedTransformer"):
+        hooks.rotary_pairs(bridge, [0], mode="remove")
