@@ -529,3 +529,23 @@ def test_the_committed_paper_shaped_run_resumes_and_names_its_base():
     assert plan(s, rows) == []
     none = next(r for r in rows if r["condition"] == "none")
     assert none["key"] == settings_key(run_settings(s, s.conds[0], 0.0, None, None))
+
+
+def test_a_run_without_full_fine_tuning_reports_its_single_groups(tmp_path):
+    """`groups = []`: no full fine-tuning to compare with, so the findings hold no comparison and the report says
+    what the single groups reach, its key figures the frequency figure and the learning curves."""
+    from aspan.applications.studies.qk import run_study, write_outputs
+    from aspan.report import build_report, key_figures
+
+    cfg = QKStudyConfig.quick(protocol="curves", replays=(0.0,), stop="none", groups=(), pairs=(0, 1), columns=(),
+                              seeds=(0,), lr_small=(1e-3,))
+    out = tmp_path / "run"
+    summary = write_outputs(cfg, run_study(cfg, out, progress=False), out, "test")
+    assert summary["findings"]["by_replay"] == {}
+    table = pd.read_csv(out / "table.csv")
+    assert set(table.condition) == {"none", "qk-pair:0", "qk-pair:1"}
+    best = table[table.condition != "none"].sort_values(["exact_11-20", "partial_11-20"], ascending=False).iloc[0]
+    page = (out / "report.html").read_text()
+    assert "compares single groups only" in page and best.condition in page
+    assert [p.stem for p in key_figures(out)] == ["pair_frequency_exact_replay0", "curves_finetuned_exact_replay0"]
+    assert build_report(out)
