@@ -139,3 +139,28 @@ def test_the_pages_quote_the_answer():
                  (ROOT / "results" / "causal_demo" / "README.md").read_text(encoding="utf-8"),
                  (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")):
         assert cell in re.sub(r"\s+", " ", text)
+
+
+def test_what_limits_exact_accuracy_per_model():
+    """The README's last paragraph from the per-sample records: on seeds 2 and 3 EOS is right on every held-out
+    string, on seed 1 every string with all characters right is exact, on the shipped model the all-characters share
+    and EOS both stop at the same value; the summaries' `ood_eos_accuracy` agrees; and the default size's interval
+    and the project README's range of the models."""
+    share = {}
+    for seed in SEEDS:
+        ood = _rows(seed, "selected", "ood_held_out")
+        chars = ood.partial == 1
+        share[seed] = {"exact": ood.exact.mean(), "chars": chars.mean(), "eos": ood.eos_right.mean()}
+        assert ood.exact.tolist() == (chars & ood.eos_right).tolist()  # exact: every character and EOS right
+        summary = json.loads((RUN / f"seed{seed}" / "summary.json").read_text(encoding="utf-8"))
+        assert summary["details"]["selected"]["ood_eos_accuracy"] == pytest.approx(share[seed]["eos"])
+    assert share[2]["eos"] == share[3]["eos"] == 1 and "(EOS accuracy 1.000;" in FLAT
+    assert share[1]["chars"] == share[1]["exact"] and share[0]["chars"] == share[0]["eos"]
+    assert (f"on seed 1 every string with all characters right is exact ({share[1]['exact']:.3f}) and EOS is right "
+            f"on {share[1]['eos']:.3f}; on the shipped model both stop at {share[0]['eos']:.3f}.") in FLAT
+    small = json.loads((RUN.parent / "default_size" / "summary.json").read_text(encoding="utf-8"))["selected"]
+    k = round(small["ood_exact"] * 100)
+    assert f"(the shipped model: {k / 100:.3f} [{wilson(k, 100)[0]:.3f}, {wilson(k, 100)[1]:.3f}] there)" in FLAT
+    exact = [share[s]["exact"] for s in SEEDS]
+    project = re.sub(r"\s+", " ", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert f"whose own results run from {min(exact):.3f} to {max(exact):.3f}" in project

@@ -4,6 +4,7 @@ model, so the rows are what the hooks give."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -154,3 +155,17 @@ def test_one_condition_remeasured_on_the_committed_model():
         chars = rec[~rec.eos].groupby("sample_id").correct.sum()
         assert [int(chars[i]) for i in range(40)] == row["chars_right"][:40], condition
         assert list(res.samples.length) == row["length"][:40]
+
+
+def test_the_bands_periods_as_quoted():
+    """Pair i turns by 10000^(-i/64) rad per position: the periods the README gives for pair 0, the middle 32 pairs
+    (16-47) and pair 63, from each pair's own rotation, not from the band names."""
+    def period(i: int) -> float:
+        return 2 * math.pi / 10000 ** (-i / 64)
+
+    mid = BY["clamp mid 32", "21-40"]["pairs"]
+    assert (mid[0], mid[-1]) == (16, 47)
+    assert (f"the middle 32 pairs ({mid[0]}–{mid[-1]}, periods of about {period(mid[0]):.0f}–"
+            f"{round(period(mid[-1]), -2):,.0f} positions)") in FLAT
+    assert (f"the periods 2π/θ_i run from {period(0):.1f} positions (pair 0) to about {round(period(63), -3):,.0f} "
+            "(pair 63)") in FLAT

@@ -3,6 +3,7 @@ committed rows (runs.jsonl, learning_curves.jsonl, table.csv)."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -177,3 +178,69 @@ def test_cap_supplement_table_and_reading():
         (rising if at(2000) > 0.2 else flat_max).append((t.condition, max(r["exact"] for r in later)))
     assert len(stopped) == 12 and [c for c, _ in rising] == ["qk-pair:48", "qk-column:32"]
     assert max(v for _, v in flat_max) <= 0.15 and "never exceed 0.15 on 21–40" in flat
+
+
+def _untrained(rows: list[dict]) -> dict:
+    return next(r for r in rows if r["condition"] == "none")
+
+
+def _report_texts(config: str) -> list[str]:
+    """The 21-40 report strings `configs/<config>.toml` draws (the study's own `held_out_sets`)."""
+    from aspan.applications.studies.qk import held_out_sets, study_tasks
+    from aspan.applications.studies.qk_config import QKStudyConfig
+    from aspan.config import load_config
+
+    cfg = load_config(QKStudyConfig, toml_path=ROOT / "configs" / f"{config}.toml")
+    return [x.text for x in held_out_sets(cfg, *study_tasks(cfg))[1]["length 21-40"]]
+
+
+def test_the_paper_shaped_runs_untrained_model_on_its_100_strings_and_the_spectrums_500():
+    """The qk README: the paper-shaped run's 100 report strings of 21-40 are the first 100 of the spectrum's 500 (the
+    study's own `held_out_sets` on the two configs); the untrained model gets 26 of those 100 and 72 of the 500, so
+    0.115 of the other 400, and the spectrum's pair 0 lies inside the untrained model's interval, not below it."""
+    texts = {config: _report_texts(config) for config in ("qk_paper_shape_cpu", "qk_spectrum_cpu")}
+    assert len(texts["qk_spectrum_cpu"]) == N_REPORT and texts["qk_paper_shape_cpu"] == texts["qk_spectrum_cpu"][:100]
+    shaped, none = _untrained(_jsonl(RUN.parent / "paper_shape" / "runs.jsonl")), _untrained(ROWS)
+    assert shaped["report"][1:] == [100, none["report"][2]] and none["report"][1] == N_REPORT  # same seed
+    k100, k500 = round(shaped["exact_21-40"] * 100), round(none["exact_21-40"] * N_REPORT)
+    lo100, hi100 = wilson(k100, 100)
+    lo, hi = wilson(k500, N_REPORT)
+    rest = (k500 - k100) / (N_REPORT - 100)
+    flat = _flat((RUN.parent / "README.md").read_text(encoding="utf-8"))
+    assert (f"the untrained model's {k100 / 100:.2f} [{lo100:.2f}, {hi100:.2f}] (Wilson, {k100} of 100)") in flat
+    assert f"the untrained model scores {k500 / N_REPORT:.3f} [{lo:.3f}, {hi:.3f}] (the other 400: {rest:.3f})" in flat
+    pair0 = _chosen("qk-pair:0")
+    p_lo, p_hi = seed_interval([r["exact_21-40"] for r in pair0], N_REPORT)
+    assert p_hi >= lo and p_lo <= hi  # overlaps the untrained model's interval
+    assert f"the spectrum's pair 0 {_cell([r['exact_21-40'] for r in pair0])}: pair 0 stays at the untrained" in flat
+
+
+def test_the_helpful_pairs_rotation_and_periods_against_the_sample_lengths():
+    """The pairs that help (21-40 exact interval above the untrained model's) are 16-40; their rotation, period and
+    turn across a 40-character sample, and the 21-40 samples' token counts, as the spectrum README, the qk README and
+    the study page quote them."""
+    from aspan.tokenization import CharTokenizer
+
+    spectrum = [0, 8, 16, 24, 32, 40, 48, 56, 63]
+    none = _untrained(ROWS)
+    base_hi = wilson(round(none["exact_21-40"] * N_REPORT), N_REPORT)[1]
+    helpful = [i for i in spectrum
+               if seed_interval([r["exact_21-40"] for r in _chosen(f"qk-pair:{i}")], N_REPORT)[0] > base_hi]
+    assert helpful == [16, 24, 32, 40]
+    theta = {i: 10000 ** (-i / 64) for i in (helpful[0], helpful[-1])}  # pair i's rad per position
+    period = {i: 2 * math.pi / t for i, t in theta.items()}
+    fast, slow = helpful[0], helpful[-1]
+    chars = 2 * 40 + 1  # a 40-character sample: input, "=", reversed output
+    flat = _flat(README)
+    assert (f"rotate between about {theta[slow]:.1g} and {theta[fast]:.1g} rad per position (periods of about "
+            f"{period[fast]:.0f} to {round(period[slow], -3):,.0f} positions), that is by about "
+            f"{theta[slow] * chars:.2f} to {theta[fast] * chars:.1f} rad across the {chars} characters") in flat
+    tok = CharTokenizer()
+    tokens = [tok.offset + len(tok.encode(text)) + 1 for text in _report_texts("qk_spectrum_cpu")]
+    span = f"{min(tokens)}–{max(tokens)}"  # BOS, the characters, EOS
+    assert span == "45–83"
+    periods = f"periods of about {period[fast]:.0f}–{round(period[slow], -3):,.0f} positions"
+    assert f"helpful pairs ({fast}–{slow} of 64) have {periods} against samples of {span} tokens" in \
+        _flat((RUN.parent / "README.md").read_text(encoding="utf-8"))
+    assert f"{periods}, against samples of {span} tokens at 21–40" in \
+        _flat((ROOT / "docs" / "studies" / "qk_study.md").read_text(encoding="utf-8"))
