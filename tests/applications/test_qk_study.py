@@ -508,6 +508,9 @@ def test_groups_and_per_condition_grids_choose_what_runs_and_at_which_rates(tmp_
     assert res.table.set_index("condition").loc["qk-pair:1", "lr_grid"] == "0.003"
     with pytest.raises(ValueError, match="groups: unknown group 'mlp'"):
         QKStudyConfig.quick(groups=("all", "mlp")).check()
+    for bad in (float("inf"), float("nan"), 0.0):  # a condition's own grid is checked like the kinds' grids
+        with pytest.raises(ValueError, match="finite and positive"):
+            QKStudyConfig.quick(lr_grids={"qk-pair:1": [bad]}).check()
     with pytest.raises(ValueError, match="lr_grids: 'qk-pair:5' is not a condition of this study"):
         conditions(QKStudyConfig.quick(lr_grids={"qk-pair:5": [1e-3]}), model)
 
