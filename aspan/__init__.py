@@ -4,6 +4,7 @@
     model, tokenizer, meta = aspan.load("reversal")
     ood = aspan.preset("reversal", "ood", length=(11, 20)).generate(64, seed=0)
     print(aspan.evaluate(model, tokenizer, ood).summary())
+    print(aspan.explain(model, tokenizer, ood[0]).text())     # why that answer failed
 
 The entry points below are imported lazily (on first use), so `import aspan` stays light: it loads neither
 torch nor TransformerLens. The attention hooks themselves are the separate `hooks` package.
@@ -66,6 +67,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "evaluate": ("aspan.evaluation", "evaluate"),
     "summarize": ("aspan.evaluation", "summarize"),
     "correct_vs_error": ("aspan.evaluation", "correct_vs_error"),
+    "explain": ("aspan.anatomy", "explain"),
+    "explain_lengths": ("aspan.anatomy", "explain_lengths"),
     "rank_heads": ("aspan.experiments.ranking", "rank_heads"),
     "select_heads": ("aspan.experiments.ranking", "select_heads"),
     "TrainConfig": ("aspan.training", "TrainConfig"),

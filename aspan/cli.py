@@ -32,8 +32,8 @@ from .commands.grammar import HelpFormatter, epilog
 from .errors import Terminated, UsageError, missing_package_message
 from .io import claim_run
 
-COMMANDS = ("data", "show", "train", "eval", "rank", "sweep", "abc", "report", "demo", "pretrained", "study",
-            "gpu", "doctor")
+COMMANDS = ("data", "show", "train", "eval", "rank", "explain", "sweep", "abc", "report", "demo", "pretrained",
+            "study", "gpu", "doctor")
 EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 2, 130, 143
 
 

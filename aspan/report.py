@@ -1,8 +1,10 @@
 """One self-contained HTML page for a run directory that states its finding, offline.
 
 The page opens with what the run found (`aspan.findings`): the question, the answer from the run's numbers, the
-headline table with the selection rule under it, then one section per claim with the figures that show it. Figures
-no claim names, the circuitsvis views and (for runs no finding knows) the summary's tables follow; tables,
+headline table with the selection rule under it, then one section per claim with the figures that show it. A run
+that kept the anatomy of a failing sample (`anatomy.json`, `aspan.anatomy`) gets its section next: the sample, the
+likely cause in words, before and after the run's edit, the table, its figure and its attention view. Figures no
+claim names, the circuitsvis views and (for runs no finding knows) the summary's tables follow; tables,
 configuration, command and the raw summary are folded in `<details>`.
 
 plotly.js and the circuitsvis bundle are inlined once each (no CDN, no external script); each figure is
@@ -34,6 +36,7 @@ table.data { border-collapse: collapse; font-size: 0.9em; margin: 0.5em 0 1em; }
 table.data th, table.data td { border: 1px solid #ccc; padding: 2px 8px; text-align: right; }
 table.data th { background: #f2f2f2; } pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; }
 .note { color: #666; font-size: 0.85em; } iframe { width: 100%; height: 640px; border: 1px solid #ddd; }
+.anatomy-table { overflow-x: auto; } .anatomy-table td:nth-child(-n+2) { text-align: left; }
 .question { font-size: 1.15em; font-weight: 600; margin: 0.4em 0; } .answer { font-size: 1.05em; margin: 0.4em 0; }
 #headline td:nth-child(-n+2) { text-align: left; } #headline td, #headline th { white-space: nowrap; }
 details { margin: 0.6em 0; } summary { cursor: pointer; font-weight: 600; }
@@ -157,20 +160,24 @@ def _inputs(run: Path) -> dict[str, Any]:
         "figures": sorted((run / "figures").glob("*.json")), "views": sorted((run / "views").glob("*.html")),
         "csvs": sorted(run.glob("*.csv")), "jsonls": sorted(run.glob("*.jsonl")),
         "curves": [run / CURVES_FILE, *sorted(run.glob(f"*/{CURVES_FILE}"))],
+        "anatomy": [run / ANATOMY_FILE],
     }
     present = {k: [p for p in v if p.exists() or p.is_symlink()] for k, v in candidates.items()}
     found: dict[str, Any] = {k: [p for p in v if _inside(run, p)] for k, v in present.items()}
     left_out = [p for v in present.values() for p in v if not _inside(run, p)]
     if not any(found.values()):
         raise ValueError(
-            f"{run} has nothing to report: no run.json, summary.json, *.csv, *.jsonl, figures/*.json or views/*.html"
+            f"{run} has nothing to report: no run.json, summary.json, anatomy.json, *.csv, *.jsonl, figures/*.json "
+            "or views/*.html"
             + (f" (left out, not regular files inside it: {', '.join(p.name for p in left_out)})" if left_out else "")
         )
-    one = {k: found[k][0] if found[k] else None for k in ("run_json", "summary_json")}  # the file, or None
+    one = {k: found[k][0] if found[k] else None for k in ("run_json", "summary_json", "anatomy")}  # or None
     return {**found, **one, "left_out": left_out}
 
 
 CURVE_FIGURE = "learning_curves"  # the stem of the figure a run's curves.jsonl makes
+ANATOMY_FILE = "anatomy.json"  # the anatomy of a failing sample a run keeps (`aspan.anatomy.record`)
+ANATOMY_STEM = "anatomy"  # ... its figure (figures/anatomy.json) and attention view (views/anatomy.html)
 
 
 def curve_figures(run: Path, files: list[Path]) -> dict[str, Any]:
@@ -245,6 +252,43 @@ def _views_section(views: list[Path]) -> tuple[list[str], str | None]:
     return body, bundle
 
 
+def _anatomy_section(path: Path, divs: dict[str, str], views: list[Path]) -> tuple[list[str], bool]:
+    """The "Anatomy of a failure" section from the run's `anatomy.json`: what the sample is, the header lines, the
+    likely cause before and after the edit, the table, then the anatomy figure and view (taken out of `divs` and
+    `views`, which the later sections show). Returns (body, whether a circuitsvis view runs in it)."""
+    data = _read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("table"), list):
+        raise ValueError(f"{path}: not an anatomy (a JSON object with a table, as aspan.anatomy writes it)")
+    body = ['<h2 id="anatomy-of-a-failure">Anatomy of a failure</h2>']
+    if data.get("context"):
+        body.append(f"<p>{escape(data['context'])}</p>")
+    body.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in data.get("header") or []) + "</ul>")
+    edit = data.get("edit")
+    for title, key in (("Likely cause", "causes"), (f"After {edit}" if edit else "", "causes_after")):
+        items = [str(x) for x in data.get(key) or []]
+        if items:
+            body.append(f'<p class="question">{escape(title)}</p><ul class="causes">'
+                        + "".join(f"<li>{escape(x)}</li>" for x in items) + "</ul>")
+    if not data.get("causes"):
+        body.append('<p class="note">No rule of aspan.anatomy.causes reads a cause in these rows.</p>')
+    table = pd.DataFrame(data["table"])
+    body.append('<div class="anatomy-table">' + table.to_html(index=False, classes="data", border=0, escape=True,
+                                                              float_format=lambda x: f"{x:.2f}", na_rep="")
+                + "</div>")
+    if ANATOMY_STEM in divs:
+        body.append(_figure_block(ANATOMY_STEM, divs.pop(ANATOMY_STEM)))
+    mine = [v for v in views if v.stem == ANATOMY_STEM]
+    live = False
+    for v in mine:
+        views.remove(v)
+        view = _trusted_view(v.read_text(encoding="utf-8"))
+        live = view is not None
+        body.append(f'<h3 id="view-{html_id(v.stem)}">Attention of the heads, references highlighted</h3>\n'
+                    + (view or f'<iframe sandbox="allow-scripts" srcdoc="{escape(v.read_text(encoding="utf-8"))}">'
+                               "</iframe>"))
+    return body, live
+
+
 def _tables_section(csvs: list[Path], jsonls: list[Path], max_rows: int) -> list[str]:
     """The Tables section: every CSV, and every JSONL file (its rows shown when there are at most `max_rows`)."""
     body = []
@@ -292,12 +336,17 @@ def build_report(run_dir: str | Path, title: str | None = None, max_rows: int = 
     elif summary is not None:
         body += ["<h2>Summary</h2>", _named(summary_json, "summary (tables: {name: list of rows})",
                                             lambda: _summary(summary, max_rows))]
+    bundle, views = None, list(f["views"])
+    if f["anatomy"] is not None:
+        section, live = _anatomy_section(f["anatomy"], divs, views)
+        body += section
+        bundle = circuitsvis_bundle() if live else None
     if divs:
         body += _figures_section(divs, "More figures" if found is not None else "Figures")
-    bundle = None
-    if f["views"]:
-        views, bundle = _views_section(f["views"])
-        body += views
+    if views:
+        more, more_bundle = _views_section(views)
+        body += more
+        bundle = bundle or more_bundle
     body += _folded_sections(f, settings, summary if found is not None else None, max_rows)
     scripts = []
     if plotly:

@@ -23,6 +23,8 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS / "_ext"))
 sys.path.insert(0, str(DOCS.parent))  # the aspan and hooks packages of this checkout
 
+from notebook_cache import cache_dir  # noqa: E402
+
 import aspan  # noqa: E402
 
 project = "aspan"
@@ -36,6 +38,7 @@ extensions = [
     "sphinx.ext.napoleon",  # Google-style sections (Args, Returns, Shapes, Example) in docstrings
     "sphinx.ext.viewcode",
     "aspan_docs",
+    "quiet_build",  # -q prints warnings and errors only; the notebooks' kernel profile (offline plotly)
     "results_html",  # raw HTML in an included results README is shown as text and fails the build
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -56,8 +59,13 @@ napoleon_custom_sections = [("Shapes", "params_style")]
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-# Notebooks: executed at every build, in their own directory; an exception in a cell fails the build.
-nb_execution_mode = "force"
+# Notebooks: executed in their own directory; an exception in a cell fails the build. Their outputs are kept in a
+# jupyter-cache whose folder is named by a digest of everything the outputs depend on beyond the notebook's own cells
+# (aspan, hooks, the installed packages, Python, the kernel's profile: `_ext/notebook_cache.py`): a notebook runs
+# again whenever one of those or its code changed, and every one runs in a clean build (no docs/_build, as in CI's
+# fresh clone, which also passes `-D nb_execution_mode=force`).
+nb_execution_mode = "cache"
+nb_execution_cache_path = str(cache_dir(DOCS / "_build" / ".jupyter_cache"))
 nb_execution_raise_on_error = True
 nb_execution_timeout = 600
 nb_execution_show_tb = True
@@ -65,6 +73,7 @@ nb_merge_streams = True
 
 html_theme = "furo"
 html_title = f"aspan {version}"
-html_static_path = ["_static"] if (DOCS / "_static").is_dir() else []  # the site's own pictures, when there are any
+html_static_path = ["_static"]  # the site's own pictures and its stylesheet
+html_css_files = ["aspan.css"]  # wide tables, outputs and code scroll inside the text column
 html_theme_options = {"navigation_with_keys": True}
 html_show_sourcelink = False

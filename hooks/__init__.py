@@ -1,5 +1,5 @@
 """TransformerLens hook functions that read and edit attention (capture, rollout, head scores, reinforcement,
-pattern patching, PASTA steering, biases, rotary pairs re-aimed).
+pattern patching, PASTA steering, biases, rotary pairs re-aimed) and read each row's top key (readout).
 
 Depends on torch, einops, jaxtyping and transformer_lens only, never on aspan. Masks are bool [batch, pos, pos] with row
 = query position. Scores take `columns` (bool [batch, pos], the AttnScore denominator: None for the whole row, the `raw`
@@ -13,19 +13,9 @@ common options of the readers and edits are small frozen dataclasses (`ScoreOpti
 `EditOptions`, `ReinforceOptions`, `SteerOptions`), passed as `options=` or field by field as keywords
 (`hooks.reinforce(heads, mask, 1.0, renormalize=True)`).
 
-The examples in the functions' docstrings run on this tiny model (2 layers x 2 heads), one sequence of 8 tokens and
-its reference mask (rows 4, 5, 6 read columns 3, 2, 1: the anti-diagonal of a reversal), as a test checks:
-
-    >>> import torch
-    >>> import hooks
-    >>> from transformer_lens import HookedTransformer, HookedTransformerConfig
-    >>> cfg = HookedTransformerConfig(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
-    ...                               act_fn="relu", seed=0)
-    >>> model = HookedTransformer(cfg)
-    >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # [batch, pos]
-    >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # [batch, pos, pos], row = query position
-    >>> for j in range(3):
-    ...     mask[0, 4 + j, 3 - j] = True
+Every function's docstring ends with an example that runs as written in a fresh Python session (each sets up
+what it uses: a tiny random 2-layer model, one sequence of 8 tokens and its reference mask, whose rows 4, 5, 6 read
+columns 3, 2, 1, the anti-diagonal of a reversal); a test runs each one alone and compares what it prints.
 """
 from ._rows import rows_beyond
 from ._stream import pattern_name as pattern_name
@@ -42,6 +32,7 @@ from .capture import capture, capture_hooks
 from .masks import attn_mass, extrapolate_mask, share, shift_mask, target_rows
 from .options import CaptureOptions, EditOptions, OffsetOptions, ReinforceOptions, ScoreOptions, SteerOptions
 from .patch import patch_pattern
+from .readout import readout_hooks, row_readout
 from .reinforce import reinforce
 from .rollout import rollout, rollout_scores
 from .rotary import rotary_pairs
@@ -55,6 +46,6 @@ from .steer import steer
 __all__ = [
     "CaptureOptions", "EditOptions", "OffsetOptions", "ReinforceOptions", "ScoreOptions", "SteerOptions", "attn_bias",
     "attn_mass", "capture", "capture_hooks", "extrapolate_mask", "head_row_scores", "head_scores",
-    "offset_bias", "offset_scores", "patch_pattern", "reinforce", "rollout", "rollout_scores", "rotary_pairs",
-    "rows_beyond", "share", "shift_mask", "steer", "target_rows",
+    "offset_bias", "offset_scores", "patch_pattern", "readout_hooks", "reinforce", "rollout", "rollout_scores",
+    "rotary_pairs", "row_readout", "rows_beyond", "share", "shift_mask", "steer", "target_rows",
 ]

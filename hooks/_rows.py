@@ -43,6 +43,9 @@ def rows_beyond(tokens: Tensor, position: int) -> Bool[Tensor, "batch pos"]:
         returns: bool [batch, pos].
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
         >>> hooks.rows_beyond(tokens, 6)[0].tolist()
         [False, False, False, False, False, False, True, True]
     """

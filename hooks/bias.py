@@ -34,6 +34,7 @@ def offset_bias(per_offset: Tensor | Mapping[int, float | Tensor], fill: float =
         returns: a function `(q_len, k_len, device=None)` -> [head, q, k], or [q, k] for scalar values.
 
     Example:
+        >>> import hooks
         >>> fn = hooks.offset_bias({0: 1.0})  # +1 where q - k = 0
         >>> fn(3, 3).tolist()
         [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
@@ -101,6 +102,12 @@ def attn_bias(
         returns: a list of `(hook name, function)` on `hook_attn_scores`.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
         >>> fwd = hooks.attn_bias(torch.zeros(8, 8), layers=0)  # a zero bias changes nothing
         >>> torch.allclose(model.run_with_hooks(tokens, fwd_hooks=fwd), model(tokens))
         True

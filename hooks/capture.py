@@ -45,6 +45,12 @@ def capture_hooks(
         returns: a list of `(hook name, function)` on `hook_pattern`.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
         >>> store = {}
         >>> _ = model.run_with_hooks(tokens, fwd_hooks=hooks.capture_hooks([(0, 1)], store))
         >>> tuple(store[(0, 1)].shape)
@@ -91,6 +97,12 @@ def capture(
         returns: `{(layer, head): [batch, q, k]}`, `q` and `k` cropped to `rows` and `cols`.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
         >>> patterns = hooks.capture(model, tokens, [(0, 1), (1, 0)])
         >>> sorted(patterns), tuple(patterns[(1, 0)].shape)
         ([(0, 1), (1, 0)], (1, 8, 8))

@@ -17,6 +17,10 @@ def attn_mass(attn: Float[Tensor, "batch q k"], mask: Bool[Tensor, "batch q k"])
         returns: [batch, q].
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> A = torch.full((1, 8, 8), 1 / 8)
         >>> hooks.attn_mass(A, mask)[0].tolist()
         [0.0, 0.0, 0.0, 0.0, 0.125, 0.125, 0.125, 0.0]
@@ -42,6 +46,10 @@ def share(
         returns: [batch, q].
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> A = torch.full((1, 8, 8), 1 / 8)
         >>> own = torch.tensor([[False, True, True, True, True, True, True, True]])  # BOS left out
         >>> round(hooks.share(A, mask, own)[0, 4].item(), 4)
@@ -62,6 +70,10 @@ def shift_mask(mask: Bool[Tensor, "... q k"], delta: int) -> Bool[Tensor, "... q
         returns: bool [..., q, k].
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> hooks.shift_mask(mask, 1)[0, 4].nonzero().flatten().tolist()  # row 4: column 3 -> 4
         [4]
     """
@@ -96,6 +108,10 @@ def target_rows(mask: Bool[Tensor, "batch q k"], attention_mask: Tensor | None =
         returns: bool [batch, q].
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> hooks.target_rows(mask)[0].tolist()
         [False, False, False, False, True, True, True, False]
     """
@@ -122,6 +138,10 @@ def extrapolate_mask(
         returns: bool [batch, pos, pos].
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> hooks.extrapolate_mask(mask)[0, 7].nonzero().flatten().tolist()  # row 7 continues the anti-diagonal
         [0]
     """

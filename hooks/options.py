@@ -40,6 +40,12 @@ class CaptureOptions(_Options):
         rows, cols: a slice, a sequence of positions or a 1-d tensor of them; None keeps every position.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
         >>> crop = hooks.CaptureOptions(rows=slice(4, 7), cols=[1, 2, 3])
         >>> tuple(hooks.capture(model, tokens, [(1, 0)], options=crop)[(1, 0)].shape)
         (1, 3, 3)
@@ -59,6 +65,14 @@ class ScoreOptions(_Options):
         columns: bool [batch, pos] or None.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> cols = torch.ones(1, 8, dtype=torch.bool)
         >>> cols[0, 0] = False  # the `sample` convention leaves the first (BOS) column out of the denominator
         >>> s = hooks.head_scores(model, tokens, mask, "row", options=hooks.ScoreOptions(columns=cols, batch_size=1))
@@ -78,6 +92,14 @@ class OffsetOptions(ScoreOptions):
         columns: bool [batch, pos] or None.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> total = hooks.offset_scores(model, tokens, mask, [0], options=hooks.OffsetOptions(reduce="sum"))
         >>> mean = hooks.offset_scores(model, tokens, mask, [0])
         >>> bool(torch.allclose(total / 3, mean))  # three target rows
@@ -95,6 +117,14 @@ class EditOptions(_Options):
         rows: bool [batch, pos] (or [pos] for every batch element) or None.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> gated = hooks.EditOptions(rows=hooks.rows_beyond(tokens, 6))  # rows 6 and 7 only
         >>> fwd = hooks.patch_pattern([(1, 0)], mask, options=gated)
         >>> A = hooks.capture(model, tokens, [(1, 0)], fwd_hooks=fwd)[(1, 0)]
@@ -114,6 +144,14 @@ class ReinforceOptions(EditOptions):
         rows: bool [batch, pos] (or [pos]) or None.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> fwd = hooks.reinforce([(1, 0)], mask, 0.3, options=hooks.ReinforceOptions(renormalize=True))
         >>> A = hooks.capture(model, tokens, [(1, 0)], fwd_hooks=fwd)[(1, 0)]
         >>> bool(torch.allclose(A[0, 5].sum(), torch.tensor(1.0)))  # the edited row sums to 1 again
@@ -132,6 +170,14 @@ class SteerOptions(EditOptions):
         rows: bool [batch, pos] (or [pos]) or None.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> fwd = hooks.steer([(1, 0)], mask, alpha=0.01, options=hooks.SteerOptions(mode="include"))
         >>> A = hooks.capture(model, tokens, [(1, 0)], fwd_hooks=fwd)[(1, 0)]
         >>> bool(A[0, 5, 2] > 0.9)  # the same effect as "exclude", reached from the other side

@@ -100,6 +100,14 @@ def patch_pattern(
         returns: a list of `(hook name, function)` on `hook_pattern`.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> fwd = hooks.patch_pattern([(1, 0)], mask)
         >>> A = hooks.capture(model, tokens, [(1, 0)], fwd_hooks=fwd)[(1, 0)]
         >>> A[0, 5].tolist()  # row 5's one reference, column 2, now holds all the attention

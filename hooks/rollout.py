@@ -76,6 +76,12 @@ def rollout(
         returns: [batch, pos, pos], row = query position.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
         >>> R = hooks.rollout(model, tokens)
         >>> tuple(R.shape), bool(torch.allclose(R.sum(-1), torch.ones(1, 8)))
         ((1, 8, 8), True)
@@ -111,6 +117,14 @@ def rollout_scores(
         returns: [batch, q].
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> tuple(hooks.rollout_scores(model, tokens, mask).shape)
         (1, 8)
     """

@@ -1,9 +1,6 @@
 """Print the lock (pip constraints) of the environment this interpreter runs in: one `name==version` per installed
 distribution, sorted, aspan itself and pip's own tooling left out, local version labels dropped (torch 2.13.0+cpu is
 pinned as 2.13.0, which the local CPU wheel satisfies). `make lock` runs it in .venv-new after the suite passed there.
-
-`scripts/lock.py --without constraints.txt` prints only the packages that lock does not pin: run in .venv-docs (the
-locked stack plus the `docs` extra), that is the documentation lock, constraints-docs.txt.
 """
 import platform
 import re
@@ -23,19 +20,7 @@ def pins() -> list[str]:
     return [f"{name}=={version}" for name, version in sorted(found.items()) if name not in TOOLING]
 
 
-def pinned(path: str) -> set[str]:
-    """The package names a lock file pins."""
-    with open(path, encoding="utf-8") as f:
-        return {canonical(line.split("==")[0]) for line in f if line.strip() and not line.startswith("#")}
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--without"]:
-        skip = pinned(sys.argv[2])
-        print(f"# The documentation packages the site built on, beyond {sys.argv[2]} (`make docs` installs both).")
-        print(f"# Python {platform.python_version()} on {sys.platform}.")
-        print("\n".join(p for p in pins() if canonical(p.split("==")[0]) not in skip))
-    else:
-        print("# The versions the whole suite passed on (`make lock` writes this file; `make venv` installs it).")
-        print(f"# Python {platform.python_version()} on {sys.platform}.")
-        print("\n".join(pins()))
+    print("# The versions the whole suite passed on (`make lock` writes this file; `make venv` installs it).")
+    print(f"# Python {platform.python_version()} on {sys.platform}.")
+    print("\n".join(pins()))

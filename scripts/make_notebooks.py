@@ -28,14 +28,16 @@ PAPERS = {
 
 
 def how_to_run(*papers: str) -> str:
-    """The paragraph that says how to open a notebook and which papers it follows."""
+    """The paragraph that says how to open a notebook and which papers it follows, indented like the notebook's
+    introduction it is appended to (`md(\"""...\""" + how_to_run(...))`), so that `md` dedents both alike; unindented,
+    it would leave the introduction indented, which Markdown shows as a code block."""
     cited = "; ".join(PAPERS[p] for p in papers)
-    return f"""
+    return textwrap.indent(f"""
 
 **How to run it.** From a checkout of aspan: `pip install -e ".[notebooks]"` (aspan with JupyterLab; inside the
 venv that `make demo` builds: `.venv/bin/pip install -e ".[notebooks]"`), then `jupyter lab notebooks/` and run
 the cells top to bottom (well under a minute on a laptop CPU; nothing is downloaded).
-Papers: {cited}."""
+Papers: {cited}.""", " " * 8)
 
 
 # Why the first code cell exists (every notebook has it).
@@ -747,12 +749,139 @@ def nb05():
     ]
 
 
+def nb06():
+    return [
+        md("""
+        # 06 · Anatomy of a failure
+
+        The shipped reversal model is perfect on strings of up to 10 characters and fails on longer ones. Here we
+        take one failing string apart, token by token: for each output character, what was expected and what the
+        model wrote, by how much (the margin), and where each head looked: its attention mass on the character's
+        references, the position it attended to most, and how far that is from the nearest reference.
+        `aspan.explain` builds this table from one forward pass that reads every head, and states the likely cause
+        in words, each sentence from a rule that the tests check on built examples; where no rule fires, it says
+        nothing. Then we apply the edit of the README's example (reinforcing two heads two positions right of their
+        references) and read the same table after it, side by side. Last, `aspan.explain_lengths` shows at which
+        length and token each head's attention leaves its references.
+        """ + how_to_run("spiegel")),
+        md(SETUP_NOTE),
+        code(SETUP),
+        code(LOAD_DEFAULT),
+        md("""
+        ## A failing sample
+
+        64 strings of 11-20 characters (out of distribution). `evaluate` scores them teacher-forced (the model sees
+        the right answer before each character, so a later error is not caused by an earlier one). For the story
+        we take the first failing string that the edit below makes fully right; the last section looks at the first
+        failing string, which the edit only partly repairs.
+        """),
+        code("""
+        import aspan
+        from aspan import tasks
+        from aspan.experiments.edit import Edit
+        from aspan.experiments.ranking import rank_heads, select_heads
+
+        ood = tasks.preset("reversal", "ood", length=(11, 20)).generate(64, seed=0)
+        result = aspan.evaluate(model, tokenizer, ood, attn=False)
+        failing = [ood[i] for i in result.samples.sample_id[~result.samples.exact]]
+        print(f"{len(failing)} of {len(ood)} OOD strings have at least one wrong character")
+
+        # the README's edit: the two heads the ranking selects at ref+2, reinforced by C = 4 at ref+2
+        ranking = rank_heads(model, tokenizer, tasks.preset("reversal", "id").generate(64, seed=1), deltas=[2])
+        heads = select_heads(ranking, top=2, by="score_row_d2")
+        edit = Edit("reinforce", strength=4.0, delta=2, heads=tuple(heads))  # hooks.reinforce(heads, m, 4.0, delta=2)
+        fixed = aspan.evaluate(model, tokenizer, failing, fwd_hooks=edit.batch_hooks, attn=False).samples.exact
+        sample = failing[int(fixed.to_numpy().argmax())]
+        print(f"sample: {sample.prompt} -> {sample.target}; heads {heads} at ref+2")
+        """),
+        md("""
+        ## Its anatomy
+
+        Without `heads`, `explain` asks the ranking itself (the paper's head ranking on 64 ID samples, scanning
+        offsets -1 to 3): it selects the same two heads, at `ref+2`. The table has one row per output character
+        (and the end-of-sequence row), the selected heads' columns beside the answer; `anatomy.heads` holds every
+        head's rows. `mass` is the attention on the references shifted by 2, `top` the text position the head
+        attends to most, `offset` that position minus the nearest reference (2 where the head does its job).
+        """),
+        code("""
+        anatomy = aspan.explain(model, tokenizer, sample)
+        print("heads:", anatomy.selected, "at ref%+d" % anatomy.delta)
+        print("likely cause:", *anatomy.causes, sep="\\n- ")
+        anatomy
+        """),
+        md("""
+        The figure puts output tokens against heads (★: the selected ones): each cell the head's mass on the
+        references, the column on the left the answer (red: wrong, with what the model wrote), the first error
+        ruled across. The circuitsvis view shows the selected heads' attention on the whole sequence; the two
+        patterns called `references` and `references ref+2` are the reference map itself: select one and hover a
+        row to see where that row should read.
+        """),
+        code("""
+        anatomy.figure().show()
+        anatomy.view()
+        """),
+        md("""
+        ## The edit, and the anatomy after it
+
+        The same sample with the edit applied: every column appears twice, before and after (`*_after`), and the
+        sentences say what the edit fixed and what the rules read in the rows after it.
+        """),
+        code("""
+        after = aspan.explain(model, tokenizer, sample, heads=heads, delta=2, fwd_hooks=edit)
+        print(f"exact before: {anatomy.exact()}, after {after.edit}: {after.exact(after=True)}")
+        print("after the edit:", *after.causes_after, sep="\\n- ")
+        after.table[["expected", "predicted", "predicted_after", "margin", "margin_after",
+                     "L1H7 top", "L1H7 top_after", "L1H7 offset", "L1H7 offset_after"]]
+        """),
+        code("""
+        after.figure().show()
+        after.view()
+        """),
+        md("""
+        ## What the edit does not fix
+
+        The first failing string: the edit repairs part of it. Where the selected heads already read their
+        references and the answer is still wrong, the rules say so: that error does not come from where these heads
+        read, and no edit of their attention can be expected to fix it.
+        """),
+        code("""
+        first = aspan.explain(model, tokenizer, failing[0], heads=heads, delta=2, fwd_hooks=edit)
+        print(f"{failing[0].prompt} -> {failing[0].target}")
+        print("before:", *first.causes, sep="\\n- ")
+        print("after:", *first.causes_after, sep="\\n- ")
+        """),
+        md("""
+        ## Across lengths
+
+        `explain_lengths` draws 20 strings of each length from 8 to 20 and reads the same two heads on all of them
+        in batches: per length, exact and per-token accuracy, the heads' mass on `ref+2`, the share of rows whose
+        top position is at `ref+2`, the mean offset, and where the first error falls; and per head, the first length
+        and token at which its mean mass falls below 0.5.
+        """),
+        code("""
+        lengths = aspan.explain_lengths(model, tokenizer, "reversal", range(8, 21), heads=heads, delta=2, n=20)
+        print(*lengths.causes, sep="\\n")
+        lengths.figure().show()
+        lengths.leave_figure().show()
+        lengths.by_length.round(3)
+        """),
+        md("""
+        The same works on a pretrained model: `aspan.explain(model, tokenizer, sample)` with SmolLM2
+        (`models.load("smollm2", instruction=..., few_shot=...)`, see notebook 04 and the how-to on your own model)
+        reads its 270 heads in one forward. It is not run here: loading SmolLM2 takes longer than this whole notebook
+        and its package is not part of the documentation build. `aspan explain smollm2 --task reversal ...` does the
+        same from the command line and writes the page.
+        """),
+    ]
+
+
 BUILDERS = {
     "01_tasks_and_references.ipynb": nb01,
     "02_attention_and_rollout.ipynb": nb02,
     "03_reinforcement.ipynb": nb03,
     "04_your_own_model.ipynb": nb04,
     "05_your_own_transformer.ipynb": nb05,
+    "06_anatomy_of_a_failure.ipynb": nb06,
 }
 
 

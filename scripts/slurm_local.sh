@@ -10,7 +10,7 @@
 # SLURM_LOCAL_DIR (default /tmp/aspan-slurm); /etc/slurm is not touched. `start` exits non-zero with one line saying
 # why when the cluster cannot be started (not root and Slurm missing, apt-get failing, the node not idle in time).
 set -euo pipefail
-DIR=${SLURM_LOCAL_DIR:-/tmp/aspan-slurm}
+DIR=$(realpath -m "${SLURM_LOCAL_DIR:-/tmp/aspan-slurm}")  # absolute: slurm.conf names files in it
 CPUS=${SLURM_LOCAL_CPUS:-2}
 CONF=$DIR/slurm.conf
 
@@ -40,6 +40,7 @@ SlurmdUser=root
 SlurmctldPort=${SLURM_LOCAL_PORT:-6917}
 SlurmdPort=$(( ${SLURM_LOCAL_PORT:-6917} + 1 ))
 AuthType=auth/munge
+AuthInfo=socket=$DIR/munge/munge.socket
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
 SlurmctldPidFile=$DIR/slurmctld.pid
@@ -67,18 +68,16 @@ EOF
 }
 
 start_munge() {
-  if pgrep -x munged >/dev/null; then return; fi
-  mkdir -p /run/munge /var/log/munge /var/lib/munge
-  chown munge:munge /run/munge /var/log/munge /var/lib/munge 2>/dev/null || true
-  if [ ! -s /etc/munge/munge.key ]; then
-    (mungekey --create 2>/dev/null || dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null)
-    chown munge:munge /etc/munge/munge.key; chmod 400 /etc/munge/munge.key
+  # The cluster's own munged: its key, socket, pid, log and seed files in $DIR/munge, so `stop` stops exactly the
+  # munged `start` started, and a system munged (or another cluster's) is never used, shared or stopped.
+  local m=$DIR/munge
+  if [ -f "$m/munged.pid" ] && kill -0 "$(cat "$m/munged.pid")" 2>/dev/null; then return; fi
+  mkdir -p "$m"; chmod 700 "$m"
+  if [ ! -s "$m/munge.key" ]; then
+    (umask 077; dd if=/dev/urandom bs=1024 count=1 of="$m/munge.key" 2>/dev/null) || die "could not write $m/munge.key"
   fi
-  if id munge >/dev/null 2>&1; then
-    runuser -u munge -- /usr/sbin/munged || pgrep -x munged >/dev/null || die "munged did not start"
-  else
-    /usr/sbin/munged --force || pgrep -x munged >/dev/null || die "munged did not start"
-  fi  # (another cluster starting at the same time may have started it first)
+  /usr/sbin/munged --force --socket="$m/munge.socket" --key-file="$m/munge.key" --pid-file="$m/munged.pid" \
+    --log-file="$m/munged.log" --seed-file="$m/munged.seed" || die "munged did not start; see $m/munged.log"
 }
 
 wait_idle() {
@@ -104,17 +103,20 @@ start() {
   echo "export SLURM_CONF=$CONF"
 }
 
+stop_pid() {  # stop_pid FILE: end the process FILE names (waiting up to 10 s for it), then remove FILE
+  local pid
+  [ -f "$1" ] || return 0
+  pid=$(cat "$1")
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  rm -f "$1"
+}
+
 stop() {
-  local name pid
   if [ -f "$CONF" ]; then SLURM_CONF=$CONF scancel --quiet --user "$(id -un)" 2>/dev/null || true; fi
-  for name in slurmd slurmctld; do
-    if [ -f "$DIR/$name.pid" ]; then
-      pid=$(cat "$DIR/$name.pid")
-      kill "$pid" 2>/dev/null || true
-      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-      rm -f "$DIR/$name.pid"
-    fi
-  done
+  stop_pid "$DIR/slurmd.pid"
+  stop_pid "$DIR/slurmctld.pid"
+  stop_pid "$DIR/munge/munged.pid"  # last: the Slurm daemons authenticate through it until they stop
 }
 
 case "${1:-}" in

@@ -132,6 +132,7 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
                     for (let i = 0; i < px.length; i += 4)
                         if (px[i + 3] > 0 && (px[i] < 250 || px[i + 1] < 250 || px[i + 2] < 250)) n++;
                     return n; })}))""")
+            anatomy = page.evaluate(ANATOMY)
             shot = tmp_path / "report.png"
             page.screenshot(path=str(shot), full_page=True)
         finally:
@@ -150,6 +151,66 @@ def test_report_renders_offline_in_chromium(report, tmp_path):
         assert len(view["inked"]) == len(names) + 1  # one thumbnail per head plus the zoomed pattern
         assert all(n > 0 for n in view["inked"]), f"a circuitsvis canvas is blank: {view['inked']}"
     assert shot.stat().st_size > 10_000
+    # the anatomy of the first failing held-out sample (the quick demo's OOD set always has one): its own section
+    assert (run / "anatomy.json").exists()
+    assert anatomy["heading"] and anatomy["causes"] >= 1 and anatomy["rows"] >= 10, anatomy
+    assert anatomy["figure"] and anatomy["view"], anatomy
+
+
+# What the "Anatomy of a failure" section of a page shows: its heading, its sentences, its table's rows, whether its
+# plotly figure drew (marks inside) and whether its circuitsvis view painted every canvas.
+ANATOMY = """() => {
+    const h = document.getElementById('anatomy-of-a-failure');
+    const fig = document.querySelector('.figure#anatomy .js-plotly-plot');
+    const view = document.querySelector('#view-anatomy + div[id^=circuits-vis]');
+    const inked = view ? Array.from(view.querySelectorAll('canvas')).map(c => {
+        const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 0) n++; return n; }) : [];
+    return {heading: !!h && h.checkVisibility(), causes: document.querySelectorAll('ul.causes li').length,
+            rows: document.querySelectorAll('.anatomy-table tbody tr').length,
+            figure: !!fig && fig.querySelectorAll('.heatmaplayer image, .cartesianlayer .trace').length >= 2,
+            view: inked.length >= 3 && inked.every(n => n > 0), canvases: inked.length,
+            text: view ? view.innerText : ''}; }"""
+
+
+@needs_chromium
+def test_explain_page_renders_offline_in_chromium(tmp_path):
+    """`aspan explain --failing --edit FILE`'s page: the anatomy section with its sentences before and after the edit,
+    its table, its figure (before and after, side by side) drawn, and its circuitsvis view (the two heads before and
+    after, and the reference maps) painted; no console error, no request leaves the machine."""
+    from playwright.sync_api import sync_playwright
+
+    edit = tmp_path / "edit.toml"
+    edit.write_text('method = "reinforce"\nstrength = 4.0\ndelta = 2\n')
+    run = tmp_path / "run"
+    proc = _aspan("explain", "reversal", "--task", "reversal", "--failing", "--param", "length=11-14", "--edit",
+                  str(edit), "--out", str(run))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    attempted, problems = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(LOCAL)
+                       else (attempted.append(r.request.url), r.abort()))
+            page.goto((run / "report.html").as_uri(), wait_until="load")
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 1"
+                                   " && document.querySelectorAll('[id^=circuits-vis] canvas').length >= 7",
+                                   timeout=60_000)
+            page.wait_for_timeout(500)  # let Chart.js finish painting the canvases
+            anatomy = page.evaluate(ANATOMY)
+            page.screenshot(path=str(tmp_path / "explain.png"), full_page=True)
+        finally:
+            browser.close()
+    table = json.loads((run / "anatomy.json").read_text(encoding="utf-8"))["table"]
+    assert not attempted and not problems, (attempted, problems)
+    assert anatomy["heading"] and anatomy["rows"] == len(table) and anatomy["figure"], anatomy
+    assert anatomy["causes"] >= 2  # before the edit, and what the edit did
+    assert anatomy["view"] and anatomy["canvases"] == 7, anatomy  # 6 patterns and the zoomed one
+    for name in ("L1H7", "L1H0", "L1H7 after", "references", "references ref+2"):
+        assert name in anatomy["text"], anatomy["text"][:300]
 
 
 def test_missing_run_dir_is_a_clear_error(tmp_path):

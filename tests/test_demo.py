@@ -128,16 +128,31 @@ def test_quick_demo_report_holds_every_figure(quick_run):
               "08_accuracy_vs_length", "09_accuracy_vs_strength", "10_pareto"}
     expect |= {"02_rollout_ood_reinforced"} if edited else set()
     expect |= {"07_heads_best_offset"} if summary["best_offset"] else set()
+    records = pd.read_json(out / "records_ood.jsonl", lines=True)
+    failing = not records.groupby("sample_id").correct.all().all()
+    assert (out / "anatomy.json").exists() == failing
+    expect |= {"anatomy"} if failing else set()
     assert set(figures) == expect
     views = sorted(v.stem for v in (out / "views").glob("*.html"))
     expect_views = ["id_sample_baseline", "ood_sample_baseline"] + (["ood_sample_reinforced"] if edited else [])
-    assert views == sorted(expect_views)
+    assert views == sorted(expect_views + (["anatomy"] if failing else []))
     page = (out / "report.html").read_text()
     for f in figures:
         assert f'id="figure-{f}"' in page
     for v in views:
         assert f'id="view-{v}"' in page
     assert 'src="http' not in page and "unpkg.com" not in page
+    if failing:  # the first held-out OOD sample with a wrong token, before and after the shown edit
+        anatomy = json.loads((out / "anatomy.json").read_text())
+        first = records[~records.correct].sample_id.min()
+        mine = records[records.sample_id == first]
+        text, prompt_len = anatomy["sample"]["text"], anatomy["sample"]["prompt_len"]
+        assert text[prompt_len:] == "".join(mine[~mine.eos].target_char)
+        assert [r["expected"] for r in anatomy["table"]] == list(mine.target_char)
+        assert [r["correct"] for r in anatomy["table"]] == list(mine.correct)
+        assert anatomy["first_error"] == int(mine[~mine.correct].target_index.min())
+        assert (anatomy["edit"] is not None) == edited and ("correct_after" in anatomy["table"][0]) == edited
+        assert '<h2 id="anatomy-of-a-failure">Anatomy of a failure</h2>' in page
 
 
 def test_quick_demo_tells_the_causal_story(quick_run):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import re
@@ -132,21 +133,63 @@ def test_every_documented_name_has_a_rendered_entry_with_its_docstring():
     assert not empty, f"{len(empty)} API entries render no docstring: {empty[:20]}"
 
 
-def test_the_hooks_docstring_examples_run_and_print_what_they_show():
-    """The package docstring's set-up, then every `hooks` function's example, as doctests (one shared namespace)."""
+def all_modules() -> list:
+    """Every module of `aspan` and `hooks`, private ones included (an example anywhere must run)."""
+    found = []
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        found.append(module)
+        found += [importlib.import_module(info.name) for info in pkgutil.walk_packages(module.__path__, f"{package}.")]
+    return found
+
+
+def docstring_examples() -> list:
+    """Every docstring with a `>>>` example in `aspan` and `hooks` (modules, functions, classes, methods), each as a
+    doctest with an empty namespace: an example runs as written, from its own imports, in a fresh session."""
     import doctest
 
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    tests = {}
+    for module in all_modules():
+        for test in finder.find(module, globs={}):
+            if test.examples:
+                tests[test.name] = test
+    return [tests[name] for name in sorted(tests)]
+
+
+EXAMPLES = docstring_examples()
+
+
+def test_every_hooks_function_s_example_is_collected():
+    names = {t.name for t in EXAMPLES}
     import hooks
 
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-    parser = doctest.DocTestParser()
-    globs: dict = {}
+    for name in HOOKS_FUNCTIONS:
+        obj = getattr(hooks, name)
+        assert f"{obj.__module__}.{obj.__qualname__}" in names, name
+
+
+@pytest.mark.parametrize("test", EXAMPLES, ids=lambda t: t.name)
+def test_a_docstring_example_runs_as_written_and_prints_what_it_shows(test):
+    """The example alone, in an empty namespace (nothing from its module or another example), prints what it shows."""
+    import doctest
+
+    assert set(test.globs) <= {"__name__"}  # what doctest sets itself
     failures: list[str] = []
-    for name in ["hooks", *HOOKS_FUNCTIONS]:
-        obj = hooks if name == "hooks" else getattr(hooks, name)
-        test = parser.get_doctest(inspect.getdoc(obj), globs, name, None, 0)
-        assert test.examples, f"{name}: no example"
-        runner.run(test, out=failures.append, clear_globs=False)
-        globs = test.globs  # the set-up (model, tokens, mask) carries into every example
-    summary = runner.summarize(verbose=False)
-    assert summary.failed == 0, "".join(failures)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    result = runner.run(test, out=failures.append)
+    assert result.failed == 0, "".join(failures)
+
+
+def test_an_example_that_uses_a_name_it_never_defines_fails(tmp_path):
+    """The check above fails on an example that relies on its module's names or on another example's set-up."""
+    import doctest
+
+    source = 'import torch\n\ndef f():\n    """Example:\n\n    >>> torch.zeros(2).tolist()\n    [0.0, 0.0]\n    """\n'
+    (tmp_path / "uses_module_names.py").write_text(source)
+    spec = importlib.util.spec_from_file_location("uses_module_names", tmp_path / "uses_module_names.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (test,) = [t for t in doctest.DocTestFinder().find(module, globs={}) if t.examples]
+    with pytest.raises(AssertionError, match="NameError: name 'torch' is not defined"):
+        test_a_docstring_example_runs_as_written_and_prints_what_it_shows(test)

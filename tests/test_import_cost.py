@@ -40,7 +40,7 @@ def test_import_aspan_loads_no_heavy_library():
     assert loaded("import aspan") == []
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["study", "--help"], ["study", "qk", "--help"],
+@pytest.mark.parametrize("argv", [["--help"], ["explain", "--help"], ["study", "--help"], ["study", "qk", "--help"],
                                   ["study", "parity", "--help"], ["study", "abc", "--help"]])
 def test_help_loads_no_heavy_library(argv):
     assert loaded(HELP.format(argv=argv)) == []

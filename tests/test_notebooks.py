@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = ["01_tasks_and_references", "02_attention_and_rollout", "03_reinforcement", "04_your_own_model",
-            "05_your_own_transformer"]
+            "05_your_own_transformer", "06_anatomy_of_a_failure"]
 CELL_TIMEOUT = 180  # seconds per cell; a whole notebook should take well under 2 minutes on CPU
 
 
@@ -40,6 +40,22 @@ def test_committed_notebook_is_stripped(path):
             )
             assert cell.execution_count is None, f"{path.name}: a code cell has an execution count"
     assert nb.metadata["kernelspec"]["name"] == "python3"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_markdown_cells_hold_no_accidental_code_block(path):
+    """No line of prose is indented by 4 spaces or more outside a fenced block: Markdown would show it as code (an
+    introduction left indented by the generator rendered as a clipped code block on the site)."""
+    nb = nbformat.read(path, as_version=4)
+    for n, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        fenced = False
+        for line in cell.source.splitlines():
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced and line.startswith("    ") and line.strip():
+                raise AssertionError(f"{path.name} cell {n}: an indented line shows as code: {line!r}")
 
 
 def test_committed_notebooks_match_the_generator():
@@ -79,6 +95,14 @@ KEY_LINES = {
         r"ID exact (?P<id>[\d.]+), OOD exact (?P<ood>[\d.]+)",
         r"sweep rows named in-memory:[0-9a-f]{16}",
         r"OOD partial (?P<partial>[\d.]+), reloaded (?P<reloaded>[\d.]+)",
+    ],
+    "06_anatomy_of_a_failure": [
+        r"(?P<failing>\d+) of 64 OOD strings have at least one wrong character",
+        r"heads: \[\(1, 7\), \(1, 0\)\] at ref\+2",
+        r"likely cause:\n- \S",
+        r"exact before: False, after reinforce C=4 at ref\+2: True",
+        r"the edit fixes (?P<fixed>\d+) of the (?P<wrong>\d+) wrong tokens",
+        r"head L1H7's attention first leaves ref\+2 at length \d+, token \d+",
     ],
 }
 
@@ -134,3 +158,5 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
         assert found["kind"] == ("HookedTransformer" if has_hooked() else "TransformerBridge")
         assert found["id"] >= 0.5 and found["ood"] < 0.2
         assert abs(found["reloaded"] - found["partial"]) <= 0.02  # its Hugging Face checkpoint: the same predictions
+    if path.stem == "06_anatomy_of_a_failure":  # the story's sample: failing, then fixed in full by the edit
+        assert found["failing"] > 32 and found["fixed"] == found["wrong"] > 0

@@ -274,7 +274,7 @@ def test_smollm2_one_finetuning_step_with_the_paper_defaults_changes_the_weights
 
 
 @pytest.mark.parametrize("name", ["smollm2_reversal.toml", "smollm2_cpu.toml", "smollm2_cpu_lr1e-4.toml",
-                                  "smollm2_smoke.toml", "smollm2_cpu_table3.toml", "gpu/smollm2_reversal.toml"])
+                                  "smollm2_smoke.toml", "smollm2_cpu_table3.toml", "cpu/smollm2_reversal.toml"])
 def test_shipped_configs_parse(name):
     from pathlib import Path
 
@@ -333,3 +333,25 @@ def test_the_fit_gate_stops_on_held_out_id_exact_and_labels_by_accuracy(hf_dir, 
         assert fit["fitted"] == (fit["id_exact"] >= target if fitted is None else fitted)
         curves = [json.loads(x) for x in (tmp_path / f"t{target}" / "finetune_curves.jsonl").read_text().splitlines()]
         assert [r["step"] for r in curves] == [0, 2] + ([] if reason == "target" else [4])
+
+
+def test_a_finetuning_paused_by_a_time_budget_resumes_to_the_uninterrupted_run(hf_dir, tmp_path):
+    """A campaign slice's budget pauses the fine-tuning checkpointed (RUN_DIR/scratch/finetune); the next run of the
+    same config continues it, and its training log equals that of a run never paused."""
+    from aspan.training import BudgetSpent, TimeBudget, time_budget
+
+    tiny = {**TINY, "finetune": {"steps": 6, "lr": 1e-3}}
+    whole = PretrainedConfig(model=str(hf_dir), out=str(tmp_path / "whole"), **tiny)
+    run_pretrained(whole, log=lambda *a: None)
+    paused = PretrainedConfig(model=str(hf_dir), out=str(tmp_path / "paused"), **tiny)
+    ticks = iter(range(10**6))
+    with pytest.raises(BudgetSpent), time_budget(TimeBudget(3, 100, lambda: next(ticks))):
+        run_pretrained(paused, log=lambda *a: None)
+    assert (tmp_path / "paused" / "scratch" / "finetune" / "checkpoints" / "latest").is_file()
+    run_pretrained(paused, log=lambda *a: None)
+    assert not (tmp_path / "paused" / "scratch").exists()
+
+    def log(run):
+        rows = [json.loads(x) for x in (tmp_path / run / "train_log.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in ("tokens_per_s", "time", "wall_s")} for r in rows]
+    assert log("paused") == log("whole") and len(log("whole")) >= 1

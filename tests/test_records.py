@@ -69,6 +69,8 @@ COMMANDS = {
     "abc": (lambda d, c: ["abc", str(c), "--task", "reversal", "--abs", "anti:1:0", "--id-samples", "2",
                           "--ood-samples", "2", "--ood-param", "length=11-12", "--device", "cpu", "--quiet",
                           "--out", str(d / "run")], "cpu"),
+    "explain": (lambda d, c: ["explain", str(c), "--task", "reversal", "--split", "id", "--heads", "0.1", "--device",
+                              "cpu", "--out", str(d / "run")], "cpu"),
     "sweep": (sweep_args, "auto"),
     "demo": (lambda d, c: ["demo", "--quick", "--device", "cpu", "--out", str(d / "run")], "cpu"),
     "pretrained": (pretrained_args, "cpu"),

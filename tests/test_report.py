@@ -289,3 +289,37 @@ def test_hostile_figure_view_and_table_names_stay_text(tmp_path):
         stem = name.replace("/", "_")
         assert {html_id(stem), f"figure-{html_id(stem)}", f"view-{html_id(stem)}"} <= ids
         assert f"document.getElementById(\"figure-{html_id(stem)}\")" in page
+
+
+def test_the_anatomy_of_a_failure_has_its_own_section(tmp_path):
+    """A run that kept an anatomy (`aspan.anatomy.record`): its section holds the sample, the causes before and after
+    the edit, the table, its figure and its view (shown there only), all text escaped; a broken file is one error
+    naming it."""
+    import hooks
+    from aspan.anatomy import NamedEdit, explain
+    from aspan.anatomy.record import remove_anatomy, write_anatomy
+    from tests.anatomy.scripted import READER, Scripted, one_hot_rows
+    from tests.anatomy.test_explain import T, reader_keys, sample
+
+    s = Scripted(delta=1)
+    s.scripts[READER] = one_hot_rows(T, reader_keys({j: {8 - j: 1.0} for j in (3, 4, 5)}))
+    patch = NamedEdit(lambda b: hooks.patch_pattern([READER], b.ref_mask, delta=1), "patch <b>back</b>")
+    anatomy = explain(s.model, s.tok, sample(), heads=[READER], delta=1, fwd_hooks=patch)
+    run = tmp_path / "run"
+    write_anatomy(run, anatomy, context='The <script>alert("x")</script> sample.')
+    viz.save_figure(viz.accuracy_vs_length({"b": pd.DataFrame({"length": [1, 2], "partial": [0.5, 0.2]})},
+                                           title="another figure"), run / "figures" / "other.json")
+    page = build_report(run)
+    section = page[page.index('<h2 id="anatomy-of-a-failure">'):page.index("<h2>Figures</h2>")]
+    assert anatomy.causes[0] in html.unescape(section) and "from token 3 on" in section
+    assert "the edit fixes 3 of the 3 wrong tokens" in html.unescape(section)
+    assert "After patch &lt;b&gt;back&lt;/b&gt;" in section and "&lt;script&gt;" in section
+    assert "<script>alert" not in page
+    assert 'id="figure-anatomy"' in section and 'id="view-anatomy"' in section and "CircuitsVis.render(" in section
+    assert page.count('id="figure-anatomy"') == 1 and "Attention views" not in page and 'id="figure-other"' in page
+    assert section.count("</tr>") == 1 + len(anatomy.tokens)  # the header and one row per output token
+    (run / "anatomy.json").write_text(json.dumps({"header": ["no table"]}))
+    with pytest.raises(ValueError, match=r"anatomy.json: not an anatomy"):
+        build_report(run)
+    remove_anatomy(run)
+    assert "Anatomy of a failure" not in build_report(run) and not (run / "views" / "anatomy.html").exists()

@@ -4,8 +4,8 @@ The study pages include `results/<study>/README.md` as MyST, which passes raw HT
 README holds none (CommonMark's rules, which MyST follows: HTML blocks and inline tags outside code), and the docs
 build's `results_html` extension (docs/_ext/results_html.py, listed in docs/conf.py) shows any that an included file
 holds as text and warns, so the strict build fails: checked on a tiny Sphinx project whose page includes a README
-with a `<script>`. That build needs the docs environment (`make docs` makes `.venv-docs`; `ASPAN_DOCS_PYTHON` names
-another); without it the test is skipped, except under CI, which builds the docs first and where it fails instead.
+with a `<script>`. That build needs Sphinx and myst-parser (the `docs` extra, which `make venv` installs;
+`ASPAN_DOCS_PYTHON` names another Python); without them the test is skipped, except under CI, where it fails.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import html
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -63,14 +64,14 @@ def test_the_docs_build_loads_the_extension():
 
 
 def docs_python() -> str:
-    """A Python with Sphinx and myst-parser: `ASPAN_DOCS_PYTHON`, else `.venv-docs` (skip without one, fail in CI)."""
-    python = os.environ.get("ASPAN_DOCS_PYTHON") or str(ROOT / ".venv-docs" / "bin" / "python")
+    """A Python with Sphinx and myst-parser: `ASPAN_DOCS_PYTHON`, else this one (skip without them, fail in CI)."""
+    python = os.environ.get("ASPAN_DOCS_PYTHON") or sys.executable
     ok = Path(python).is_file() and subprocess.run([python, "-c", "import sphinx, myst_parser"],
                                                    capture_output=True).returncode == 0
     if not ok:
         if os.environ.get("CI"):
-            pytest.fail(f"no docs environment at {python} (CI builds it with `make docs` before the tests)")
-        pytest.skip("no docs environment (`make docs` makes .venv-docs; or set ASPAN_DOCS_PYTHON)")
+            pytest.fail(f"{python} has no Sphinx and myst-parser (the `docs` extra, which `make venv` installs)")
+        pytest.skip("Sphinx and myst-parser are not installed (the `docs` extra of `make venv`; or ASPAN_DOCS_PYTHON)")
     return python
 
 

@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,7 +32,8 @@ from ..errors import Terminated, UsageError
 from ..io import write_text
 from .device_checks import CHECKS, run_checks
 from .slice_archive import STATE, campaign_lock, latest_steps, merge_slice, pack, snapshot  # noqa: F401 (the archive's
-from .studies import REGISTRY, row_files, study  #                          STATE and merge_slice, importable from here)
+from .slice_units import UNITS_DONE, ProbeShape, UnitJob, probe, run_units  # STATE and merge_slice, importable here)
+from .studies import REGISTRY, row_files, study
 
 DONE = ".campaign-done.json"  # in a run's directory once its command finished (not paused)
 
@@ -48,7 +49,15 @@ class Entry:
     command: tuple[str, ...]  # the `aspan` command line, without --out and --device (the slice adds them)
     claim: str = ""  # the question it answers, in a sentence
     requires: tuple[str, ...] = ()  # importable packages it needs; without one the slice skips it and says why
-    estimate: str = ""  # how many slices it needs, and how that was estimated
+    estimate: str = ""  # how its GPU minutes were estimated (the measurements it scales from)
+    estimate_min: float = 0.0  # GPU minutes the whole run takes by that estimate (what slices already spent included)
+    probe: dict = field(default_factory=dict)  # the shape of its trainings for the concurrency probe (`ProbeShape`)
+    units_at_once: int = 0  # 0: the probe chooses how many of its units run at once; N: N (1: one process)
+    # True: its state cannot travel between slices (a base too large to carry), so a slice starts it only with
+    # `estimate_min` minutes left and ships nothing of it back until it is done
+    atomic: bool = False
+    prune: tuple[str, ...] = ()  # globs under its directory deleted once it is done (what no later run reads)
+    unit_s: float = 0.0  # seconds one of its units takes by its estimate: a slice starts none with less time left
 
 
 @dataclass(frozen=True)
@@ -60,10 +69,16 @@ class CampaignPlan:
     reserve_s: float = 45.0  # seconds kept back at the end for the outputs and the archive
     checkpoint_s: float = 120.0  # the oldest a running training's checkpoint may get
     checks: tuple[str, ...] = ("hooks", "generation", "training", "distributed")  # device checks run first
+    concurrency: tuple[int, ...] = (1, 2, 4)  # how many units at once the probe tries, in order (`slice_units`)
+    probe_s: float = 3.0  # seconds each phase of the probe trains
+    loan_s: float = 660.0  # slice seconds one GPU loan gives (for the loans left that `status` prints)
+    # the most the campaign directory may hold when a slice ends: what code and wheels leave of the carry budget
+    # (`aspan gpu carry` checks the sum); a slice over it drops paused trainings, the least advanced first
+    state_mib: float = 10.0
 
     def entries(self) -> list[Entry]:
         """The plan's runs as `Entry` objects, in plan order."""
-        return [Entry(**{k: tuple(v) if k in ("command", "requires") else v for k, v in r.items()})
+        return [Entry(**{k: tuple(v) if k in ("command", "requires", "prune") else v for k, v in r.items()})
                 for r in self.runs]
 
     def check(self) -> None:
@@ -75,8 +90,11 @@ class CampaignPlan:
             check_run(run, f"runs[{i}]", names)
         if not self.runs:
             raise ValueError("runs: a campaign needs at least one run")
-        for key in ("budget_s", "reserve_s", "checkpoint_s"):
+        for key in ("budget_s", "reserve_s", "checkpoint_s", "probe_s", "loan_s", "state_mib"):
             check_seconds(getattr(self, key), key)
+        if not self.concurrency or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+                                       for k in self.concurrency):
+            raise ValueError(f"concurrency must be a list of ints >= 1, got {self.concurrency!r}")
         if not 0 <= self.reserve_s < self.budget_s or self.checkpoint_s <= 0:
             raise ValueError("budget_s must exceed reserve_s >= 0, and checkpoint_s must be > 0")
         bad = [c for c in self.checks if c not in CHECKS]
@@ -127,6 +145,32 @@ def check_run(run: Any, where: str, names: set[str]) -> None:
     for key in ("claim", "estimate"):
         if not isinstance(run.get(key, ""), str):
             raise ValueError(f"{where}.{key} must be text, got {run[key]!r}")
+    check_run_extras(run, where)
+
+
+def check_run_extras(run: dict, where: str) -> None:
+    """ValueError naming `where` and the key when a run's estimate, probe, concurrency, atomic or prune is wrong."""
+    minutes = run.get("estimate_min", 0.0)
+    check_seconds(minutes, f"{where}.estimate_min")
+    if minutes < 0:
+        raise ValueError(f"{where}.estimate_min must be >= 0, got {minutes!r}")
+    if not isinstance(run.get("probe", {}), dict):
+        raise ValueError(f"{where}.probe must be a table, got {run['probe']!r}")
+    try:
+        ProbeShape.of(run.get("probe"))
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}.{e}") from None
+    unit_s = run.get("unit_s", 0.0)
+    check_seconds(unit_s, f"{where}.unit_s")
+    k = run.get("units_at_once", 0)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise ValueError(f"{where}.units_at_once must be an int >= 0, got {k!r}")
+    if not isinstance(run.get("atomic", False), bool):
+        raise ValueError(f"{where}.atomic must be true or false, got {run['atomic']!r}")
+    prune = run.get("prune", ())
+    if not isinstance(prune, (list, tuple)) or not all(isinstance(g, str) and g and not g.startswith("/")
+                                                        and ".." not in g.split("/") for g in prune):
+        raise ValueError(f"{where}.prune must be a list of relative globs inside the run's directory, got {prune!r}")
 
 
 def module_name(text: str) -> bool:
@@ -193,18 +237,50 @@ def count_rows(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def status(plan: CampaignPlan, campaign: str | Path) -> list[dict[str, Any]]:
-    """Every run's state, in the campaign's order."""
-    return [{**entry_state(Path(campaign), e), "claim": e.claim} for e in plan.entries()]
+def status(plan: CampaignPlan, campaign: str | Path, slices: str | Path | None = None) -> list[dict[str, Any]]:
+    """Every run's state, in the campaign's order, with the GPU minutes the slices recorded in `slices` (default:
+    the campaign's parent's `slices/`, where `aspan gpu merge` copies each slice's run.json) spent on it, its
+    estimate, and the minutes left by that estimate."""
+    spent = minutes_spent(Path(campaign).parent / "slices" if slices is None else Path(slices))
+    out = []
+    for e in plan.entries():
+        state = entry_state(Path(campaign), e)
+        done = spent.get(e.name, 0.0)
+        left = 0.0 if state["state"] == "done" else max(0.0, e.estimate_min - done)
+        out.append({**state, "claim": e.claim, "minutes_done": round(done, 2), "estimate_min": e.estimate_min,
+                    "minutes_left": round(left, 2)})
+    return out
 
 
-def format_status(rows: list[dict[str, Any]]) -> str:
-    """The campaign's state as text: runs done, then one line per run (state, rows, paused trainings)."""
+def minutes_spent(slices: Path) -> dict[str, float]:
+    """GPU minutes each run took in the slice records (`slice-*.json`) of directory `slices`, by run name."""
+    spent: dict[str, float] = {}
+    for path in sorted(slices.glob("slice-*.json")) if slices.is_dir() else ():
+        try:
+            runs = json.loads(path.read_text()).get("runs", [])
+        except (OSError, ValueError, AttributeError):
+            continue
+        for r in runs if isinstance(runs, list) else ():
+            if isinstance(r, dict) and isinstance(r.get("seconds"), (int, float)):
+                spent[str(r.get("name"))] = spent.get(str(r.get("name")), 0.0) + r["seconds"] / 60
+    return spent
+
+
+def format_status(rows: list[dict[str, Any]], loan_s: float = CampaignPlan.loan_s) -> str:
+    """The campaign's state as text: runs done, one line per run (state, rows, GPU minutes spent and left by its
+    estimate, paused trainings), then the minutes and GPU loans left."""
     done = sum(r["state"] == "done" for r in rows)
     lines = [f"{done} of {len(rows)} runs done"]
     for r in rows:
         extra = f", paused in {', '.join(r['paused_trainings'])}" if r["paused_trainings"] else ""
-        lines.append(f"  {r['name']:24s} {r['state']:12s} {r['rows']:5d} rows{extra}")
+        minutes = (f"{r.get('minutes_done', 0.0):5.1f} GPU-min done, {r.get('minutes_left', 0.0):5.1f} left "
+                   f"(estimate {r.get('estimate_min', 0.0):g})")
+        lines.append(f"  {r['name']:24s} {r['state']:12s} {r['rows']:5d} rows  {minutes}{extra}")
+    spent = sum(r.get("minutes_done", 0.0) for r in rows)
+    left = sum(r.get("minutes_left", 0.0) for r in rows)
+    loans = math.ceil(left / (loan_s / 60)) if left > 0 else 0
+    lines.append(f"GPU minutes: {spent:.1f} done, {left:.1f} left by the estimates: {loans} loan(s) of "
+                 f"{loan_s / 60:g} slice minutes")
     return "\n".join(lines)
 
 
@@ -219,31 +295,112 @@ class Slice:
     device: str = "cuda"
     clock: Callable[[], float] = time.monotonic  # tests pass a step counter here
     record: dict[str, Any] = field(default_factory=dict)
+    # the command that runs one `aspan` command line under a deadline in a process of its own
+    # (`aspan.commands.gpu_worker`); (): every run in this process, its units one after another
+    worker: tuple[str, ...] = ()
+    list_units: Callable[[list[str]], list | None] = lambda argv: None  # a command line's study units, or None
+    units_at_once: int = 0  # 0: each run's `units_at_once` (0 there: the probe chooses); N: N for every run
+    probes: dict[str, dict] = field(default_factory=dict)  # this slice's probes, by shape
 
 
 def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> dict[str, Any]:
     """Run one entry's command under the budget until `deadline`: "done", "paused" (the budget ran out; its
     trainings checkpointed), "stopped" (a stop signal came; its trainings checkpointed), "skipped" (a required package
-    is missing) or "failed" (its exit code)."""
-    from ..training import BudgetSpent, TimeBudget, time_budget
-
+    is missing, or an atomic run's estimate does not fit the time left) or "failed" (its exit code). A study whose
+    units may run at once (`slice_units`) runs them first, K at a time, then once in this process to merge them."""
     missing = [p for p in entry.requires if not installed(p)]
     if missing:
         return {"name": entry.name, "status": "skipped", "why": f"needs {', '.join(missing)}, not installed here"}
     argv = [*entry.command, "--out", str(s.campaign / entry.name), "--device", s.device]
+    if entry.atomic:
+        left_min, gain = (deadline - s.clock()) / 60, expected_gain(entry, s, plan, argv)
+        if entry.estimate_min / gain > left_min:
+            return {"name": entry.name, "status": "skipped",
+                    "why": f"atomic: needs {entry.estimate_min / gain:.1f} min by its estimate ({entry.estimate_min:g} "
+                           f"at one unit at a time, / {gain:.2f} measured for K units), {left_min:.1f} left"}
     t0 = time.perf_counter()
+    concurrent = run_concurrent(entry, s, plan, deadline, argv)
+    if concurrent.get("status", "done") != "done":
+        return {"name": entry.name, **concurrent, "seconds": time.perf_counter() - t0}
+    result = run_in_process(entry, s, plan, deadline, argv)
+    return {**result, **{k: v for k, v in concurrent.items() if k != "status"},
+            "seconds": time.perf_counter() - t0}
+
+
+def run_in_process(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, argv: list[str]) -> dict[str, Any]:
+    """The entry's command in this process under the budget; a finished run is marked done and pruned."""
+    from ..training import BudgetSpent, TimeBudget, time_budget
+
     try:
         with time_budget(TimeBudget(deadline, plan.checkpoint_s, s.clock)):
             code = s.run_command(argv)
     except BudgetSpent as e:
-        return {"name": entry.name, "status": "paused", "why": str(e), "seconds": time.perf_counter() - t0}
-    seconds = time.perf_counter() - t0
+        return {"name": entry.name, "status": "paused", "why": str(e)}
     if stopping.received() is not None:  # the command stopped at its safe point (and said so)
-        return {"name": entry.name, "status": "stopped", "signal": _signal_name(), "exit": code, "seconds": seconds}
+        return {"name": entry.name, "status": "stopped", "signal": _signal_name(), "exit": code}
     if code != 0:
-        return {"name": entry.name, "status": "failed", "exit": code, "seconds": seconds}
-    write_text(s.campaign / entry.name / DONE, json.dumps({"command": argv, "finished": time.time()}))
-    return {"name": entry.name, "status": "done", "seconds": seconds}
+        return {"name": entry.name, "status": "failed", "exit": code}
+    run = s.campaign / entry.name
+    write_text(run / DONE, json.dumps({"command": argv, "finished": time.time()}))
+    return {"name": entry.name, "status": "done", "pruned": prune_done(run, entry.prune)}
+
+
+def run_concurrent(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float, argv: list[str]) -> dict[str, Any]:
+    """A study's units K at a time in processes of their own (`slice_units.run_units`), K from `units_at_once` or
+    the probe; {} when the run is not a study, has one unit, runs at K = 1, or the slice has no worker command."""
+    units = s.list_units(argv) if s.worker else None
+    if not units or len(units) < 2:
+        return {}
+    k, record = s.units_at_once or entry.units_at_once, {}
+    if not k:
+        record = {"probe": run_probe(entry, s, plan)}
+        k = record["probe"]["k"]
+    if k < 2:
+        return {"units_at_once": 1, **record}
+    job = UnitJob(entry.name, tuple(argv), s.campaign / entry.name, tuple(s.worker),
+                  time.time() + (deadline - s.clock()), plan.checkpoint_s, unit_s=entry.unit_s)
+    got = run_units(job, units, k)
+    return {"units_at_once": k, **record, **got}
+
+
+def run_probe(entry: Entry, s: Slice, plan: CampaignPlan) -> dict[str, Any]:
+    """The concurrency probe of the entry's shape, once per shape and slice (`slice_units.probe`)."""
+    shape = ProbeShape.of(entry.probe)
+    key = json.dumps(asdict(shape), sort_keys=True)
+    if key not in s.probes:
+        s.probes[key] = probe(s.device, shape, plan.concurrency, plan.probe_s)
+        logger.info("aspan gpu slice: %s: probe %s", entry.name, s.probes[key])
+    return s.probes[key]
+
+
+def expected_gain(entry: Entry, s: Slice, plan: CampaignPlan, argv: list[str]) -> float:
+    """How many times faster than one unit at a time the entry's units will run in this slice: the probe's
+    throughput at its K over its throughput at K = 1 (1 when its units run one at a time)."""
+    units = s.list_units(argv) if s.worker else None
+    if not units or len(units) < 2 or (s.units_at_once or entry.units_at_once) == 1:
+        return 1.0
+    got = run_probe(entry, s, plan)
+    rates = got.get("throughput", {})
+    one, at_k = rates.get("1"), rates.get(str(got["k"]))
+    return max(1.0, at_k / one) if one and at_k else 1.0
+
+
+def prune_done(run: Path, globs: tuple[str, ...]) -> list[str]:
+    """Delete what a finished run no longer needs: the files and directories matching `globs` under `run`, and its
+    record of finished units. Returns what was deleted (relative names)."""
+    import shutil
+
+    gone = []
+    for pattern in (*globs, UNITS_DONE):
+        for p in sorted(run.glob(pattern)):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            elif p.exists() or p.is_symlink():
+                p.unlink()
+            else:
+                continue
+            gone.append(p.relative_to(run).as_posix())
+    return gone
 
 
 def _signal_name() -> str | None:
@@ -292,7 +449,13 @@ def _run_locked(plan: CampaignPlan, s: Slice) -> dict[str, Any]:
         s.record["stopped"] = _signal_name()
     s.record["status"] = status(plan, s.campaign)
     s.record["wall_s"] = round(time.perf_counter() - t0, 2)
-    s.record["parts"] = pack(s.campaign, before, s.out)
+    unfinished = tuple(e.name for e in plan.entries() if e.atomic and entry_state(s.campaign, e)["state"] != "done")
+    if unfinished:
+        s.record["not_shipped"] = list(unfinished)  # atomic runs not done: nothing of them travels
+    dropped = fit_state(s.campaign, plan.state_mib * 2**20, unfinished)
+    if dropped:
+        s.record["dropped"] = dropped  # paused trainings the state could not carry: they start again
+    s.record["parts"] = pack(s.campaign, before, s.out, unfinished)
     write_text(s.out / "run.json", json.dumps(s.record, indent=1, default=str))
     if stop is not None:
         raise stop
@@ -311,6 +474,34 @@ def run_entries(plan: CampaignPlan, s: Slice, deadline: float) -> None:
         logger.info("aspan gpu slice: %s: %s", entry.name, result["status"])
         if result["status"] in ("paused", "stopped"):
             break
+
+
+def fit_state(campaign: Path, limit: float, exclude: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Drop paused trainings (their scratch directories) from `campaign`, the least advanced first, until its files
+    (less the runs `exclude`) take at most `limit` bytes: a state over it could not travel to the next slice. A
+    dropped training starts again from its first step (its rows, keyed by their settings, come out the same).
+    Returns what was dropped: run, training directory, its step and bytes."""
+    import shutil
+
+    def size(p: Path) -> int:
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and not f.is_symlink())
+
+    total = sum(size(d) if d.is_dir() else d.stat().st_size for d in campaign.iterdir()
+                if d.name not in exclude) if campaign.is_dir() else 0
+    paused = sorted(((step, name) for name, step in latest_steps(campaign).items()
+                     if name.split("/", 1)[0] not in exclude), key=lambda x: (x[0], x[1]))
+    dropped = []
+    for step, name in paused:
+        if total <= limit:
+            break
+        where = campaign / name
+        freed = size(where)
+        shutil.rmtree(where)
+        total -= freed
+        dropped.append({"run": name.split("/", 1)[0], "training": name, "step": step, "bytes": freed})
+        logger.warning("aspan gpu slice: dropped the paused training %s at step %d (%.1f MiB): the state must "
+                       "stay under %.0f MiB to travel", name, step, freed / 2**20, limit / 2**20)
+    return dropped
 
 
 def started_from(campaign: Path, before: dict[str, str]) -> dict[str, Any]:

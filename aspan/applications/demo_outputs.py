@@ -9,6 +9,8 @@ from typing import Any, Callable
 import pandas as pd
 
 from .. import evaluation
+from ..anatomy import NamedEdit, explain
+from ..anatomy.record import remove_anatomy, write_anatomy
 from ..experiments.edit import Edit
 from ..experiments.engine import Engine, Ranking, rule_text
 from ..experiments.search import encode_atoms
@@ -218,6 +220,7 @@ def write_outputs(run: RunDir, cfg: Any, stages: Stages) -> None:
     view_heads = list(dict.fromkeys([*(shown.heads if shown else []), *r.top_d]))[:4]
     story.write_attention_views(run, story.AttentionViews(s.model, s.tokenizer, id_s, ood_s, view_heads, r.top_d[0],
                                                           r.d_star, shown.edit if shown else None))
+    write_failure(run, stages, shown, cfg.seed)
     story.write_ranking_figures(run, story.RankingFigures(r.offsets, r.table, s.model.cfg.n_layers,
                                                           s.model.cfg.n_heads, r.d_star),
                                 ("05_offset_scan", "06_heads_ref", "07_heads_best_offset"))
@@ -265,6 +268,24 @@ def held_out_samples(base: Baseline, chosen: dict[str, Chosen]) -> pd.DataFrame:
             parts.append(table.assign(condition=name, set=set_name))
     cols = ["condition", "set", "sample_id", "length", "exact", "partial", "eos_right"]
     return pd.concat(parts, ignore_index=True)[cols]
+
+
+def write_failure(run: RunDir, stages: Stages, shown: Chosen | None, seed: int) -> None:
+    """The anatomy of a failure for the report: the first held-out OOD sample the model gets wrong (teacher-forced),
+    read on the best offset's two top heads, before and after the shown edit (the selected one, else the patching
+    upper bound); nothing when every held-out sample is right."""
+    s, r, samples = stages.setup, stages.ranked, stages.baseline.ood.samples
+    wrong = samples.sample_id[~samples.exact.astype(bool)]
+    if not len(wrong):
+        remove_anatomy(run.path)
+        return
+    sample = s.engine.samples("held_out", seed)[int(wrong.iloc[0])]
+    edit = NamedEdit(shown.edit, _label(shown.row)) if shown else None
+    anatomy = explain(s.model, s.tokenizer, sample, heads=r.top_d[:2], delta=r.d_star, fwd_hooks=edit)
+    which = "selected" if shown is stages.chosen.get("selected") else "patching upper bound's"
+    write_anatomy(run.path, anatomy, context="The first held-out OOD sample the model gets wrong (teacher-forced), "
+                  "read on the two top heads at the best offset" + (f", before and after the {which} edit, "
+                                                                      f"{anatomy.edit}." if shown else "."))
 
 
 def _family(row: dict) -> str:

@@ -106,7 +106,7 @@ def _run_eval(run: EvalRun, echo: Callable[[str], None]) -> dict:
         raise ValueError(f"-n must be >= 1, got {run.samples}")
     heads = parse_heads(run.heads)
     buckets = parse_buckets(run.buckets)
-    model, tokenizer, name, task = _model_and_task(run)
+    model, tokenizer, name, task = model_and_task(run)
     samples, names, longest = _samples(model, task, buckets, run, tokenizer.offset)
     check_offsets(run.delta, tokenizer.offset + longest + 1, "--delta")
     run_dir = Path(run.run_dir) if run.run_dir else None
@@ -127,7 +127,7 @@ def _run_eval(run: EvalRun, echo: Callable[[str], None]) -> dict:
     return tables
 
 
-def _model_and_task(run: EvalRun):
+def model_and_task(run: EvalRun):
     """(model, tokenizer, task name, task): the model loaded, the task its preset with the params; refused (before
     any sample is drawn) when the model was trained on another task, unless `any_task`."""
     if run.task:

@@ -36,7 +36,7 @@ from ..io import RunDir, settings_key
 from ..options import CONVENTIONS, MODEL_DTYPES, check_option
 from ..tasks.base import Sample
 from ..tokenization import check_tokenizer
-from ..training import TrainConfig, train
+from ..training import TrainConfig, current_budget, train, train_resumable
 from ..viz import story
 from .claims import claim_config
 
@@ -299,7 +299,14 @@ def finetune(p: Prepared, cfg: PretrainedConfig, run: RunDir) -> Finetuned:
     config = p.train_config
     gated = config.stop != "none"  # the fit gate: learning curves on a held-out ID set drive the stop rule
     curves = {config.stop_bucket: p.id_task.generate(cfg.eval_samples, seed=FIT_SEED + cfg.seed)} if gated else None
-    result = train(p.model, tok, p.id_task, config, progress=p.progress, curve_data=curves)
+    scratch = run.path / "scratch" / "finetune"
+    if current_budget() is None and not scratch.exists():
+        result = train(p.model, tok, p.id_task, config, progress=p.progress, curve_data=curves)
+    else:  # under a time budget (a campaign slice), or after one: in RUN_DIR/scratch/finetune until it ends, so that
+        # a fine-tuning the budget paused continues there exactly (hooked models: a checkpoint needs their form)
+        result = train_resumable(scratch, p.model, tok, p.id_task, config, progress=p.progress, curve_data=curves)
+        if (run.path / "scratch").is_dir() and not any((run.path / "scratch").iterdir()):
+            (run.path / "scratch").rmdir()
     model = result.model.eval()
     history = [r for r in result.history if r.get("kind") == "train"]
     run.records("train_log.jsonl", history)

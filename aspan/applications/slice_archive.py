@@ -99,14 +99,19 @@ def latest_steps(campaign: Path) -> dict[str, int]:
     return out
 
 
-def pack(campaign: Path, before: dict[str, str], out: Path) -> list[str]:
+def pack(campaign: Path, before: dict[str, str], out: Path, exclude: tuple[str, ...] = ()) -> list[str]:
     """`out/state.tar.gz` (or `.partNN` pieces of at most `PART_BYTES`): every file of `campaign` that is new or
-    changed since `before` (a `snapshot`), the list of removed ones and the base they changed from. Returns the names
+    changed since `before` (a `snapshot`), the list of removed ones and the base they changed from; nothing under
+    the top-level directories `exclude` (runs whose state does not travel until they are done). Returns the names
     written."""
     after = snapshot(campaign)
-    shipped = [p for p in after if Path(p).name not in SKIP_PACK and not is_lock(Path(p).name)]
+
+    def kept(name: str) -> bool:
+        return not is_lock(Path(name).name) and name.split("/", 1)[0] not in exclude
+
+    shipped = [p for p in after if Path(p).name not in SKIP_PACK and kept(p)]
     changed = [p for p in shipped if before.get(p) != after[p]]
-    removed = sorted(p for p in set(before) - set(after) if not is_lock(Path(p).name))
+    removed = sorted(p for p in set(before) - set(after) if kept(p))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for p in changed:

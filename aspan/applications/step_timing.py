@@ -55,6 +55,7 @@ def plain_model(cfg) -> nn.Module:
     applied to q and k together (rotate-half) when the model's are rotary, learned positions otherwise."""
     d, n_heads, d_head = cfg.d_model, cfg.n_heads, cfg.d_head
     rotary = cfg.positional_embedding_type == "rotary"
+    rotary_dim = cfg.rotary_dim or d_head  # a TransformerBridge's config leaves it unset: its tiny models rotate all
 
     class Block(nn.Module):
         def __init__(self):
@@ -68,7 +69,7 @@ def plain_model(cfg) -> nn.Module:
             qkv = self.qkv(self.ln1(x)).view(b, t, 3, n_heads, d_head).transpose(1, 3)  # [b, head, 3, t, d_head]
             qk, v = qkv[:, :, :2], qkv[:, :, 2]
             if cos is not None:
-                half, r = cfg.rotary_dim // 2, cfg.rotary_dim
+                half, r = rotary_dim // 2, rotary_dim
                 turned = torch.cat((-qk[..., half:r], qk[..., :half], qk[..., r:]), -1)
                 qk = qk * cos[:t] + turned * sin[:t]
             a = F.scaled_dot_product_attention(qk[:, :, 0], qk[:, :, 1], v, is_causal=True)
@@ -82,7 +83,7 @@ def plain_model(cfg) -> nn.Module:
             self.pos = None if rotary else nn.Embedding(cfg.n_ctx, d)
             self.blocks = nn.ModuleList(Block() for _ in range(cfg.n_layers))
             self.ln, self.unembed = nn.LayerNorm(d), nn.Linear(d, cfg.d_vocab_out)
-            tables = _rotary_tables(cfg.n_ctx, d_head, cfg.rotary_dim, cfg.rotary_base) if rotary else (None, None)
+            tables = _rotary_tables(cfg.n_ctx, d_head, rotary_dim, cfg.rotary_base) if rotary else (None, None)
             self.register_buffer("cos", tables[0], persistent=False)
             self.register_buffer("sin", tables[1], persistent=False)
 

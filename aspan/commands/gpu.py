@@ -3,6 +3,7 @@
     aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice
     aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state
     aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state
+    aspan gpu carry --campaign results/gpu_campaign/state
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ..applications import campaign as c
+from ..applications.carry import carry, format_carry
+from ..applications.studies import study
 from ..cli import build_parser, main
 from ..errors import UsageError
 from .argtypes import output_dir, output_file, output_file_or_stdout, positive_float
@@ -24,6 +27,7 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
     "aspan gpu status --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state",
     "aspan gpu slice --plan configs/gpu/campaign.toml --campaign results/gpu_campaign/state --out /tmp/slice",
     "aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state",
+    "aspan gpu carry --campaign results/gpu_campaign/state",
 )
 OUTPUTS = (output_file, output_dir, output_file_or_stdout)  # the argument types of options that name outputs
 PLAN = "configs/gpu/campaign.toml"
@@ -36,10 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = sub.add_parser("slice", help="device checks, then the first unfinished runs until the budget is spent")
     m = sub.add_parser("merge", help="check a slice's output (run.json and state archive), then apply it to the "
                        "campaign, all or nothing")
-    st = sub.add_parser("status", help="print how far the campaign is")
-    for q in (s, st):
+    st = sub.add_parser("status", help="print how far the campaign is: runs, rows, GPU minutes done and left")
+    ca = sub.add_parser("carry", help="print what a slice carries to the GPU machine and its size; exit 1 when it "
+                        "is over the campaign's budget or the next run's inputs cannot travel")
+    for q in (s, st, ca):
         q.add_argument("--plan", default=PLAN, metavar="TOML", help=f"the campaign (default {PLAN})")
-    for q in (s, m, st):
+    for q in (s, m, st, ca):
         q.add_argument("--campaign", default=CAMPAIGN, metavar="DIR", help=f"campaign directory (default {CAMPAIGN})")
     s.add_argument("--out", required=True, metavar="DIR",
                    help="where run.json and the state archive go (outside the campaign directory)")
@@ -47,6 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--budget", type=positive_float, metavar="SECONDS",
                    help="wall seconds of the slice (default: the plan's)")
     s.add_argument("--no-checks", action="store_true", help="skip the device checks")
+    s.add_argument("--units-at-once", type=int, default=0, metavar="K",
+                   help="run K units of a study at once, each in its own process (default: each run's "
+                        "units_at_once, else a short probe chooses K); 1: every run in this process")
     m.add_argument("slice", metavar="SLICE_DIR", help="a slice's --out directory")
     m.add_argument("--slices", default=None, metavar="DIR",
                    help="also copy its run.json here as slice-<started>.json (default: the campaign's parent/slices)")
@@ -63,8 +72,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"merged {args.slice} into {args.campaign}; its record: {slices / name}", file=sys.stderr)
         return 0
     plan = c.load_plan(args.plan)
+    if args.action == "carry":
+        return show_carry(plan, args.campaign)
     if args.action == "status":
-        print(c.format_status(c.status(plan, args.campaign)))
+        print(c.format_status(c.status(plan, args.campaign), plan.loan_s))
         return 0
     if args.budget is not None:
         if args.budget <= plan.reserve_s:
@@ -75,10 +86,39 @@ def run(args: argparse.Namespace) -> int:
     c.check_out(Path(args.campaign), Path(args.out))
     check_commands(plan, args)
 
-    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device))
+    if args.units_at_once < 0:
+        raise UsageError(f"--units-at-once must be >= 0, got {args.units_at_once}")
+    worker = (sys.executable, "-m", "aspan.commands.gpu_worker")
+    record = c.run_slice(plan, c.Slice(Path(args.campaign), Path(args.out), main, args.device, worker=worker,
+                                       list_units=study_units, units_at_once=args.units_at_once))
     print(json.dumps({k: record[k] for k in ("runs", "wall_s", "parts")}, default=str))
-    print(c.format_status(record["status"]))
+    print(c.format_status(record["status"], plan.loan_s))
     return 0
+
+
+def show_carry(plan: c.CampaignPlan, campaign: str) -> int:
+    """`aspan gpu carry`, run from the checkout's root: print `format_carry`; 1 when it names a problem."""
+    root = Path.cwd()
+    rel = Path(campaign).resolve()
+    if not rel.is_relative_to(root.resolve()):
+        raise UsageError(f"--campaign {campaign} is outside the checkout {root}: run `aspan gpu carry` from its root")
+    got = carry(root, rel.relative_to(root.resolve()).as_posix(), plan)
+    print(format_carry(got, plan, root))
+    return 1 if got.problems else 0
+
+
+def study_units(argv: list[str]) -> list | None:
+    """The units of the study an `aspan study ...` command line runs (`Study.units` of its settings, as
+    `--list-units` prints them), or None for another command."""
+    parser = build_parser(argv)
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:
+            return None
+    if args.command != "study" or getattr(args, "launcher", None) == "slurm":
+        return None
+    return study(args._study_module.registered(args)).units(args._study_config(args))
 
 
 def check_commands(plan: c.CampaignPlan, args: argparse.Namespace) -> None:

@@ -52,7 +52,7 @@ def qk(summary: dict, settings: dict) -> Finding:
     ft, beyond = f["finetuned_bucket"], f["beyond_bucket"]
     buckets = [f"{a}-{b}" for a, b in (settings.get("config") or {}).get("buckets", [])] or [ft, beyond]
     id_bucket = buckets[0]
-    if not f["by_replay"]:  # no full fine-tuning in this run (its `groups` leave it out): the single groups alone
+    if not f["by_replay"]:  # no full fine-tuning in this run (its `only` leaves it out): the single groups alone
         return _qk_singles(summary, settings, ft, beyond, buckets)
     no_replay = f["by_replay"].get("0.0") or next(iter(f["by_replay"].values()))
     full, best = no_replay["full"], no_replay["best_single"]
@@ -89,7 +89,7 @@ def _qk_singles(summary: dict, settings: dict, ft: str, beyond: str, buckets: li
     best = singles.sort_values([f"exact_{ft}", f"partial_{ft}"], ascending=False).iloc[0]
     none = table[table.condition == "none"]
     untrained = f" (the untrained model: {sig(none.iloc[0][f'exact_{ft}'])})" if len(none) else ""
-    answer = (f"This run compares single groups only (no full fine-tuning: its `groups` leave it out). The best, "
+    answer = (f"This run compares single groups only (no full fine-tuning: its `only` leaves it out). The best, "
               f"{best['condition']} ({pct(best['fraction'])} of the parameters), reaches exact accuracy "
               f"{sig(best[f'exact_{ft}'])} on {ft}, per-token {sig(best[f'partial_{ft}'])}{untrained}.")
     rows = [(c, None if c == "none" else r) for c, r in zip(table.condition, table.replay)]

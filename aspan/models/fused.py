@@ -81,7 +81,9 @@ def _seen(model) -> _Seen:
     if seen is None:
         seen = _state.setdefault(model, _Seen())
     if seen.key != key:
-        seen.key, seen.reason, seen.clean = key, _components_reason(model, _tl()), -1
+        tl = _tl()
+        reason = "a TransformerLens without HookedTransformer" if tl is None else _components_reason(model, tl)
+        seen.key, seen.reason, seen.clean = key, reason, -1
         seen.tables.clear()
     return seen
 

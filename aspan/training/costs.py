@@ -76,13 +76,17 @@ def _names_device(args: tuple, kwargs: dict) -> bool:
     return any(isinstance(a, (torch.device, str, torch.Tensor, int)) and not isinstance(a, bool) for a in args[1:])
 
 
+_LIBRARIES = frozenset({"torch", "transformer_lens", "transformers"})  # whose `.to(device)` calls are not counted
+
+
 class SyncCounter(TorchFunctionMode):
     """While active, counts `reads` (a tensor's value into Python: `item`, `float(t)`, `int(t)`, `bool(t)`,
     `tolist`, `numpy`) asked for by code outside torch, and `blocking_copies` (`to`, `copy_` or `cuda` to a device
-    without `non_blocking=True`) asked for by code outside torch and TransformerLens. On a GPU each is a device
-    sync; on the CPU the same calls are counted. Left out: torch's AdamW reads its step counters, which it keeps on
-    the host so that reading them costs nothing, and TransformerLens's `.to(device)` calls keep each tensor where it
-    is on a single device."""
+    without `non_blocking=True`) asked for by code outside torch, TransformerLens and Hugging Face transformers. On
+    a GPU each is a device sync; on the CPU the same calls are counted. Left out: torch's AdamW reads its step
+    counters, which it keeps on the host so that reading them costs nothing, and the `.to(device)` calls of
+    TransformerLens and of the Hugging Face models a TransformerBridge wraps (their rotary tables) keep each tensor
+    where it is on a single device."""
 
     READS = frozenset({"item", "__float__", "__int__", "__bool__", "__index__", "tolist", "numpy"})
     COPIES = frozenset({"to", "copy_", "cuda"})
@@ -98,7 +102,7 @@ class SyncCounter(TorchFunctionMode):
             caller = set(sys._getframe(1).f_code.co_filename.replace("\\", "/").split("/"))
             if name in self.READS:
                 self.reads += "torch" not in caller
-            elif not caller & {"torch", "transformer_lens"} and (name == "cuda" or _names_device(args, kwargs)):
+            elif not caller & _LIBRARIES and (name == "cuda" or _names_device(args, kwargs)):
                 self.blocking_copies += 1
         return func(*args, **kwargs)
 

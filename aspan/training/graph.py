@@ -24,7 +24,6 @@ from torch import Tensor
 
 from ..batching import IGNORE
 from ..models import fused
-from ..models.backend import backend_of
 from .batches import StepBatch
 
 WARMUP_STEPS = 3  # eager steps before recording (AdamW state, cuBLAS workspaces, autocast), undone afterwards
@@ -43,8 +42,8 @@ def check_capture(run) -> None:
         why = f"needs a single process (this run has {run.world}; DDP's all-reduce is not captured)"
     elif run.opts.fwd_hooks:
         why = _hooks_reason(run.model, run.opts.fwd_hooks)
-    if why is None and backend_of(run.model).name != "hooked":
-        why = "covers HookedTransformer models only"
+    if why is None and (reason := fused.architecture_reason(run.model)):
+        why = f"covers the models the fused forward runs only ({reason})"
     if why:
         raise ValueError(f"capture=True {why}: train with capture=False")
 

@@ -16,6 +16,7 @@ from .. import models
 from ..checks import check_device
 from ..curves import CURVES_FILE, auto_every, stop_point
 from ..io import append_line
+from ..models import hfform
 from ..models.fit import Workload, check_fit
 from ..models.fused import TrainingForward
 from ..models.trained import TrainedTask, record_task
@@ -252,6 +253,8 @@ def _load_state(ckpt: Path, state: dict, run: _Run) -> int:
     params = state.get("parameters")  # a bridge's exact parameters
     if params is None:
         params = list(models.load(ckpt, device=str(run.device), backend="hooked").model.parameters())
+    else:  # its weights file is refused as `models.load` and `aspan eval` would refuse it, though not read here
+        hfform.read_state(ckpt)
     with torch.no_grad():
         for p, q in zip(run.model.parameters(), params, strict=True):
             p.copy_(q)

@@ -5,6 +5,7 @@
     viz.save_view(viz.head_view(patterns, tokens, names), run_dir / "views" / "heads.html")
 """
 from ..io import save_figure  # one writer for every file (re-exported for figure users)
+from .anatomy import anatomy_figure, anatomy_leave_figure, anatomy_length_figure, reference_view
 from .buckets import accuracy_by_bucket, accuracy_vs_frequency
 from .figures import (
     accuracy_vs_length,
@@ -20,6 +21,10 @@ from .sweep import length_figure, strength_figure
 from .views import head_view, save_view
 
 __all__ = [
+    "anatomy_figure",
+    "anatomy_leave_figure",
+    "anatomy_length_figure",
+    "reference_view",
     "accuracy_by_bucket",
     "accuracy_vs_frequency",
     "accuracy_vs_length",

@@ -1,7 +1,9 @@
 """circuitsvis head views that work offline: JavaScript inlined (`local_src`), attention cropped and rounded.
 
 circuitsvis' `str()`/`show_code()` load the JavaScript from a CDN (blank page offline), so views are always
-written from `local_src`. `split_bundle` lets a page that shows several views carry the ~1.3 MB bundle once.
+written from `local_src`; its `_repr_html_` asks google.com whether the machine is online and then shows the CDN
+version, so the views made here are `OfflineView`s, whose notebook display is `local_src` without asking.
+`split_bundle` lets a page that shows several views carry the ~1.3 MB bundle once.
 """
 from __future__ import annotations
 
@@ -24,13 +26,29 @@ _LOCAL = re.compile(
 )
 
 
+class OfflineView(RenderedHTML):
+    """A circuitsvis view whose notebook display (JupyterLab, the docs build) is always its offline page, with the
+    JavaScript inlined: no request to find out whether the machine is online, nothing loaded from a CDN."""
+
+    def _repr_html_(self) -> str:
+        return self.local_src
+
+    def __html__(self) -> str:
+        return self.local_src
+
+
+def offline(view: RenderedHTML) -> OfflineView:
+    """`view` as an `OfflineView` (the same pages)."""
+    return OfflineView(view.local_src, view.cdn_src)
+
+
 def head_view(
     patterns,
     tokens: Sequence[str],
     names: Sequence[str] | None = None,
     span: tuple[int, int] | None = None,
     decimals: int = 3,
-) -> RenderedHTML:
+) -> OfflineView:
     """circuitsvis `attention_heads` of `[heads, q, k]` patterns, cropped to positions `span` = (start, stop).
 
     The crop applies to queries and keys alike (circuitsvis labels both axes with `tokens`); values are rounded
@@ -49,12 +67,12 @@ def head_view(
     if not 0 <= start < stop <= a.shape[1]:
         raise ValueError(f"span {span} is not a non-empty range inside 0..{a.shape[1]}")
     a = np.round(a[:, start:stop, start:stop], decimals)
-    return attention_heads(
+    return offline(attention_heads(
         attention=a.tolist(),
         tokens=[str(t) for t in tokens[start:stop]],
         attention_head_names=list(names) if names is not None else None,
         mask_upper_tri=True,
-    )
+    ))
 
 
 def save_view(view: RenderedHTML | str, path: str | Path) -> Path:

@@ -6,9 +6,12 @@
 - CLI reference: the `aspan-cli` directive prints `--help` of `aspan` and of every subcommand, taken from the parser
   itself (`aspan.cli.build_parser`) at a fixed width, so the page cannot drift from `--help`.
 - Tutorials: `notebooks/*.ipynb` are linked into `docs/tutorials/` at every build and executed there by myst-nb.
-- plotly offline: the notebooks' kernel starts with an IPython profile whose start-up file makes plotly's default
-  renderer emit a `<div>` and a `Plotly.newPlot` call without any `<script src>` (plotly's own notebook renderers
-  link MathJax or plotly.js from a CDN); the page loads `_static/plotly.min.js`, copied from the installed plotly.
+- Search from disk: the search page loads `_static/search_offline.js`, which, opened from a `file:` URL, turns off
+  the page excerpts Sphinx would fetch (browsers refuse that there) and names `make docs-serve`.
+- plotly offline: the notebooks' kernel starts with an IPython profile (quiet_build.py) whose start-up file makes
+  plotly's default renderer emit a `<div>` and a `Plotly.newPlot` call without any `<script src>` (plotly's own
+  notebook renderers link MathJax or plotly.js from a CDN); the page loads `_static/plotly.min.js`, copied from the
+  installed plotly.
 """
 from __future__ import annotations
 
@@ -170,15 +173,6 @@ def link_notebooks(app: Sphinx) -> None:
             link.symlink_to(Path("..") / ".." / "notebooks" / name)
 
 
-def plotly_kernel_profile(app: Sphinx) -> None:
-    """An IPython directory for the notebooks' kernel whose start-up file sets the offline plotly renderer."""
-    ipython = Path(app.outdir).parent / ".ipython"
-    startup = ipython / "profile_default" / "startup"
-    startup.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(DOCS / "_ext" / "plotly_offline.py", startup / "00-plotly-offline.py")
-    os.environ["IPYTHONDIR"] = str(ipython)  # the kernel myst-nb starts inherits this process's environment
-
-
 def copy_plotly_js(app: Sphinx, exception) -> None:
     """Ship the installed plotly's `plotly.min.js` as `_static/plotly.min.js`."""
     if exception is None and app.builder.format == "html":
@@ -194,12 +188,41 @@ def plotly_on_pages_that_draw(app: Sphinx, pagename: str, templatename: str, con
         app.add_js_file("plotly.min.js", priority=100)
 
 
+def search_offline_note(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """On the search page only: `_static/search_offline.js` (from disk, titles without excerpts and a note naming
+    `make docs-serve`; served, nothing changes)."""
+    if pagename == "search":
+        app.add_js_file("search_offline.js")
+
+
+# --------------------------------------------------------------------------------------------- the navigation tree
+
+def navigation_current_branch(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """furo draws the navigation on every page from `toctree(collapse=False, titles_only=True, maxdepth=-1)`:
+    Sphinx copies the table of contents of every page, each API page's every function and method included, and then
+    keeps the titles. Done for each of the site's ~330 pages, that was most of the time spent writing them. With
+    `collapse=True`, a branch's pages are listed only on the pages of that branch: every page still lists every
+    top-level page, and the API module pages are listed on the API pages (elsewhere, "API reference" leads to
+    them); each page's own "On this page" is unchanged. tests/test_docs_site.py checks both."""
+    toctree = context.get("toctree")
+    if toctree is None:
+        return
+
+    def collapsed(**kwargs):
+        if kwargs.get("titles_only"):
+            kwargs["collapse"] = True
+        return toctree(**kwargs)
+
+    context["toctree"] = collapsed
+
+
 def setup(app: Sphinx) -> dict:
     app.add_directive("aspan-cli", AspanCli)
     app.connect("builder-inited", write_api_pages)
     app.connect("autodoc-process-docstring", indented_blocks_are_code)
     app.connect("builder-inited", link_notebooks)
-    app.connect("builder-inited", plotly_kernel_profile)
     app.connect("html-page-context", plotly_on_pages_that_draw)
+    app.connect("html-page-context", search_offline_note)
+    app.connect("html-page-context", navigation_current_branch, priority=400)  # before furo's handler (500)
     app.connect("build-finished", copy_plotly_js)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

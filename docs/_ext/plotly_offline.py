@@ -1,4 +1,4 @@
-"""IPython start-up file for the docs build's notebook kernel (copied into its profile by aspan_docs.py).
+"""IPython start-up file for the docs build's notebook kernel (copied into its profile by quiet_build.py).
 
 plotly's default renderer in a kernel, `plotly_mimetype+notebook`, emits HTML that loads MathJax from a CDN; this one
 emits the figure's `<div>` and its `Plotly.newPlot` call only, which the page runs with its own `plotly.min.js` (loaded

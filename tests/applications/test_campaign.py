@@ -243,7 +243,8 @@ def test_the_command_line_status_and_a_bad_budget(capsys, tmp_path):
                  "--campaign", str(root / "results/gpu_campaign/state")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].endswith(f"of {len(plan.runs)} runs done")
-    assert [line.split()[0] for line in lines[1:]] == [e.name for e in plan.entries()]
+    assert [line.split()[0] for line in lines[1:-1]] == [e.name for e in plan.entries()]
+    assert lines[-1].startswith("GPU minutes: ") and "loan(s)" in lines[-1]
     assert main(["gpu", "slice", "--out", str(tmp_path / "o"), "--budget", "10", "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--budget must exceed the plan's reserve_s" in err[0]

@@ -485,16 +485,17 @@ def test_quick_selection_report_and_curve_sets_share_no_prompt_and_repeat_none(c
             assert not set(prompts[a]) & set(prompts[b]), (a, b)
 
 
-def test_groups_and_per_condition_grids_choose_what_runs_and_at_which_rates(tmp_path):
-    """`groups` keeps only the named whole groups (the untrained model always runs); `lr_grids` gives one condition
-    its own grid (here one rate fixed beforehand), every other condition keeps its kind's; both are config, and an
-    unknown group or a grid for a condition the study does not run is refused before any training."""
+def test_only_and_lr_of_from_a_config_file_choose_what_trains_and_at_which_rates(tmp_path):
+    """From a TOML file, as the spectrum's peak and partner configs use them: `only` keeps the named conditions (the
+    untrained model always runs), an `[lr_of]` table gives one condition its own grid (here one rate fixed
+    beforehand) and every other condition keeps its kind's; the study trains exactly those, and a condition's own
+    grid is checked like the kinds' grids."""
     from aspan.applications.studies.qk import run_study
     from aspan.config import load_config
 
     toml = tmp_path / "c.toml"
-    toml.write_text('groups = ["all"]\npairs = [0, 1]\ncolumns = [9]\nlr_small = [0.001, 0.01]\n'
-                    '[lr_grids]\n"qk-pair:1" = [0.003]\n')
+    toml.write_text('only = ["all", "qk-pair:0", "qk-pair:1", "qk-column:9"]\npairs = [0, 1]\ncolumns = [9]\n'
+                    'lr_small = [0.001, 0.01]\n[lr_of]\n"qk-pair:1" = [0.003]\n')
     cfg = load_config(QKStudyConfig, toml_path=toml, base=QKStudyConfig.quick(replays=(0.0,)))
     model = models.load("reversal", device="cpu").model
     grids = {c.name: c.lrs for c in conditions(cfg, model)}
@@ -506,13 +507,9 @@ def test_groups_and_per_condition_grids_choose_what_runs_and_at_which_rates(tmp_
     assert {lr for c, lr in ran if c == "qk-pair:0"} == {1e-3, 1e-2}
     assert not {c for c, _ in ran} & {"attn", "qk"}
     assert res.table.set_index("condition").loc["qk-pair:1", "lr_grid"] == "0.003"
-    with pytest.raises(ValueError, match="groups: unknown group 'mlp'"):
-        QKStudyConfig.quick(groups=("all", "mlp")).check()
-    for bad in (float("inf"), float("nan"), 0.0):  # a condition's own grid is checked like the kinds' grids
+    for bad in (float("inf"), float("nan"), 0.0):
         with pytest.raises(ValueError, match="finite and positive"):
-            QKStudyConfig.quick(lr_grids={"qk-pair:1": [bad]}).check()
-    with pytest.raises(ValueError, match="lr_grids: 'qk-pair:5' is not a condition of this study"):
-        conditions(QKStudyConfig.quick(lr_grids={"qk-pair:5": [1e-3]}), model)
+            QKStudyConfig.quick(lr_of={"qk-pair:1": [bad]}).check()
 
 
 def test_the_committed_paper_shaped_run_resumes_and_names_its_base():
@@ -535,13 +532,13 @@ def test_the_committed_paper_shaped_run_resumes_and_names_its_base():
 
 
 def test_a_run_without_full_fine_tuning_reports_its_single_groups(tmp_path):
-    """`groups = []`: no full fine-tuning to compare with, so the findings hold no comparison and the report says
+    """`only` without `all`: no full fine-tuning to compare with, so the findings hold no comparison and the report says
     what the single groups reach, its key figures the frequency figure and the learning curves."""
     from aspan.applications.studies.qk import run_study, write_outputs
     from aspan.report import build_report, key_figures
 
-    cfg = QKStudyConfig.quick(protocol="curves", replays=(0.0,), stop="none", groups=(), pairs=(0, 1), columns=(),
-                              seeds=(0,), lr_small=(1e-3,))
+    cfg = QKStudyConfig.quick(protocol="curves", replays=(0.0,), stop="none", pairs=(0, 1), columns=(),
+                              only=("qk-pair:0", "qk-pair:1"), seeds=(0,), lr_small=(1e-3,))
     out = tmp_path / "run"
     summary = write_outputs(cfg, run_study(cfg, out, progress=False), out, "test")
     assert summary["findings"]["by_replay"] == {}

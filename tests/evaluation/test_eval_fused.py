@@ -11,6 +11,8 @@ from aspan.experiments import abc
 from aspan.models import fused
 from aspan.training import heldout_loss
 
+pytestmark = pytest.mark.hooked  # the fused forward runs HookedTransformers only; a TransformerBridge runs its own
+
 NOOP = ("hook_embed", lambda x, hook: None)  # changes nothing, but is no bias: the hooked forward
 
 

@@ -52,3 +52,22 @@ def test_no_samples_is_one_line():
     model, tok, _ = models.load("reversal", device="cpu")
     with pytest.raises(ValueError, match="exact_flags: no samples"):
         exact_flags(model, tok, [])
+
+
+def test_lean_batches_equal_make_batch_with_given_rows_and_a_hook_list():
+    """A hook list (not a factory) takes the lean batches (`lean_batch`); a factory, `make_batch`'s: on parity's
+    interleaved format (input bits given inside the target, never predicted) both equal `evaluate`."""
+    torch.set_num_threads(1)
+    task = tasks.get("parity", length=(1, 6), format="interleaved-ab")
+    tok = CharTokenizer.for_alphabets(task.alphabet)
+    model = models.tiny(tok, n_layers=1, n_heads=2, d_model=32, n_ctx=64, seed=0, device="cpu")
+    train(model, tok, task, TrainConfig.scratch(steps=120, batch_size=32, lr=3e-3, device="cpu", log_every=1000),
+          progress=False)
+    longer = tasks.get("parity", length=(7, 10), format="interleaved-ab")
+    samples = task.generate(30, seed=9) + longer.generate(30, seed=10)
+    assert any(s.given for s in samples)
+    damp = [("blocks.0.attn.hook_pattern", lambda pattern, hook: pattern * 0.9)]
+    for edit in ((), damp, lambda batch: damp):
+        want, got = _both(model, tok, samples, edit)
+        assert torch.equal(want, got), edit
+    assert 0 < int(want.sum()) < len(samples), "a mix of right and wrong answers"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import hooks
-from aspan import tasks
+from aspan import models, tasks
 from aspan.batching import IGNORE, scores_eos
 from aspan.models import fused
 from aspan.tokenization import CharTokenizer
@@ -223,12 +223,17 @@ def test_the_prefetcher_hands_out_batches_in_order_and_stops():
             train(tiny(), TOK, TASK, cfg(), progress=False, prefetch=bad)
 
 
-def test_a_captured_step_is_refused_where_it_cannot_run():
-    """capture=True needs one CUDA process training a HookedTransformer without hooks: elsewhere one line says
-    why, before any step."""
+def test_a_captured_step_is_refused_on_the_cpu():
+    """capture=True needs a CUDA device: on the CPU one line says why, before any step (either backend)."""
     with pytest.raises(ValueError, match="capture=True needs a CUDA device") as info:
         train(tiny(), TOK, TASK, cfg(capture=True, device="cpu"), progress=False)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.hooked  # builds HookedTransformers, the models the fused forward (and so a captured step) runs
+def test_a_captured_step_is_refused_where_it_cannot_run():
+    """capture=True needs one CUDA process training a model the fused forward runs, without hooks or with tensor
+    attention biases only: elsewhere one line says why, before any step."""
     from types import SimpleNamespace
 
     from aspan.training.graph import check_capture
@@ -244,12 +249,14 @@ def test_a_captured_step_is_refused_where_it_cannot_run():
     bias = hooks.attn_bias(torch.randn(12, 12), layers=1, heads=[0, 2], model=model)
     check_capture(run(model=model, opts=SimpleNamespace(fwd_hooks=bias)))  # tensor attention biases: taken
     hooked = bias + [("hook_embed", lambda x, hook: x)]
+    bridged = models.tiny(TOK, n_layers=1, d_model=32, backend="bridge")
     for kw, why in [(dict(world=2), "single process"), (dict(opts=SimpleNamespace(fwd_hooks=[("x", None)])),
                                                          "forward hooks"),
                     (dict(opts=SimpleNamespace(fwd_hooks=hooked)), "forward hooks other than attention biases"),
                     (dict(opts=SimpleNamespace(fwd_hooks=hooks.attn_bias(lambda q, k, device: torch.zeros(q, k),
                                                                          model=model))), "given as tensors"),
-                    (dict(opts=SimpleNamespace(fwd_hooks=lambda batch: bias)), "hook factory")]:
+                    (dict(opts=SimpleNamespace(fwd_hooks=lambda batch: bias)), "hook factory"),
+                    (dict(model=bridged), "fused forward runs only .a TransformerBridge")]:
         with pytest.raises(ValueError, match=why) as info:
             check_capture(run(**kw))
         assert "\n" not in str(info.value) and "capture=False" in str(info.value)
@@ -265,7 +272,7 @@ def test_fixed_width_padding_gives_the_loss_and_gradients_of_the_tight_batch():
         tokens, labels, _ = lean_batch(samples, TOK, shape=shape)
         loss = target_loss(model(tokens), labels)
         loss.backward()
-        results.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
     (tight, g1), (fixed, g2) = results
     assert tokens.shape == (11, 30) and torch.allclose(tight, fixed, rtol=1e-6, atol=0)
     # float rounding only: every gradient within 1e-6 of its tensor's largest entry
@@ -300,6 +307,7 @@ def capture_eagerly(monkeypatch) -> list:
 WIDTH = TOK.offset + TASK.max_text_len() + 1  # the captured step's fixed width
 
 
+@pytest.mark.hooked  # a captured step runs the fused forward: HookedTransformers only
 @pytest.mark.parametrize("bias", [False, True], ids=["plain", "bias"])
 def test_the_captured_step_without_its_graph_trains_as_the_loop(monkeypatch, bias):
     """Everything of the captured step but the recording trains as the loop does, up to float rounding; the
@@ -324,6 +332,7 @@ def test_the_captured_step_without_its_graph_trains_as_the_loop(monkeypatch, bia
         assert losses(plain)[1:] != pytest.approx(losses(captured)[1:], rel=1e-3)
 
 
+@pytest.mark.hooked  # a captured step runs the fused forward: HookedTransformers only
 def test_a_bias_changed_after_the_recording_is_refused(monkeypatch):
     """The recorded step would not see a bias changed in place: the next step says so, in one line."""
     table = torch.zeros(WIDTH, WIDTH)

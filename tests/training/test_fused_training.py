@@ -10,6 +10,8 @@ from aspan.models import fused
 from aspan.tokenization import CharTokenizer
 from aspan.training import TrainConfig, train
 
+pytestmark = pytest.mark.hooked  # the fused forward runs HookedTransformers only; a TransformerBridge runs its own
+
 TOK = CharTokenizer()
 TASK = tasks.get("reversal", length=(1, 5), charset="abcd")
 NOOP = ("hook_embed", lambda x, hook: None)  # reads nothing, changes nothing, but is no bias: the hooked forward

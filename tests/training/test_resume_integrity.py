@@ -39,6 +39,12 @@ def run(finished, tmp_path) -> Path:
     return out
 
 
+def meta(doc: dict) -> dict:
+    """The run metadata of a checkpoint's config.json: top level (HookedTransformer) or under the Hugging Face
+    config's "aspan" entry (TransformerBridge)."""
+    return doc["aspan"]["meta"] if "aspan" in doc else doc["meta"]
+
+
 def edit_json(path: Path, change) -> None:
     doc = json.loads(path.read_text())
     change(doc)
@@ -75,9 +81,9 @@ def paused(paused_base, tmp_path) -> Path:
 
 @pytest.mark.parametrize("file,change,settings", [
     # the checkpoint's recorded training settings edited to match new ones (the check against them then passes)
-    ("config.json", lambda d: d["meta"]["train_config"].update(lr=0.5), {"lr": 0.5}),
-    ("config.json", lambda d: d["meta"]["train_config"].update(weight_decay=0.0), {"weight_decay": 0.0}),
-    ("config.json", lambda d: d["meta"].update(step=2), {}),
+    ("config.json", lambda d: meta(d)["train_config"].update(lr=0.5), {"lr": 0.5}),
+    ("config.json", lambda d: meta(d)["train_config"].update(weight_decay=0.0), {"weight_decay": 0.0}),
+    ("config.json", lambda d: meta(d).update(step=2), {}),
     # the training state's own copy of the settings, its schedule or its step rewritten
     ("train_state.json", lambda d: d["state"]["config"].update(lr=0.5), {"lr": 0.5}),
     ("train_state.json", lambda d: d["state"]["scheduler"].update(last_epoch=1), {}),

@@ -182,6 +182,8 @@ class _Ctx:
         layer = calibration_layer(self.cfg)
         if condition == "abc" and layer != self.cfg.n_layers - 1:  # only ABC reads it; the last layer keeps old keys
             settings["calib_layer"] = layer
+        if condition == "abc" and name in self.cfg.bf16_bases:  # ABC calibrates on the base as saved
+            settings["base_dtype"] = "bfloat16"
         return settings, settings_key(settings)
 
     def write(self, row: dict) -> dict:
@@ -218,7 +220,11 @@ def calibration_file(out: Path, name: str, seed: int) -> Path:
 
 def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
     """A vanilla or ABS row: a model trained until it fits (or the cap), then tested; the vanilla model is saved for
-    ABC."""
+    ABC (in bfloat16 for the tasks of `bf16_bases`)."""
+    import copy
+
+    import torch
+
     from ... import models
 
     cfg, data = ctx.cfg, ctx.data[name]
@@ -231,8 +237,9 @@ def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
         seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias,
         (ctx.file("checks.jsonl"), {"task": name, "condition": condition, "seed": seed})))
     if condition == "vanilla":
-        models.save(model, model_dir(ctx.out, name, "vanilla", seed), data.tokenizer, task=name, seed=seed,
-                    steps=fit["steps"])
+        saved = model if name not in cfg.bf16_bases else copy.deepcopy(model).to(torch.bfloat16)
+        models.save(saved, model_dir(ctx.out, name, "vanilla", seed), data.tokenizer, task=name, seed=seed,
+                    steps=fit["steps"])  # loaded back in float32: the bfloat16 values, exactly
     status = "fitted" if fit["fitted"] else "did not fit"
     row = {**settings, "key": key, "status": status, **fit, "positional": models.positional_of(model),
            **test_results(model, data, bias, cfg.eval_batch_size), "wall_s": time.perf_counter() - t0}
@@ -306,9 +313,11 @@ def run_paper_study(cfg: PaperConfig, out: str | Path, progress: bool = True,
     out = Path(out)
     runs = cfg.runs()
     names = list(dict.fromkeys(t for t, _ in runs))
+    if unit is not None:  # a unit draws its own task's sets only (a unit process of a GPU slice starts sooner)
+        names = [t for t in names if any(unit == unit_key(t, c, s) for c in PAPER_CONDITIONS for s in cfg.seeds)]
     data = {name: paper_data(name, cfg) for name in names}  # every set drawn and checked before any training
     shared = {k: v for k, v in asdict(cfg).items()
-              if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer", "keep_models")}
+              if k not in ("plan", "seeds", "device", "eval_batch_size", "calib_layer", "keep_models", "bf16_bases")}
     index = unit_index(units(cfg), unit)
     writer = RowWriter(unit_file(out, "runs.jsonl", index), ("key",), "abc study")
     rows = {r["key"]: r for r in study_rows(out, "runs.jsonl", ("key",), "abc study")}

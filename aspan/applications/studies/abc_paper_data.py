@@ -55,6 +55,10 @@ class PaperConfig:
     # False: delete a saved model once nothing in the study needs it (its position rows recorded and, for a vanilla
     # base, its ABC row written), so a run directory carried between machines stays small (configs/gpu)
     keep_models: bool = True
+    # tasks whose vanilla base is saved in bfloat16 for ABC to read (half the bytes to carry between machines); the
+    # base's own row is computed before the save, in float32, and the ABC rows of these tasks say base_dtype
+    # "bfloat16" in their key (results/gpu_campaign/README.md measures what the rounding changes)
+    bf16_bases: tuple[str, ...] = ()
 
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
@@ -86,6 +90,8 @@ class PaperConfig:
         for t, c in runs:
             if c == "abc" and (t, "vanilla") not in runs:
                 raise ValueError(f"{t}:abc calibrates on the vanilla model: add {t}:vanilla to the plan")
+        if any(t not in PAPER_TASKS for t in self.bf16_bases):
+            raise ValueError(f"bf16_bases must name tasks of {', '.join(PAPER_TASKS)}, got {list(self.bf16_bases)}")
         for name in ("max_steps", "check_every", "batch_size", "n_layers", "n_heads", "d_model", "abs_width",
                      "number_bits", "id_digits", "n_test", "n_check", "n_calib", "eval_batch_size"):
             if getattr(self, name) < 1:

@@ -185,18 +185,18 @@ def unit_key(config: ParityStudyConfig, fmt: str, lr: float, seed: int) -> str:
 def units(config: ParityStudyConfig) -> list[Unit]:
     """One unit per run: each format's learning-rate grid on seed 0 (stage 1, one unit per rate), then each other
     seed at the format's chosen rate (stage 2)."""
-    return [*(Unit(unit_key(config, f, lr, 0), 1) for f in config.formats for lr in config.lrs),
+    return [*(Unit(unit_key(config, f, lr, 0), 1) for f in config.formats for lr in config.grid(f)),
             *(Unit(unit_key(config, f, 0.0, s), 2) for f in config.formats for s in range(1, config.seeds))]
 
 
 def _chosen(config: ParityStudyConfig, out: Path, fmt: str) -> float:
     """The learning rate the grid of `fmt` on seed 0 chose; ValueError naming a unit of it still to run."""
     rows = study_rows(out, "rows.jsonl")
-    for lr in config.lrs:
+    for lr in config.grid(fmt):
         if not _done(rows, config, fmt, lr, 0):
             raise ValueError(f"format {fmt}'s seeds need the learning rate its grid chooses: run unit "
                              f"{unit_key(config, fmt, lr, 0)!r} first")
-    return choose_lr(pd.DataFrame([r for lr in config.lrs for r in _done(rows, config, fmt, lr, 0)]))
+    return choose_lr(pd.DataFrame([r for lr in config.grid(fmt) for r in _done(rows, config, fmt, lr, 0)]))
 
 
 def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool, progress: bool,
@@ -217,7 +217,7 @@ def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool,
             eval_sets(config, f)
     out.mkdir(parents=True, exist_ok=True)
     writer = RowWriter(unit_file(out, "rows.jsonl", index))
-    plan = [(f, lr, 0) for f in config.formats for lr in config.lrs]
+    plan = [(f, lr, 0) for f in config.formats for lr in config.grid(f)]
     bar = tqdm(total=len(plan) + len(config.formats) * (config.seeds - 1), desc="parity study runs",
                disable=not progress or unit is not None)
 
@@ -241,7 +241,7 @@ def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool,
     bar.close()
     if unit is not None:
         return None
-    rows = pd.DataFrame([r for f in config.formats for lr in config.lrs for s in range(config.seeds)
+    rows = pd.DataFrame([r for f in config.formats for lr in config.grid(f) for s in range(config.seeds)
                          for r in _done(study_rows(out, "rows.jsonl"), config, f, lr, s)])
     tables = write_tables(rows, chosen, config, out)
     write_figures(tables["summary"], config, out)
@@ -322,7 +322,7 @@ def rewrite_outputs(out: Path) -> dict[str, pd.DataFrame]:
                                                for k, v in run["config"].items() if k in known}})
     chosen = run["chosen_lr"]
     rows = read_rows(out / "rows.jsonl")
-    mine = [r for f in config.formats for lr in config.lrs for s in range(config.seeds)
+    mine = [r for f in config.formats for lr in config.grid(f) for s in range(config.seeds)
             for r in _done(rows, config, f, lr, s)]
     if not all(_done(rows, config, f, chosen[f], s) for f in config.formats for s in range(config.seeds)):
         raise ValueError(f"{out / 'rows.jsonl'}: not every run of the chosen rates has its rows; run the study")

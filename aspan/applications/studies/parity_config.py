@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...models.tiny import POSITIONAL, Positional
@@ -23,6 +23,8 @@ class ParityStudyConfig:
     select_multiple: int = 2  # the selection set's length, as a multiple of train_length
     seeds: int = 3  # training seeds per format (>= 3 for a mean ± sd)
     lrs: tuple[float, ...] = (1e-3, 3e-3)  # learning-rate grid, chosen per format on the selection set
+    # a format's own grid, by format, in place of `lrs` (e.g. one rate each, chosen by an earlier run): {} none
+    format_lrs: dict = field(default_factory=dict)
     steps: int = 800  # optimiser steps per run (the same for every format)
     batch_size: int = 32  # samples per step
     warmup: int = 50  # linear warm-up steps
@@ -104,6 +106,12 @@ class ParityStudyConfig:
             raise ValueError(f"multiples must be positive and include 1 (the training length), got {self.multiples}")
         if not self.lrs or any(not 0 < lr < math.inf for lr in self.lrs):
             raise ValueError(f"lrs must be finite and positive, got {self.lrs}")
+        for fmt, grid in self.format_lrs.items():
+            if fmt not in self.formats:
+                raise ValueError(f"format_lrs: {fmt!r} is not one of the formats {list(self.formats)}")
+            if not isinstance(grid, (list, tuple)) or not grid or any(
+                    isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf for lr in grid):
+                raise ValueError(f"format_lrs.{fmt} must be a non-empty list of finite positive rates, got {grid!r}")
         if self.positional not in POSITIONAL:
             raise ValueError(f"positional must be one of {', '.join(POSITIONAL)}, got {self.positional!r}")
         if "mnemonic" in self.formats:
@@ -114,6 +122,10 @@ class ParityStudyConfig:
         """The settings of a parsed config file (`aspan.config.load_config`'s hook): its `[parity]` table, or the
         whole file less a `[slurm]` table (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
         return raw.get("parity", {k: v for k, v in raw.items() if k != "slurm"})
+
+    def grid(self, fmt: str) -> tuple[float, ...]:
+        """The learning-rate grid of format `fmt`: its own (`format_lrs`), else `lrs`."""
+        return tuple(self.format_lrs.get(fmt, self.lrs))
 
     @property
     def longest(self) -> int:

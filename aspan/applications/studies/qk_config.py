@@ -29,15 +29,16 @@ class QKStudyConfig:
     replays: tuple[float, ...] = (0.0, 0.5)  # share of every batch drawn from the ID preset
     replay_conditions: tuple[str, ...] | None = ("all", "qk-pair:0")  # also run with replay; None or "*": all
     columns: tuple[int, ...] = (0,)  # single qk columns to try
-    groups: tuple[str, ...] = ("all", "attn", "qk")  # the whole-group conditions to run beside pairs and columns
     pairs: tuple[int, ...] | None = None  # rotary pairs to try; None: every pair of the model
     lr_large: tuple[float, ...] = (1e-3, 3e-3)  # learning-rate grid for `all` and `attn`
     lr_qk: tuple[float, ...] = (3e-3, 1e-2)  # for `qk`
     lr_small: tuple[float, ...] = (3e-3, 1e-2)  # for pairs and single columns
     lr_extend: int = 0  # rates a grid may add past each edge while its best rate sits there (0: the grid as given)
-    # a condition's own learning-rate grid, by condition name, in place of its kind's (e.g. {"qk-column:96":
-    # [0.03]}: a single rate fixed beforehand, no selection); a name the study does not run is refused
-    lr_grids: dict[str, list[float]] = field(default_factory=dict)
+    # a condition's own grid, by condition name ("all", "qk", "qk-pair:3", ...), in place of the grids above (e.g.
+    # one rate each, carried over from an earlier run): {} none
+    lr_of: dict = field(default_factory=dict)
+    # the conditions to run, by name ("none" always runs); (): every condition the pairs and columns give
+    only: tuple[str, ...] = ()
     n_select: int = 64  # selection samples (lengths `finetune`)
     n_report: int = 50  # report samples per bucket
     # seeds of the held-out sets (training batches use seeds with bit 62 set); the report sets skip the texts of
@@ -123,12 +124,10 @@ class QKStudyConfig:
             base_spec(self)
         if isinstance(self.lr_extend, bool) or not isinstance(self.lr_extend, int) or self.lr_extend < 0:
             raise ValueError(f"lr_extend must be an int >= 0, got {self.lr_extend!r}")
-        for grid in (self.lr_large, self.lr_qk, self.lr_small, *self.lr_grids.values()):
-            if not grid or any(not 0 < lr < math.inf for lr in grid):
+        for grid in (self.lr_large, self.lr_qk, self.lr_small, *self.lr_of.values()):
+            if not isinstance(grid, (list, tuple)) or not grid or any(
+                    isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf for lr in grid):
                 raise ValueError(f"learning-rate grids must be non-empty, finite and positive, got {grid}")
-        bad = sorted(set(self.groups) - set(GROUPS))
-        if bad:
-            raise ValueError(f"groups: unknown group {bad[0]!r} (known: {', '.join(GROUPS)})")
 
 
 @dataclass(frozen=True)
@@ -176,9 +175,6 @@ def base_spec(cfg: "QKStudyConfig") -> BaseSpec:
 PROTOCOLS = ("budget", "curves")
 
 
-GROUPS = ("all", "attn", "qk")  # the whole-group conditions (`QKStudyConfig.groups`)
-
-
 STOPS = ("plateau", "target", "none")  # the curves protocol's stop rules (`QKStudyConfig.stop`)
 
 
@@ -198,19 +194,15 @@ class Condition:
 
 
 def conditions(cfg: QKStudyConfig, model) -> list[Condition]:
-    """The study's conditions for a model of either backend (the untrained model, the whole groups of
-    `cfg.groups`, the pairs (default: every rotary pair) and the columns; indices are range-checked), each with its
-    learning-rate grid (`cfg.lr_grids` where it names the condition, else its kind's); ValueError naming an
-    `lr_grids` key the study does not run."""
+    """The study's conditions for a model of either backend (pairs default to every rotary pair; indices are
+    range-checked)."""
     from ...param_groups import pair_columns, pair_frequency, rotary_of
 
     half = rotary_of(model).dim // 2
     pairs = range(half) if cfg.pairs is None else cfg.pairs
     ext = cfg.lr_extend
-    whole = {"all": Condition("all", None, cfg.lr_large, extend=ext),
-             "attn": Condition("attn", "attn", cfg.lr_large, extend=ext),
-             "qk": Condition("qk", "qk", cfg.lr_qk, extend=ext)}
-    out = [Condition("none", None, ()), *(whole[g] for g in GROUPS if g in cfg.groups)]
+    out = [Condition("none", None, ()), Condition("all", None, cfg.lr_large, extend=ext),
+           Condition("attn", "attn", cfg.lr_large, extend=ext), Condition("qk", "qk", cfg.lr_qk, extend=ext)]
     for i in pairs:
         pair_columns(model, i)
         out.append(Condition(f"qk-pair:{i}", f"qk-pair:{i}", cfg.lr_small, i, pair_frequency(model, i), ext))
@@ -221,11 +213,13 @@ def conditions(cfg: QKStudyConfig, model) -> list[Condition]:
         i = next((i for i in range(half) if c in pair_columns(model, i)), None)
         freq = None if i is None else pair_frequency(model, i)
         out.append(Condition(f"qk-column:{c}", f"qk-column:{c}", cfg.lr_small, i, freq, ext))
-    unknown = sorted(set(cfg.lr_grids) - {c.name for c in out if c.lrs})
+    names = {c.name for c in out} - {"none"}
+    unknown = sorted((set(cfg.lr_of) | set(cfg.only)) - names)
     if unknown:
-        raise ValueError(f"lr_grids: {unknown[0]!r} is not a condition of this study "
-                         f"(its conditions: {', '.join(c.name for c in out if c.lrs)})")
-    return [replace(c, lrs=tuple(cfg.lr_grids[c.name])) if c.name in cfg.lr_grids else c for c in out]
+        raise ValueError(f"no condition {unknown[0]!r} in lr_of or only (the pairs and columns give "
+                         f"{', '.join(c.name for c in out)})")
+    out = [replace(c, lrs=tuple(cfg.lr_of[c.name])) if c.name in cfg.lr_of else c for c in out]
+    return [c for c in out if not cfg.only or c.name == "none" or c.name in cfg.only]
 
 
 @dataclass
