@@ -1,5 +1,5 @@
 """TransformerLens hook functions that read and edit attention (capture, rollout, head scores, reinforcement,
-pattern patching, PASTA steering, biases) and read each row's top key (readout).
+pattern patching, PASTA steering, biases, rotary pairs re-aimed) and read each row's top key (readout).
 
 Depends on torch, einops, jaxtyping and transformer_lens only, never on aspan. Masks are bool [batch, pos, pos] with row
 = query position. Scores take `columns` (bool [batch, pos], the AttnScore denominator: None for the whole row, the `raw`
@@ -35,6 +35,7 @@ from .patch import patch_pattern
 from .readout import readout_hooks, row_readout
 from .reinforce import reinforce
 from .rollout import rollout, rollout_scores
+from .rotary import rotary_pairs
 from .scores import head_row_scores, head_scores, offset_scores
 from .steer import check_alpha as check_alpha
 from .steer import steer
@@ -46,5 +47,5 @@ __all__ = [
     "CaptureOptions", "EditOptions", "OffsetOptions", "ReinforceOptions", "ScoreOptions", "SteerOptions", "attn_bias",
     "attn_mass", "capture", "capture_hooks", "extrapolate_mask", "head_row_scores", "head_scores",
     "offset_bias", "offset_scores", "patch_pattern", "readout_hooks", "reinforce", "rollout", "rollout_scores",
-    "row_readout", "rows_beyond", "share", "shift_mask", "steer", "target_rows",
+    "rotary_pairs", "row_readout", "rows_beyond", "share", "shift_mask", "steer", "target_rows",
 ]

@@ -254,3 +254,56 @@ def test_other_task_trains_a_model_and_saves_it(tmp_path, capsys):
     model, tokenizer, meta = models.load(run["saved_model"], device="cpu")
     assert meta["task"] == "addition" and model.cfg.n_ctx >= 1 + 10 + 1 + 10 + 1 + 11 + 1  # fits the OOD preset
     assert (out / "report.html").is_file()
+
+
+def test_held_out_samples_give_every_reported_number(quick_run):
+    """held_out_samples.csv keeps the per-sample results of every condition on every set it was scored on, so the
+    summary's held-out numbers (and the ID set's that priced the ID cost) are their means."""
+    out, _ = quick_run
+    summary = json.loads((out / "summary.json").read_text())
+    rows = pd.read_csv(out / "held_out_samples.csv")
+    run = json.loads((out / "run.json").read_text())
+
+    def mean(condition, set_name, col):
+        got = rows[(rows.condition == condition) & (rows.set == set_name)]
+        n = run["gen_samples"] if set_name.endswith("generated") else run["samples"]
+        assert len(got) == n and list(got.sample_id) == list(range(n)), (condition, set_name)
+        return got[col].mean()
+
+    assert summary["id_exact"] == pytest.approx(mean("baseline", "id", "exact"))
+    assert summary["ood_generate_partial"] == pytest.approx(mean("baseline", "ood_held_out_generated", "partial"))
+    for name in ("baseline", "paper_recipe", "selected", "upper_bound"):
+        entry = summary[name]
+        if entry is None:
+            assert name not in set(rows.condition)
+            continue
+        assert entry["ood_exact"] == pytest.approx(mean(name, "ood_held_out", "exact"))
+        assert entry["ood_partial"] == pytest.approx(mean(name, "ood_held_out", "partial"))
+        assert entry["id_exact"] == pytest.approx(mean(name, "id_held_out", "exact"))
+        assert entry["id_partial"] == pytest.approx(mean(name, "id_held_out", "partial"))
+        detail = summary["details"][name]
+        assert detail["ood_eos_accuracy"] == pytest.approx(mean(name, "ood_held_out", "eos_right"))
+        if name != "baseline":
+            assert detail["id_exact_engine_set"] == pytest.approx(mean(name, "id", "exact"))
+            assert detail["ood_generate_exact"] == pytest.approx(mean(name, "ood_held_out_generated", "exact"))
+    held = rows[(rows.condition == "selected") & (rows.set == "ood_held_out")]
+    rec = pd.read_json(out / "records_ood_reinforced.jsonl", lines=True)  # the per-token records agree
+    assert list(held.exact) == list(rec.groupby("sample_id").correct.all())
+    assert (held.exact <= held.eos_right).all()
+
+
+def test_model_loads_a_checkpoint_directory(quick_run, tmp_path):
+    """--model DIR: the demo on a checkpoint of one's own (here the shipped weights from their directory): the same
+    numbers as the shipped run, the grid keyed by the weights' digest, the source named."""
+    out, _ = quick_run
+    run = tmp_path / "own"
+    assert main(["demo", "--quick", "--model", str(demo.CHECKPOINTS / "reversal"), "--out", str(run)]) == 0
+    mine, shipped = (json.loads((d / "summary.json").read_text()) for d in (run, out))
+    assert mine["selected"] == shipped["selected"] and mine["baseline"] == shipped["baseline"]
+    assert json.loads((run / "run.json").read_text())["model"] == f"checkpoint {demo.CHECKPOINTS / 'reversal'}"
+    keys = {r["key"] for r in read_rows(run / "sweep.jsonl")}
+    assert keys and not keys & {r["key"] for r in read_rows(out / "sweep.jsonl")}  # another model id
+    with pytest.raises(ValueError, match="--model: no checkpoint at"):
+        demo.DemoConfig(model=str(tmp_path / "none"), out=str(tmp_path / "x")).check()
+    with pytest.raises(ValueError, match="give one of them"):
+        demo.DemoConfig(model=str(demo.CHECKPOINTS / "reversal"), train=True, out=str(tmp_path / "x")).check()

@@ -578,8 +578,19 @@ def test_causal_demo_table():
     assert f"**{chosen['ood_exact']:.3f}** | **{chosen['ood_partial']:.3f}** | {chosen['id_exact']:.3f} |" in readme
     for r in (base, paper, chosen, upper):  # the getting-started page's table quotes the same rows
         assert f"| {cells(r)}" in _page("getting-started.md")
-    assert f"**Per-token is met ({chosen['ood_partial']:.3f}); exact is not ({chosen['ood_exact']:.3f}).**" in \
-        _flat(readme)
+    # the goal against intervals, not point estimates: both contain (or touch) their goal line on this one model
+    held = pd.read_csv(RESULTS / "causal_demo" / "model_seeds" / "seed0" / "held_out_samples.csv")
+    held = held[(held.condition == "selected") & (held.set == "ood_held_out")]
+    assert held.exact.mean() == chosen["ood_exact"] and held.partial.mean() == pytest.approx(chosen["ood_partial"])
+    k, n = int(held.exact.sum()), len(held)
+    lo, hi = wilson(k, n)
+    plo, phi = t_interval(list(held.partial))
+    assert lo < 0.5 <= hi + 0.005 and plo < 0.95 < phi
+    assert (f"exact {chosen['ood_exact']:.3f} [{lo:.3f}, {hi:.3f}] ({k} of {n}, Wilson 95 %) and per-token "
+            f"{chosen['ood_partial']:.3f} [{plo:.3f}, {phi:.3f}] (t over the {n}") in _flat(readme)
+    lo100, hi100 = wilson(48, 100)
+    small = json.loads((RESULTS / "causal_demo" / "default_size" / "summary.json").read_text())["selected"]
+    assert small["ood_exact"] == 0.48 and f"exact 0.480 [{lo100:.3f}, {hi100:.3f}]" in _flat(readme)
 
 
 def test_causal_demo_default_size():

@@ -107,6 +107,9 @@ def get_model(cfg: DemoConfig, progress: bool = True):
     """(model, tokenizer, description, meta): the shipped checkpoint, or a freshly trained model (with a progress
     bar unless `progress` is False)."""
     shipped = CHECKPOINTS / cfg.task
+    if cfg.model is not None:
+        model, tokenizer, meta = models.load(cfg.model, device=cfg.device)
+        return model, tokenizer, f"checkpoint {cfg.model}", dict(meta)
     if not cfg.train and (shipped / "config.json").is_file():
         model, tokenizer, meta = models.load(shipped, device=cfg.device)
         return model, tokenizer, f"shipped checkpoint aspan/checkpoints/{cfg.task}", dict(meta)
@@ -134,8 +137,20 @@ def setup(cfg: DemoConfig, progress: bool = True) -> Setup:
     model, tokenizer, source, meta = get_model(cfg, progress)
     models.check_context(model, ood_t, tokenizer.offset)
     data = Data(cfg.task, ood_params=ood_t.params(), n=cfg.samples)
-    model_id = cfg.task if source.startswith("shipped") else f"trained:{settings_key(meta)}"
+    model_id = (cfg.task if source.startswith("shipped") else f"checkpoint:{weights_digest(cfg.model)}"
+                if cfg.model is not None else f"trained:{settings_key(meta)}")
     return Setup(model, tokenizer, source, meta, id_t, ood_t, Engine(model, tokenizer, data, attn=False), model_id)
+
+
+def weights_digest(path: str) -> str:
+    """A checkpoint's identity in grid keys: the SHA-256 (first 16 hex digits) of its weight files, so a run
+    directory reuses rows only for the same weights, wherever the checkpoint lies."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for f in sorted(Path(path).glob("*.safetensors")) or sorted(Path(path).glob("*.bin")):
+        digest.update(f.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def rank_heads(s: Setup, cfg: DemoConfig) -> Ranked:

@@ -214,6 +214,7 @@ def write_outputs(run: RunDir, cfg: Any, stages: Stages) -> None:
     else:
         run.remove("records_ood_reinforced.jsonl")
     run.write_csv("by_length.csv", pd.concat(parts, ignore_index=True))
+    run.write_csv(HELD_OUT_SAMPLES, held_out_samples(base, chosen))
     run.records("records_ood.jsonl", base.ood.records)
     id_s, ood_s = s.engine.samples("id", cfg.seed), s.engine.samples("held_out", cfg.seed)
     view_heads = list(dict.fromkeys([*(shown.heads if shown else []), *r.top_d]))[:4]
@@ -238,6 +239,35 @@ def write_outputs(run: RunDir, cfg: Any, stages: Stages) -> None:
                              budget=cfg.id_budget,
                              title="OOD exact gain vs ID cost of every edit evaluated (OOD selection set)"),
                "10_pareto")
+
+
+HELD_OUT_SAMPLES = "held_out_samples.csv"  # one row per condition, set and sample: every reported number, recomputable
+
+# The sets of `held_out_samples` (what each condition was scored on) and the result each comes from.
+SAMPLE_SETS = {"ood_held_out": ("ood", "ood"), "id_held_out": ("id_held", "id_held"), "id": ("id", "id"),
+               "ood_held_out_generated": ("gen_ood", "gen"), "id_generated": ("gen_id", None)}
+
+
+def held_out_samples(base: Baseline, chosen: dict[str, Chosen]) -> pd.DataFrame:
+    """Per condition (the baseline and each chosen edit), set and sample: its length, exact (every scored token
+    right, EOS included), per-token accuracy (the fraction of its target characters right) and whether its
+    end-of-sequence token is right. Sets: the held-out OOD set (teacher-forced and, on its first samples,
+    generated), the held-out ID set, and the engine's ID set (which priced the ID cost the rule read); the
+    baseline is also generated on ID. The means of these rows are the numbers of summary.json."""
+    parts = []
+    for name in ("baseline", *causal.NAMES[1:]):
+        source = base if name == "baseline" else chosen.get(name)
+        for set_name, (on_base, on_chosen) in SAMPLE_SETS.items():
+            attr = on_base if name == "baseline" else on_chosen
+            if source is None or attr is None:
+                continue
+            result = getattr(source, attr)
+            eos = result.records[result.records.eos].groupby("sample_id").correct.all()
+            table = result.samples[["sample_id", "length", "exact", "partial"]].assign(
+                eos_right=lambda t, eos=eos: t.sample_id.map(eos))
+            parts.append(table.assign(condition=name, set=set_name))
+    cols = ["condition", "set", "sample_id", "length", "exact", "partial", "eos_right"]
+    return pd.concat(parts, ignore_index=True)[cols]
 
 
 def write_failure(run: RunDir, stages: Stages, shown: Chosen | None, seed: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .. import tasks
@@ -212,6 +213,9 @@ class DemoConfig:
     gen_samples: int = 32  # greedy generation is run on this many samples per split
     seed: int = 0
     train: bool = False
+    # a checkpoint directory to load instead of the shipped model (e.g. one `scripts/train_default.py --seed N`
+    # wrote); None: the shipped checkpoint, or a model trained here (`train`)
+    model: str | None = None
     steps: int | None = None
     quick: bool = False
     device: str | None = None
@@ -248,6 +252,12 @@ class DemoConfig:
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"--steps must be >= 1, got {self.steps}")
+        if self.model is not None:
+            if self.train:
+                raise ValueError("--model loads a checkpoint and --train trains one: give one of them")
+            if not (Path(self.model) / "config.json").is_file():
+                raise ValueError(f"--model: no checkpoint at {self.model} (a directory with config.json, as "
+                                 "aspan.models.save writes it)")
         if not self.tops or min(self.tops) < 1 or not self.strengths or 0 not in self.deltas:
             raise ValueError("tops must be >= 1, strengths non-empty and deltas must contain 0")
         if not self.id_budget >= 0:

@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=nonneg_int, help="data (and training) seed")
     parser.add_argument("--train", action="store_true", default=None,
                         help="train a model instead of loading the shipped checkpoint")
+    parser.add_argument("--model", metavar="DIR",
+                        help="a checkpoint directory to load instead of the shipped model (e.g. one "
+                             "scripts/train_default.py --seed N wrote)")
     parser.add_argument("--steps", type=positive_int,
                         help="training steps when training (when not given: 1500 reversal, 1000 others)")
     parser.add_argument("--device", type=device, help="torch device (when not given: cuda when available, else cpu)")
@@ -65,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     """Run `aspan demo` with the parsed arguments; the exit code."""
     check_launcher(args)
     kw = {k: v for k, v in dict(task=args.task, out=args.out, samples=args.samples, gen_samples=args.gen_samples,
-                                 seed=args.seed, train=args.train, steps=args.steps, device=args.device,
-                                 threads=args.threads, convention=args.convention).items()
+                                 seed=args.seed, train=args.train, model=args.model, steps=args.steps,
+                                 device=args.device, threads=args.threads, convention=args.convention).items()
           if v is not None}
     flags = {**kw, "id_budget": args.id_budget, "shard": args.shard,  # id_budget: a fraction (argtypes)
              "eos": EOS_REFS if args.eos == "both" else args.eos and (args.eos,)}

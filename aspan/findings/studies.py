@@ -52,6 +52,8 @@ def qk(summary: dict, settings: dict) -> Finding:
     ft, beyond = f["finetuned_bucket"], f["beyond_bucket"]
     buckets = [f"{a}-{b}" for a, b in (settings.get("config") or {}).get("buckets", [])] or [ft, beyond]
     id_bucket = buckets[0]
+    if not f["by_replay"]:  # no full fine-tuning in this run (its `only` leaves it out): the single groups alone
+        return _qk_singles(summary, settings, ft, beyond, buckets)
     no_replay = f["by_replay"].get("0.0") or next(iter(f["by_replay"].values()))
     full, best = no_replay["full"], no_replay["best_single"]
     verdict = "Yes" if no_replay["claim_met"] else "No"
@@ -77,6 +79,33 @@ def qk(summary: dict, settings: dict) -> Finding:
         answer=answer, headline=headline,
         rule=f"Selection rule: {settings.get('selection_rule', 'see run.json')}. Mean over seeds on held-out "
              f"samples; ID cost: drop of exact accuracy on lengths {id_bucket}.", claims=claims)
+
+
+def _qk_singles(summary: dict, settings: dict, ft: str, beyond: str, buckets: list[str]) -> Finding:
+    """A run of single groups without full fine-tuning to compare with: the best of them, every condition's row, and
+    exact accuracy against rotation frequency (pairs, columns) and the learning curves as claims."""
+    table = pd.DataFrame(summary["table"])
+    singles = table[table.condition.astype(str).str.startswith(("qk-pair:", "qk-column:"))]
+    best = singles.sort_values([f"exact_{ft}", f"partial_{ft}"], ascending=False).iloc[0]
+    none = table[table.condition == "none"]
+    untrained = f" (the untrained model: {sig(none.iloc[0][f'exact_{ft}'])})" if len(none) else ""
+    answer = (f"This run compares single groups only (no full fine-tuning: its `only` leaves it out). The best, "
+              f"{best['condition']} ({pct(best['fraction'])} of the parameters), reaches exact accuracy "
+              f"{sig(best[f'exact_{ft}'])} on {ft}, per-token {sig(best[f'partial_{ft}'])}{untrained}.")
+    rows = [(c, None if c == "none" else r) for c, r in zip(table.condition, table.replay)]
+    headline = pd.DataFrame([_qk_row(table, c, r, buckets, buckets[0]) for c, r in rows])
+    claims = [Claim(f"One {kind} at a time, against rotation frequency", (
+        f"Exact accuracy on {ft} after fine-tuning one {kind} (of W_Q and W_K), against its pair's rotation "
+        "frequency, with 95 % intervals."), [f"{kind}_frequency_exact_replay0"])
+        for kind in ("pair", "column") if singles.condition.str.startswith(f"qk-{kind}:").sum() >= 2]
+    claims += [Claim("Learning curves", f"Every condition's exact accuracy on {ft} as it trained.",
+                     ["curves_finetuned_exact_replay0"]), _qk_beyond(table, beyond)]
+    return Finding(
+        question=(f"How far does fine-tuning one RoPE pair or one column of W_Q and W_K on lengths {ft} take the "
+                  "model there?"),
+        answer=answer, headline=headline,
+        rule=f"Selection rule: {settings.get('selection_rule', 'see run.json')}. Mean over seeds on held-out "
+             f"samples; ID cost: drop of exact accuracy on lengths {buckets[0]}.", claims=claims)
 
 
 def _qk_row(table: pd.DataFrame, condition: str, replay: float | None, buckets: list[str], id_bucket: str) -> dict:

@@ -483,3 +483,69 @@ def test_quick_selection_report_and_curve_sets_share_no_prompt_and_repeat_none(c
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             assert not set(prompts[a]) & set(prompts[b]), (a, b)
+
+
+def test_only_and_lr_of_from_a_config_file_choose_what_trains_and_at_which_rates(tmp_path):
+    """From a TOML file, as the spectrum's peak and partner configs use them: `only` keeps the named conditions (the
+    untrained model always runs), an `[lr_of]` table gives one condition its own grid (here one rate fixed
+    beforehand) and every other condition keeps its kind's; the study trains exactly those, and a condition's own
+    grid is checked like the kinds' grids."""
+    from aspan.applications.studies.qk import run_study
+    from aspan.config import load_config
+
+    toml = tmp_path / "c.toml"
+    toml.write_text('only = ["all", "qk-pair:0", "qk-pair:1", "qk-column:9"]\npairs = [0, 1]\ncolumns = [9]\n'
+                    'lr_small = [0.001, 0.01]\n[lr_of]\n"qk-pair:1" = [0.003]\n')
+    cfg = load_config(QKStudyConfig, toml_path=toml, base=QKStudyConfig.quick(replays=(0.0,)))
+    model = models.load("reversal", device="cpu").model
+    grids = {c.name: c.lrs for c in conditions(cfg, model)}
+    assert grids == {"none": (), "all": (1e-3,), "qk-pair:0": (1e-3, 1e-2), "qk-pair:1": (3e-3,),
+                     "qk-column:9": (1e-3, 1e-2)}
+    res = run_study(cfg, tmp_path / "run", progress=False)
+    ran = {(r["condition"], r["lr"]) for r in res.rows}
+    assert {lr for c, lr in ran if c == "qk-pair:1"} == {3e-3}
+    assert {lr for c, lr in ran if c == "qk-pair:0"} == {1e-3, 1e-2}
+    assert not {c for c, _ in ran} & {"attn", "qk"}
+    assert res.table.set_index("condition").loc["qk-pair:1", "lr_grid"] == "0.003"
+    for bad in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(ValueError, match="finite and positive"):
+            QKStudyConfig.quick(lr_of={"qk-pair:1": [bad]}).check()
+
+
+def test_the_committed_paper_shaped_run_resumes_and_names_its_base():
+    """A study with a base records init "base" (the model it trained into RUN_DIR/base), not the `init` it did not
+    load; the committed paper_shape rows carry that label and their keys are the settings' hashes, so rerunning its
+    command finds every row and plans nothing."""
+    from aspan.applications.studies.qk import plan, run_settings, setup
+    from aspan.config import load_config
+    from aspan.io import settings_key
+
+    root = Path(__file__).resolve().parents[2]
+    run = root / "results" / "qk_study" / "paper_shape"
+    cfg = load_config(QKStudyConfig, toml_path=root / "configs" / "qk_paper_shape_cpu.toml")
+    rows = [json.loads(line) for line in (run / "runs.jsonl").read_text().splitlines()]
+    assert {r["init"] for r in rows} == {"base"} and all("base" in r for r in rows)
+    s = setup(cfg, out=run)  # loads the committed base (its base.json says it is trained)
+    assert plan(s, rows) == []
+    none = next(r for r in rows if r["condition"] == "none")
+    assert none["key"] == settings_key(run_settings(s, s.conds[0], 0.0, None, None))
+
+
+def test_a_run_without_full_fine_tuning_reports_its_single_groups(tmp_path):
+    """`only` without `all`: no full fine-tuning to compare with, so the findings hold no comparison and the report says
+    what the single groups reach, its key figures the frequency figure and the learning curves."""
+    from aspan.applications.studies.qk import run_study, write_outputs
+    from aspan.report import build_report, key_figures
+
+    cfg = QKStudyConfig.quick(protocol="curves", replays=(0.0,), stop="none", pairs=(0, 1), columns=(),
+                              only=("qk-pair:0", "qk-pair:1"), seeds=(0,), lr_small=(1e-3,))
+    out = tmp_path / "run"
+    summary = write_outputs(cfg, run_study(cfg, out, progress=False), out, "test")
+    assert summary["findings"]["by_replay"] == {}
+    table = pd.read_csv(out / "table.csv")
+    assert set(table.condition) == {"none", "qk-pair:0", "qk-pair:1"}
+    best = table[table.condition != "none"].sort_values(["exact_11-20", "partial_11-20"], ascending=False).iloc[0]
+    page = (out / "report.html").read_text()
+    assert "compares single groups only" in page and best.condition in page
+    assert [p.stem for p in key_figures(out)] == ["pair_frequency_exact_replay0", "curves_finetuned_exact_replay0"]
+    assert build_report(out)

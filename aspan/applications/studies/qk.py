@@ -173,11 +173,12 @@ def curve_buckets(cfg: QKStudyConfig) -> list[Bucket]:
 
 # ----------------------------------------------------------------------------------------------- one run
 def run_settings(s: Setup, cond: Condition, replay: float, lr: float | None, seed: int | None) -> dict:
-    """Everything that determines one row (its key is a hash of this)."""
+    """Everything that determines one row (its key is a hash of this). "init" names the model fine-tuned: the
+    checkpoint `init`, or "base" (the one the study trained into RUN_DIR/base, whose settings are "base")."""
     c = s.cfg
-    return {"study": "qk", "init": c.init, "task": c.task, "finetune": list(c.finetune), "condition": cond.name,
-            "train_only": cond.train_only, "replay": replay, "lr": lr, "seed": seed, "steps": c.steps,
-            "batch_size": c.batch_size, "warmup": c.warmup, "weight_decay": c.weight_decay,
+    return {"study": "qk", "init": "base" if c.base else c.init, "task": c.task, "finetune": list(c.finetune),
+            "condition": cond.name, "train_only": cond.train_only, "replay": replay, "lr": lr, "seed": seed,
+            "steps": c.steps, "batch_size": c.batch_size, "warmup": c.warmup, "weight_decay": c.weight_decay,
             "select": [c.n_select, c.select_seed], "report": [[list(b) for b in c.buckets], c.n_report, c.report_seed],
             **(_curve_settings(c) if c.protocol == "curves" else {}),
             **({"base": asdict(base_spec(c))} if c.base else {}),

@@ -16,7 +16,7 @@ from ...options import CURVE_METRICS, POSITIONAL, check_option
 class QKStudyConfig:
     """Settings of one study; every field that changes a result is part of each row's key."""
 
-    init: str = "reversal"  # checkpoint to fine-tune: a shipped name, a directory or a .gguf file
+    init: str = "reversal"  # checkpoint to fine-tune: a shipped name, a directory or a .gguf file (unused with a base)
     task: str = "reversal"  # task whose `length` parameter the buckets set
     finetune: Bucket = (11, 20)  # lengths of the fine-tuning stream (the selection set uses the same)
     buckets: tuple[Bucket, ...] = ((1, 10), (11, 20), (21, 30))  # report buckets: training, fine-tuned, beyond
