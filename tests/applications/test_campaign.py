@@ -220,6 +220,20 @@ def test_the_campaign_readme_quotes_its_rows():
     assert f"({six[0]:.4f}-{six[-1]:.4f} exact at 6 digits)" in project
     assert f"ABC reaches\n{min(ten):.2f}-{max(ten):.2f} at 10 digits" in project
     assert f"at most {max(succ[('abc', s)]['exact_20'] for s in (0, 1, 2)):.3f} at 20" in project
+    checked = [json.loads(x) for x in (root / "state" / "abc_paper" / "checks.jsonl").read_text().splitlines()]
+    flat = " ".join(readme.split())
+    runs = {}  # per training, the wall time between consecutive ID checks (250 steps and one check each)
+    for a, b in zip(checked, checked[1:]):
+        if (a["task"], a["condition"], a["seed"]) == (b["task"], b["condition"], b["seed"]):
+            runs.setdefault(a["task"], []).append(b["time"] - a["time"])
+    positions = {"successor": 124, "addition": 185}  # BOS and the padded layout of 60 digits
+    ms = {t: [1000 * d / 250 for d in v] for t, v in runs.items()}
+    rate = {t: [128 * positions[t] * 250 / d for d in v] for t, v in runs.items()}
+    assert ", ".join(f"{d:.1f}" for d in runs["successor"][:2]) + f" and {runs['successor'][2]:.1f} s" in flat
+    assert f"({min(ms['successor']):.0f}-{max(ms['successor']):.0f} ms a step" in flat
+    assert f"{round(min(rate['successor']), -3):,.0f}-{round(max(rate['successor']), -3):,.0f} tokens/s" in flat
+    assert f"{runs['addition'][0]:.1f} s on the addition base ({ms['addition'][0]:.0f} ms a step" in flat
+    assert f"{round(rate['addition'][0], -3):,.0f} tokens/s" in flat and "240,000" not in flat
     slice1 = json.loads((root / "slices" / "slice-2026-11-27T081839Z.json").read_text())
     checks = slice1["checks"]
     assert checks["all_ok"] and slice1["environment"]["device"] == "cuda:0 (NVIDIA H200)"
@@ -243,3 +257,26 @@ def test_the_command_line_status_and_a_bad_budget(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--budget must exceed the plan's reserve_s" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_the_wide_qk_bases_cannot_travel_as_the_readme_says():
+    """The d_model 512 and 1024 QK bases of the campaign, built from their configs: their parameter counts, and the
+    checkpoint of a paused training (float32 weights and AdamW's two moments) against the 64 MiB that travel."""
+    from aspan.applications.studies.qk import base_untrained
+    from aspan.applications.studies.qk_config import QKStudyConfig
+    from aspan.config import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    flat = " ".join((root / "results" / "gpu_campaign" / "README.md").read_text().split())
+    page = " ".join((root / "docs" / "studies" / "gpu_campaign.md").read_text().split())
+    mib = {}
+    for width in (256, 512, 1024):
+        cfg = load_config(QKStudyConfig, toml_path=root / "configs" / "gpu" / f"qk_spectrum_{width}.toml")
+        n = sum(p.numel() for p in base_untrained(cfg)[0].parameters())
+        mib[width] = (n, 4 * n / 2**20, 12 * n / 2**20)
+        assert f"{n:,}" in flat
+    assert mib[512][2] > 64 and mib[1024][1] > 64 and mib[256][2] < 64
+    sizes = f"is {mib[512][2]:.0f} MiB and {mib[1024][2]:.0f} MiB, and the d_model 1024 base alone {mib[1024][1]:.0f}"
+    assert sizes + " MiB" in flat and f"a {mib[256][2]:.0f} MiB checkpoint" in flat
+    assert f"({mib[512][2]:.0f} MiB and {mib[1024][2]:.0f} MiB of weights and optimizer state)" in page
+    assert "d_model 256, 512 and 1024" in page
