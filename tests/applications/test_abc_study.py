@@ -244,3 +244,37 @@ def test_quick_arms_run_resumes_the_plain_study_and_trains_each_arm_in_its_layou
     each = [r for r in by["abc"]["kept_lines"] if r["rows"] == "target"]
     assert {(r["layer"], r["head"]): r["lines"] for r in last} == \
         {(layer, r["head"]): r["lines"] for r in each if r["layer"] == 1 for layer in (0, 1)}
+    local = AbcStudyConfig.quick(tasks=("successor",), conditions=("rotary", "abc"), n_layers=2,
+                                 abc_prompts=("local",))
+    run_study(local, out, progress=False)
+    row = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()][-1]
+    assert local.variant_of(row) == "abc[prompt local]" and row["abc_prompt"] == "local"
+    assert {r["direction"] for r in row["kept_lines"] if r["rows"] == "prompt"} == {"diagonal"}
+
+
+def test_prompt_rows_keep_their_lines_the_local_ones_or_none():
+    """"local" keeps a prompt row's diagonal lines (itself, its predecessor) and drops its vertical ones (fixed
+    positions); "free" leaves prompt rows unbiased; target rows keep their lines either way."""
+    import torch
+
+    from aspan.applications.studies.abc_arms import AbcArm, prompt_lines
+    from aspan.experiments.abc import HeadLines
+
+    hl = HeadLines({"diagonal": (1,)}, prompt={"diagonal": (0,), "vertical": (0, 1)})
+    lines = {(0, 0): hl}
+    assert prompt_lines(lines, "calibrated") is lines
+    local, free = prompt_lines(lines, "local")[(0, 0)], prompt_lines(lines, "free")[(0, 0)]
+    assert local.prompt == {"diagonal": (0,)} and free.prompt is None and local.lines == free.lines == hl.lines
+    sep = torch.tensor([5])
+    n = 8
+    kept = {name: (h.bias(sep, n, n)[0] == 0) for name, h in (("calibrated", hl), ("local", local), ("free", free))}
+    for q in range(5):  # prompt rows
+        assert kept["calibrated"][q, : q + 1].nonzero().flatten().tolist() == sorted({0, min(1, q), q})
+        assert kept["local"][q, : q + 1].nonzero().flatten().tolist() == [q]
+        assert kept["free"][q, : q + 1].all()
+    for name in kept:  # target rows: their diagonal line alone, whatever the prompt rows keep
+        assert all(kept[name][q, : q + 1].nonzero().flatten().tolist() == [q - 1] for q in range(5, n))
+    assert AbcArm(prompt="free").variant("none") == "abc[prompt free]"
+    assert AbcArm("padded", prompt="local").settings("none") == {"abc_layout": "padded", "abc_prompt": "local"}
+    with pytest.raises(ValueError, match="abc_prompts"):
+        AbcStudyConfig.quick(abc_prompts=("none",)).check()

@@ -41,7 +41,7 @@ from ...tasks.draws import LengthMix
 from ...tasks.split import distinct
 from ...tokenization import CharTokenizer
 from . import Study, Unit, study_rows, unit_file, unit_index
-from .abc_arms import AbcArm, PaddedDraw, arms, check_arms, layer_lines, padded_sample
+from .abc_arms import AbcArm, PaddedDraw, arms, check_arms, layer_lines, padded_sample, prompt_lines
 from .abc_outputs import AbcOutputs, write_abc_outputs
 
 if TYPE_CHECKING:
@@ -92,10 +92,13 @@ class AbcStudyConfig:
     # models. abc_layouts: the layout the fresh model trains and is tested in ("natural"; "padded": Duan & Shi's, every
     # operand zero-padded on the left to the longest test length); abc_layers: "each" (each layer's own lines) or the
     # index of the layer whose lines every layer gets (-1: the last, as Duan & Shi's Algorithm 1); abc_positionals:
-    # the fresh model's positional encoding (empty: `bias_positional`). The defaults are the study's own ABC
+    # the fresh model's positional encoding (empty: `bias_positional`); abc_prompts: the prompt rows' lines
+    # ("calibrated"; "local": the diagonal ones only, no fixed position; "free": prompt rows unbiased, as Duan & Shi).
+    # The defaults are the study's own ABC
     abc_layouts: tuple[str, ...] = ("natural",)
     abc_layers: tuple[int | str, ...] = ("each",)
     abc_positionals: tuple[str, ...] = ()
+    abc_prompts: tuple[str, ...] = ("calibrated",)
     device: str = "cpu"
 
     @classmethod
@@ -131,15 +134,15 @@ class AbcStudyConfig:
             raise ValueError(f"set_draw must be disjoint or with_replacement, got {self.set_draw!r}")
         if self.bias_positional not in ("rotary", "learned", "alibi", "none"):
             raise ValueError(f"bias_positional must be rotary, learned, alibi or none, got {self.bias_positional!r}")
-        check_arms(self.abc_layouts, self.abc_layers, self.positionals(), self.tasks, self.n_layers)
+        check_arms(self.abc_layouts, self.abc_layers, self.positionals(), self.tasks, self.n_layers, self.abc_prompts)
 
     def positionals(self) -> tuple[str, ...]:
         """The ABC arms' positional encodings: `abc_positionals`, or else `bias_positional`."""
         return self.abc_positionals or (self.bias_positional,)
 
     def arms(self) -> list[AbcArm]:
-        """The ABC arms: every combination of `abc_layouts`, `abc_layers` and `positionals()`."""
-        return arms(self.abc_layouts, self.abc_layers, self.positionals())
+        """The ABC arms: every combination of `abc_layouts`, `abc_layers`, `positionals()` and `abc_prompts`."""
+        return arms(self.abc_layouts, self.abc_layers, self.positionals(), self.abc_prompts)
 
     def variants(self, condition: str) -> list[tuple[str, AbcArm | None]]:
         """(name, arm) of each table condition `condition` runs as: itself, or for abc one per arm
@@ -299,7 +302,8 @@ def _bias_for(condition: str, name: str, sets: _TaskSets, ctx: "_Ctx", seed: int
     base = models.load(_base_dir(ctx.out, name, seed, lr_base), device=cfg.device).model
     lines = abc_lines(base, sets.tokenizer, sets.calib, ABCSettings(lam=cfg.lam, directions=("aligned",), rows="all",
                                                                     correct_only=cfg.abc_correct_only, batch_size=64))
-    lines = layer_lines(lines, arm.layer if arm is not None else "each", cfg.n_layers)
+    if arm is not None:
+        lines = prompt_lines(layer_lines(lines, arm.layer, cfg.n_layers), arm.prompt)
     kept = sum(len(v) for hl in lines.values() for v in hl.lines.values())
     table = lines_table(lines)  # every head's kept lines (aligned: segment * STRIDE + offset + STRIDE // 2)
     return model, abc_bias(lines, model), {"lines": kept, "base_lr": lr_base,
@@ -448,7 +452,7 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True,
     cfg.check()
     out = Path(out)
     sets = {name: _task_sets(name, cfg) for name in cfg.tasks}  # context checked up front, before any training
-    arm_fields = ("abc_layouts", "abc_layers", "abc_positionals")  # per ABC row, and then only what differs
+    arm_fields = ("abc_layouts", "abc_layers", "abc_positionals", "abc_prompts")  # per ABC row, only what differs
     shared = {k: v for k, v in asdict(cfg).items()
               if k not in ("tasks", "conditions", "seeds", "lrs", "device", *arm_fields)}
     if cfg.set_draw == "with_replacement":  # the keys of rows written before `set_draw` existed

@@ -11,13 +11,17 @@ the same calibration of the same base model.
   on every layer of the fresh model, as Duan & Shi add the bias of their last decoder layer to every layer).
 - positional: the retrained model's positional encoding ("none": NoPE, the study's; "learned": absolute positions,
   as the paper's sinusoidal ones).
+- prompt: the prompt rows' lines ("calibrated": the base's diagonal and vertical lines, the study's; "local": the
+  diagonal ones only, so that no prompt row reads a fixed position; "free": none, the prompt rows unbiased, as Duan &
+  Shi leave their encoder's self-attention). In the padded layout a fixed position holds the same digit of every
+  number, the padding "0" in every training number up to the longest test lengths.
 
 An arm at the study's defaults is the plain `abc` condition (its rows keep their keys); any other is the condition
 `abc[...]` naming what differs (`AbcArm.variant`)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
 
@@ -26,6 +30,7 @@ from ...tasks.draws import build
 from .abc_paper_data import padded_task
 
 LAYOUTS = ("natural", "padded")
+PROMPTS = ("calibrated", "local", "free")  # `AbcArm.prompt`
 PADDED_TASKS = ("successor", "addition")  # the tasks whose numbers the padded layout writes most significant first
 
 
@@ -37,6 +42,7 @@ class AbcArm:
     layout: str = "natural"  # "natural" or "padded" (see the module)
     layer: int | str = "each"  # "each", or the index of the base's layer whose lines go to every layer (-1: last)
     positional: str = "none"  # the fresh model's positional encoding
+    prompt: str = "calibrated"  # the prompt rows' lines: "calibrated", "local" or "free" (see the module)
 
     def settings(self, default_positional: str) -> dict[str, Any]:
         """The arm's settings that differ from the study's ABC (`default_positional`: its `bias_positional`): what
@@ -48,6 +54,8 @@ class AbcArm:
             out["abc_layer"] = self.layer
         if self.positional != default_positional:
             out["abc_positional"] = self.positional
+        if self.prompt != "calibrated":
+            out["abc_prompt"] = self.prompt
         return out
 
     def variant(self, default_positional: str) -> str:
@@ -60,21 +68,23 @@ class AbcArm:
             parts.append("last layer" if self.layer == -1 else f"layer {self.layer}")
         if self.positional != default_positional:
             parts.append(self.positional)
+        if self.prompt != "calibrated":
+            parts.append(f"prompt {self.prompt}")
         return "abc" + (f"[{', '.join(parts)}]" if parts else "")
 
     @classmethod
     def of_row(cls, row: dict, default_positional: str) -> "AbcArm":
         """The arm an ABC row of runs.jsonl was trained in (rows without arm settings: the study's own)."""
         return cls(row.get("abc_layout", "natural"), row.get("abc_layer", "each"),
-                   row.get("abc_positional", default_positional))
+                   row.get("abc_positional", default_positional), row.get("abc_prompt", "calibrated"))
 
 
-def arms(layouts, layers, positionals) -> list[AbcArm]:
-    """Every combination of the given layouts, layers and positional encodings, in that order."""
-    return [AbcArm(a, b, c) for a, b, c in product(layouts, layers, positionals)]
+def arms(layouts, layers, positionals, prompts=("calibrated",)) -> list[AbcArm]:
+    """Every combination of the given layouts, layers, positional encodings and prompt lines, in that order."""
+    return [AbcArm(a, b, c, d) for a, b, c, d in product(layouts, layers, positionals, prompts)]
 
 
-def check_arms(layouts, layers, positionals, tasks, n_layers: int) -> None:
+def check_arms(layouts, layers, positionals, tasks, n_layers: int, prompts=("calibrated",)) -> None:
     """ValueError on arm settings the study cannot run, before any work."""
     if not layouts or any(x not in LAYOUTS for x in layouts):
         raise ValueError(f"abc_layouts must be a non-empty subset of {', '.join(LAYOUTS)}, got {list(layouts)}")
@@ -88,6 +98,8 @@ def check_arms(layouts, layers, positionals, tasks, n_layers: int) -> None:
                              f"got {list(layers)}")
     if not positionals or any(p not in ("rotary", "learned", "alibi", "none") for p in positionals):
         raise ValueError(f"abc_positionals must be rotary, learned, alibi or none, got {list(positionals)}")
+    if not prompts or any(p not in PROMPTS for p in prompts):
+        raise ValueError(f"abc_prompts must be a non-empty subset of {', '.join(PROMPTS)}, got {list(prompts)}")
 
 
 def layer_lines(lines: dict, layer: int | str, n_layers: int) -> dict:
@@ -97,6 +109,16 @@ def layer_lines(lines: dict, layer: int | str, n_layers: int) -> dict:
         return lines
     source = layer % n_layers
     return {(lyr, h): hl for lyr in range(n_layers) for (src, h), hl in lines.items() if src == source}
+
+
+def prompt_lines(lines: dict, prompt: str) -> dict:
+    """The per-head lines with the prompt rows' lines as `prompt` says: as calibrated, the diagonal ones only
+    ("local"), or none ("free": the prompt rows unbiased)."""
+    if prompt == "calibrated":
+        return lines
+    if prompt == "local":
+        return {k: replace(hl, prompt={"diagonal": (hl.prompt or {}).get("diagonal", ())}) for k, hl in lines.items()}
+    return {k: replace(hl, prompt=None) for k, hl in lines.items()}
 
 
 # ----------------------------------------------------------------------------------------------- the padded layout
