@@ -54,6 +54,11 @@ def test_ten_seed_run_is_the_grid_and_ten_seeds_of_two_formats_on_one_machine():
     assert run["config"]["model_formats"] == ["plain", "scratchpad", "interleaved", "interleaved-ab", "mnemonic"]
     assert run["machine"]["cpu_kernels"] == "AVX512" and run["config"]["cap"] == 6000
     assert f"`run.json` records {run['wall_seconds']:,.0f} s inside the study" in FLAT
+    timed = (TEN / "time.txt").read_text(encoding="utf-8")  # /usr/bin/time -v of the command
+    user = float(re.search(r"User time \(seconds\): ([\d.]+)", timed)[1])
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\d+):([\d.]+)", timed)
+    assert "configs/parity_curves_ten_seeds_cpu.toml" in timed and "Exit status: 0" in timed
+    assert f"{wall[1]} min {round(float(wall[2]))} s wall, {user:,.0f} s of user CPU" in FLAT
     v = run["versions"]
     assert f"Python {v['python']}, torch {v['torch']}, TransformerLens {v['transformer_lens']} (`ten_seeds/run.json`)" \
         in FLAT
