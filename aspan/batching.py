@@ -1,4 +1,5 @@
-"""Samples -> padded token ids, target rows, labels and the `[batch, pos, pos]` reference mask.
+"""Samples -> padded token ids, target rows, labels and the `[batch, pos, pos]` reference mask (`make_batch`), or
+token ids, labels and padding mask only (`lean_batch`: one tensor per field, for training and accuracy).
 
 Layout per sample (right padding): `prefix_ids` (BOS, instruction, few-shot; length = offset), the text, then
 EOS when the tokenizer has one. Target char `j` is predicted at row `offset + prompt_len + j - 1` (`Sample`);
@@ -122,3 +123,52 @@ def make_batch(
         offset=offset,
         samples=list(samples),
     )
+
+
+def _labels_row(sample: Sample, ids: list[int], offset: int, width: int, scored_eos: bool) -> list[int]:
+    """One sample's labels row of `width`: `make_batch`'s labels, the EOS label dropped unless `scored_eos`."""
+    labels = [IGNORE] * width
+    first, last = offset + sample.prompt_len - 1, len(ids) - 2  # rows predicting target char 0 and the last token
+    if first >= 0:
+        labels[first : last + 1] = ids[first + 1 : last + 2]
+    else:  # no prefix and no prompt: the row before the first token wraps to the last column, as in make_batch
+        for r in range(first, last + 1):
+            labels[r] = ids[r + 1]
+    for g in sample.given:  # input interleaved into the target: supplied, never predicted
+        labels[first + g] = IGNORE
+    if not scored_eos:
+        labels[len(ids) - 2] = IGNORE
+    return labels
+
+
+def lean_batch(samples: Sequence[Sample], tokenizer: Tokenizer, n_ctx: int | None = None,
+               shape: tuple[int, int] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """(tokens, labels, mask) of `samples`, each [batch, pos]: `make_batch`'s tokens, labels and attention mask, an
+    EOS label the task does not score (`scores_eos`) left out (`aspan.training.train_batch`'s labels); with `shape`
+    (rows, width) padded to that fixed shape (extra rows are all padding, labelled IGNORE). ValueError if a sample
+    does not fit `n_ctx` or the width."""
+    eos = tokenizer.eos_id is not None
+    seqs = [encode_sample(s, tokenizer) for s in samples]
+    longest = max((len(ids) for ids in seqs), default=0)
+    if n_ctx is not None and longest > n_ctx:
+        raise ValueError(f"a sample needs {longest} tokens but the model's context n_ctx={n_ctx} is shorter")
+    rows, width = shape or (len(samples), longest)
+    if longest > width or len(samples) > rows:
+        raise ValueError(f"a batch of {len(samples)} x {longest} tokens does not fit the fixed shape {rows} x {width}")
+    pad, offset = tokenizer.pad_id, tokenizer.offset
+    tokens = [ids + [pad] * (width - len(ids)) for ids in seqs] + [[pad] * width] * (rows - len(seqs))
+    mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in seqs] + [[0] * width] * (rows - len(seqs))
+    labels = [_labels_row(s, ids, offset, width, not eos or scores_eos(s)) for s, ids in zip(samples, seqs)]
+    labels += [[IGNORE] * width] * (rows - len(seqs))
+    return tuple(torch.tensor(x, dtype=torch.long) for x in (tokens, labels, mask))  # type: ignore[return-value]
+
+
+def target_count(samples: Sequence[Sample], tokenizer: Tokenizer) -> int:
+    """The rows `target_loss` scores in `samples`: every target character not `given`, plus EOS where scored."""
+    eos = tokenizer.eos_id is not None
+    return sum(len(s.target) - len(s.given) + (eos and scores_eos(s)) for s in samples)
+
+
+def token_count(samples: Sequence[Sample], tokenizer: Tokenizer) -> int:
+    """Real (non-padding) tokens of `samples`: the prefix, one token per character, and EOS."""
+    return sum(tokenizer.offset + len(s.text) + (tokenizer.eos_id is not None) for s in samples)

@@ -180,9 +180,15 @@ def _stdout_closed() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `aspan` with `argv` (default: the process's arguments); the exit code (0 ok, 2 usage, 130/143 stopped)."""
-    warnings.filterwarnings("ignore", message=r"HookedTransformer(\.from_pretrained)? is deprecated",
-                            category=DeprecationWarning)
+    """Run `aspan` with `argv` (default: the process's arguments); the exit code (0 ok, 2 usage, 130/143 stopped).
+    The warning filters are the caller's again afterwards (a test or a notebook calling `main` keeps its own)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"HookedTransformer(\.from_pretrained)? is deprecated",
+                                category=DeprecationWarning)
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     name = "aspan"
     given = sys.argv[1:] if argv is None else argv
     if given[:1] == ["--version"]:  # at once: building the parser imports every command's module
@@ -221,5 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m aspan.cli`: run the one `aspan.cli` module, not this copy of it, so that a
+    # command that runs commands (`aspan gpu slice`) finds this command's log handler and stop flag as its own
+    from aspan.cli import main as _main
+
+    sys.exit(_main())

@@ -18,7 +18,9 @@ a dict field (`{"finetune.steps": 50}`, the flag `--steps`), or one field of a n
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -147,15 +149,19 @@ def as_tuples(value: Any, hint: Any) -> Any:
     return value
 
 
+_BRIEF = reprlib.Repr()  # a value shown in an error: one short line, however long the value
+_BRIEF.maxlong, _BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlevel = 40, 60, 60, 3
+
+
 def check_type(value: Any, hint: Any, where: str) -> None:
     """UsageError `where: must be <type>, got <value>` when `value` is not of the type `hint`."""
     if not fits(value, hint):
-        raise UsageError(f"{where}: must be {describe(hint)}, got {value!r}")
+        raise UsageError(f"{where}: must be {describe(hint)}, got {_BRIEF.repr(value)}")
 
 
 def fits(value: Any, hint: Any) -> bool:
     """Whether `value` is of the type `hint` (the types settings dataclasses use: scalars, Literal, unions, tuples
-    of one type or of fixed length, dicts). An int is a float too (it stays an int)."""
+    of one type or of fixed length, dicts). An int is a float too (it stays an int); nan and inf are not."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return True
@@ -169,8 +175,8 @@ def fits(value: Any, hint: Any) -> bool:
         return isinstance(value, bool)
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is float:  # a finite one: no setting means nan or inf (a huge integer is no float either)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
     if origin is tuple or hint is tuple:
         if not isinstance(value, tuple):
             return False
@@ -180,6 +186,13 @@ def fits(value: Any, hint: Any) -> bool:
     if _is(hint, dict):
         return isinstance(value, dict)
     return isinstance(value, origin or hint)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        return False
 
 
 def describe(hint: Any) -> str:
@@ -193,13 +206,13 @@ def describe(hint: Any) -> str:
         return f"a list of {_plural(args[0])}"
     if origin is tuple:
         return f"a list of {len(args)} ({', '.join(describe(a) for a in args)})" if args else "a list"
-    words = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    words = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
     return words.get(hint, "a table" if _is(hint, dict) else f"a {getattr(hint, '__name__', hint)}")
 
 
 def _plural(hint: Any) -> str:
     text = describe(hint)
-    return {"an integer": "integers", "a number": "numbers", "a string": "strings"}.get(text, text)
+    return {"an integer": "integers", "a finite number": "finite numbers", "a string": "strings"}.get(text, text)
 
 
 def _is(hint: Any, kind: type) -> bool:
@@ -246,7 +259,6 @@ def _toml_lines(cfg: Any, base: Any, prefix: str) -> list[str]:
 
 def _toml_value(value: Any, name: str) -> str:
     """One TOML value: booleans, integers, floats, strings, arrays (tuples, lists) and inline tables (dicts)."""
-    import json
     import math
 
     if isinstance(value, bool):
@@ -258,9 +270,19 @@ def _toml_value(value: Any, name: str) -> str:
             return ("-" if value < 0 else "") + ("inf" if math.isinf(value) else "nan")
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a TOML basic string: JSON's escapes are TOML's
+        return _toml_string(value, name)
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(_toml_value(v, name) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v, name)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_toml_string(str(k), name)} = {_toml_value(v, name)}" for k, v in value.items()) + "}"
     raise ValueError(f"{name}: a {type(value).__name__} has no TOML form")
+
+
+def _toml_string(text: str, name: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's, and U+007F (DEL), which JSON leaves raw and TOML forbids
+    raw, as `\\u007F`; ValueError naming the field for a lone surrogate, which no TOML (or UTF-8) file can hold."""
+    import json
+
+    if any(0xD800 <= ord(ch) <= 0xDFFF for ch in text):
+        raise ValueError(f"{name}: a string with a lone surrogate has no TOML form")
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007F")

@@ -52,11 +52,12 @@ class Stop:
         """ValueError naming the first impossible setting."""
         check_option("stop rule", self.rule, STOP_RULES)
         check_option("stop metric", self.metric, CURVE_METRICS)
-        if self.target is not None and not (isinstance(self.target, (int, float)) and 0 <= self.target <= 1):
+        if self.target is not None and (isinstance(self.target, bool) or not (
+                isinstance(self.target, (int, float)) and 0 <= self.target <= 1)):
             raise ValueError(f"target must be an accuracy in [0, 1], got {self.target!r}")
         if self.rule == "target" and self.target is None:
             raise ValueError("the target stop rule needs a target (e.g. 0.99)")
-        if not (isinstance(self.gain, (int, float)) and 0 < self.gain <= 1):
+        if isinstance(self.gain, bool) or not (isinstance(self.gain, (int, float)) and 0 < self.gain <= 1):
             raise ValueError(f"plateau gain must be in (0, 1], got {self.gain!r}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 1:
             raise ValueError(f"plateau window must be an int >= 1, got {self.window!r}")

@@ -45,16 +45,18 @@ import hooks
 from hooks import check_heads, check_hook_points
 
 from . import stopping
+from .accuracy import FwdHooks, accuracy
 from .batching import Batch, make_batch, scores_eos, shift_mask
 from .checks import check_offsets, check_samples
 from .generation import HookList, cached_step, greedy  # noqa: F401 (cached_step: kept importable here)
 from .io import write_jsonl
+from .models import fused
+from .models.fit import check_fit, check_hookable, of_samples
 from .models.trained import check_task, task_of, trained_task
 from .options import CONVENTIONS, MODES, Convention, Mode, check_option
 from .tasks.base import Sample
 from .tokenization import Tokenizer, check_tokenizer, require_tokenizer  # check_tokenizer: `aspan eval`'s check
 
-FwdHooks = HookList | Callable[[Batch], HookList]
 EOS_CHAR = "<eos>"
 CHUNK = 1024  # samples `evaluate_stream` holds at once (with their per-token records), rounded up to whole batches
 SOURCES = ("rollout", "heads")  # AttnScore of the attention rollout, and the mean over the selected heads
@@ -185,19 +187,19 @@ def _check(model, tokenizer: Tokenizer, samples: Sequence[Sample], options: Eval
     if not options.any_task:
         check_task(trained_task(model), task_of(samples), "evaluate", "pass any_task=True to score them anyway")
 
+    need = of_samples(samples)
+    check_hookable(model, "evaluate")
     try:
-        check_tokenizer(tokenizer, "".join(sorted({c for s in samples for c in s.text})))
+        check_tokenizer(tokenizer, need.chars)
     except ValueError as e:
         names = ", ".join(sorted({s.task for s in samples if s.task})) or "unnamed"
         raise ValueError(f"evaluate: samples of task {names} that this model's tokenizer cannot read ({e}): "
                          "evaluate a model on the task it was trained on") from None
+    check_fit(model, tokenizer, need, "evaluate")  # the vocabulary and the context too, before any forward
     check_option("mode", mode, MODES)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    eos = tokenizer.eos_id is not None
-    longest = max((tokenizer.offset + len(s.text) + eos for s in samples), default=0)
-    if longest > model.cfg.n_ctx:
-        raise ValueError(f"a sample needs {longest} tokens but the model's context n_ctx={model.cfg.n_ctx} is shorter")
+    longest = tokenizer.offset + need.longest + (tokenizer.eos_id is not None)
     check_offsets(delta, longest, "evaluate: delta")
 
 
@@ -232,8 +234,7 @@ def _run_batch(model, tokenizer, batch: Batch, options: EvalOptions):
     delta = options.delta
     if options.mode == "teacher":
         tokens, am = batch.tokens, batch.attention_mask
-        with model.hooks(fwd_hooks=user):
-            pred = model(tokens, attention_mask=am).argmax(-1).cpu()
+        pred = fused.logits(model, tokens, user, attention_mask=am).argmax(-1).cpu()  # fused where it applies
         width = tokens.shape[1]
     else:
         p = batch.offset + batch.samples[0].prompt_len
@@ -289,30 +290,16 @@ def evaluate(
     return EvalResult(records, sample_table(records), options.mode)
 
 
-@torch.no_grad()
 def exact_flags(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hooks: FwdHooks = (),
                 batch_size: int = 64) -> Bool[Tensor, " n"]:
-    """Per sample, whether teacher forcing gets every row it scores right (`evaluate`'s `exact`), computed on the
-    model's device without building records: for the large test sets of the studies (tens of thousands of samples),
-    where `evaluate`'s per-token table costs far more than the forward passes."""
+    """Per sample, whether teacher forcing gets every row it scores right (`evaluate`'s `exact`), counted on the
+    model's device without building records (`aspan.accuracy.accuracy`, at least `batch_size` samples per forward):
+    for the large test sets of the studies (tens of thousands of samples), where `evaluate`'s per-token table costs
+    far more than the forward passes."""
     samples = list(samples)
     if not samples:
         raise ValueError("exact_flags: no samples")
-    was_training, out = model.training, []
-    model.eval()
-    try:
-        for i in range(0, len(samples), batch_size):
-            batch = make_batch(samples[i : i + batch_size], tokenizer, n_ctx=model.cfg.n_ctx).to(model.cfg.device)
-            with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
-                pred = model(batch.tokens, attention_mask=batch.attention_mask).argmax(-1)
-            rows = batch.target_rows.clone()
-            for j, sample in enumerate(batch.samples):  # an EOS the task does not score (successor) is no target
-                if tokenizer.eos_id is not None and not scores_eos(sample):
-                    rows[j, batch.lengths[j] - 2] = False
-            out.append(((pred == batch.labels) | ~rows).all(-1).cpu())
-    finally:
-        model.train(was_training)
-    return torch.cat(out)
+    return accuracy(model, tokenizer, samples, fwd_hooks, batch_size).exact
 
 
 def evaluate_stream(model, tokenizer: Tokenizer, samples: Iterable[Sample], chunk: int = CHUNK, *,

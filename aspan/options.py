@@ -4,6 +4,8 @@ Signatures use the alias (`mode: Mode = "teacher"`); argparse `choices=` and run
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Literal, get_args
 
 # The selection rule's default budget on the drop of in-distribution exact accuracy (a fraction: 0.01 is 1 percentage
@@ -83,6 +85,37 @@ def check_option(name: str, value: object, choices: tuple[str, ...]) -> str:
     """`value` if it is one of `choices`, else a one-line ValueError naming the option and the choices."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_real(name: str, value: object, low: float, high: float | None = None, *, open_low: bool = False,
+               open_high: bool = False) -> float:
+    """`value` if it is a finite real number (not a bool) in the interval from `low` to `high` (None: no upper
+    bound; `open_low`/`open_high` exclude the ends), else a one-line ValueError naming the setting and the range."""
+    if high is None:
+        where = f"{'>' if open_low else '>='} {low:g}"
+    else:
+        where = f"in {'(' if open_low else '['}{low:g}, {high:g}{')' if open_high else ']'}"
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    try:
+        ok = ok and math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        ok = False
+    if ok:
+        ok = (value > low if open_low else value >= low) and (
+            high is None or (value < high if open_high else value <= high))
+    if not ok:
+        raise ValueError(f"{name} must be a finite number {where}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_count(name: str, value: object, low: int, high: int | None = None) -> int:
+    """`value` if it is an integer (not a bool) >= `low` (and < `high` where given), else a one-line ValueError
+    naming the setting."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < low or (
+            high is not None and value >= high):
+        where = f">= {low}" + (f" and < {high}" if high is not None else "")
+        raise ValueError(f"{name} must be an integer {where}, got {value!r}")
     return value  # type: ignore[return-value]
 
 

@@ -47,8 +47,10 @@ def _handler(signum, frame) -> None:
 @contextlib.contextmanager
 def handled() -> Iterator[None]:
     """While the command runs: SIGTERM and SIGINT set the flag (main thread only; the old handlers are restored and the
-    flag cleared after). SIGINT is left alone where the process ignores it (a shell's background job)."""
-    if threading.current_thread() is not threading.main_thread():
+    flag cleared after). SIGINT is left alone where the process ignores it (a shell's background job). Nested inside
+    another `handled` (a command run by a command, as `aspan gpu slice` runs its studies) it changes nothing: a
+    signal the inner command stopped for still stops the outer one."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is _handler:
         yield
         return
     _received.clear()

@@ -1,14 +1,22 @@
-"""Training throughput of the default tiny model (2 layers x 128, 8 heads) on string reversal, CPU, in tokens/s.
+"""Training step of the default tiny model (2 layers x 128, 8 heads, rotary) on string reversal: aspan's loop
+step against a plain PyTorch model doing the same training work, interleaved in one process.
 
-Counts real (non-padding) tokens of the global batch per second of training step (data generation, batching,
-forward, backward, optimiser); prints it next to a plain forward + backward on the same batch in the same run.
-Usage: python benchmarks/bench_training.py [--steps 30] [--batch 64] [--threads 1]
+Both sides train on the same batches, made the same way (lean batches made ahead in a thread; pinned, non-blocking
+copies on CUDA), with rotary positions, gradient clipping, the warm-up + cosine schedule and AdamW with the same
+weight-decay groups (fused on CUDA); neither reads anything back inside a step (`aspan.applications.step_timing`).
+Per batch size it prints one markdown table row: kernels per step (torch.profiler's leaf operators, a foreach or
+fused one counted once; AdamW's share in brackets: per tensor on the CPU, one fused kernel on CUDA), reads and
+blocking copies per step (each a device sync on a GPU), the median time per step of alternating bursts, and
+aspan's speed relative to plain (plain's step time / aspan's: 1.00 = as fast).
+
+Usage: python benchmarks/bench_training.py [--batches 1 64 256] [--rounds 8] [--burst 5] [--threads 1]
+                                           [--device cpu|cuda] [--amp] [--capture]
 """
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
+import platform
 import sys
 import time
 import warnings
@@ -19,47 +27,49 @@ warnings.filterwarnings(
     "ignore", message=r"HookedTransformer(\.from_pretrained)? is deprecated", category=DeprecationWarning
 )
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from aspan import models, tasks  # noqa: E402
-from aspan.batching import make_batch  # noqa: E402
-from aspan.tokenization import CharTokenizer  # noqa: E402
-from aspan.training import TrainConfig, target_loss, train  # noqa: E402
+from aspan.applications.step_timing import Comparison, compare  # noqa: E402
+
+HEADER = ("| batch | step | kernels/step (AdamW's) | x plain | reads + blocking copies | ms/step | speed vs plain |\n"
+          "|---|---|---|---|---|---|---|")
+
+
+def rows(batch: int, got: dict) -> list[str]:
+    """The table rows of one batch size: plain first, then aspan (and its captured step)."""
+    sec, costs, out = got["seconds"], got["costs"], []
+    plain_kernels = costs["plain"]["kernels"]["total"]
+    for name in ("plain", "aspan", "captured"):
+        if name not in sec:
+            continue
+        k, c = costs[name]["kernels"], costs[name]
+        out.append(f"| {batch} | {name} | {k['total']} ({k['optimizer']}) | {k['total'] / plain_kernels:.2f} | "
+                   f"{c['reads']} + {c['blocking_copies']} | {1e3 * sec[name]:.2f} | "
+                   f"{sec['plain'] / sec[name]:.2f} |")
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 64, 256])
+    ap.add_argument("--rounds", type=int, default=8, help="alternating bursts per side")
+    ap.add_argument("--burst", type=int, default=5, help="steps per burst")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--amp", action="store_true", help="bf16 autocast (CUDA) for both sides")
+    ap.add_argument("--capture", action="store_true", help="also aspan's captured step (CUDA graph; CUDA only)")
     a = ap.parse_args()
+    if a.capture and not a.device.startswith("cuda"):
+        ap.error("--capture needs --device cuda (a CUDA graph)")
     torch.set_num_threads(a.threads)
-    task = tasks.preset("reversal", "id")
-    tok = CharTokenizer()
-    model = models.tiny(tok, task="reversal", device="cpu")
-    n_params = sum(p.numel() for p in model.parameters())
-    t = time.perf_counter()
-    res = train(
-        model,
-        tok,
-        task,
-        TrainConfig.scratch(steps=a.steps, batch_size=a.batch, log_every=a.steps, device="cpu"),
-        progress=False,
-    )
-    wall = time.perf_counter() - t
-    rate = res.history[-1]["tokens_per_s"]
-    # the same work without the loop: forward + backward on one batch
-    batch = make_batch(task.generate(a.batch, seed=1), tok)
-    times = []
-    for _ in range(5):
-        t = time.perf_counter()
-        target_loss(model(batch.tokens), batch.labels).backward()
-        times.append(time.perf_counter() - t)
-    fb = int(batch.attention_mask.sum()) / statistics.median(times)
-    print(f"tiny model ({n_params:,} parameters), reversal ID, batch {a.batch}, {a.steps} steps, {a.threads} thread(s)")
-    print(
-        f"training loop: {rate:,.0f} tokens/s ({a.steps / wall:.2f} steps/s wall, "
-        f"final loss {res.history[-1]['loss']:.3f})"
-    )
-    print(f"plain forward+backward: {fb:,.0f} tokens/s (loop / plain = {rate / fb:.2f})")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"torch {torch.__version__}, {a.device}{' bf16 autocast' if a.amp else ' fp32'}, {a.threads} thread(s), "
+          f"{os.cpu_count()} cores ({platform.processor() or platform.machine()}), load average {load:.1f}")
+    print(HEADER)
+    t0 = time.perf_counter()
+    for batch in a.batches:
+        got = compare(Comparison(a.device, batch, a.rounds, a.burst, capture=a.capture, amp=a.amp))
+        print("\n".join(rows(batch, got)), flush=True)
+    print(f"({got['parameters']:,} parameters; {a.rounds} bursts of {a.burst} steps per side; "
+          f"{time.perf_counter() - t0:.0f} s)")
 
 
 if __name__ == "__main__":

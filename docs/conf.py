@@ -36,6 +36,7 @@ extensions = [
     "sphinx.ext.napoleon",  # Google-style sections (Args, Returns, Shapes, Example) in docstrings
     "sphinx.ext.viewcode",
     "aspan_docs",
+    "results_html",  # raw HTML in an included results README is shown as text and fails the build
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 exclude_patterns = ["_build", "**.ipynb_checkpoints", "_ext"]

@@ -36,6 +36,7 @@ from ._validate import check_hook_points as check_hook_points
 from ._validate import check_mask as check_mask
 from ._validate import check_strength as check_strength
 from ._validate import check_threshold as check_threshold
+from .bias import BiasHook as BiasHook
 from .bias import attn_bias, offset_bias
 from .capture import capture, capture_hooks
 from .masks import attn_mass, extrapolate_mask, share, shift_mask, target_rows
@@ -47,8 +48,9 @@ from .scores import head_row_scores, head_scores, offset_scores
 from .steer import check_alpha as check_alpha
 from .steer import steer
 
-# What a user calls. The checks and the hook name above are exported for aspan's own use (the layer above imports
-# nothing from `hooks._*`) and stay out of `__all__`; other internals stay in their modules.
+# What a user calls. The checks, the hook name and `BiasHook` (what an `attn_bias` hook adds) above are exported for
+# aspan's own use (the layer above imports nothing from `hooks._*`) and stay out of `__all__`; other internals stay
+# in their modules.
 __all__ = [
     "CaptureOptions", "EditOptions", "OffsetOptions", "ReinforceOptions", "ScoreOptions", "SteerOptions", "attn_bias",
     "attn_mass", "capture", "capture_hooks", "extrapolate_mask", "head_row_scores", "head_scores",

@@ -97,6 +97,53 @@ def check_columns(columns: Tensor | None, tokens: Tensor) -> Tensor | None:
     return columns
 
 
+def check_flag(name: str, value: object) -> bool:
+    """A boolean option: True or False only. A truthy string ("no"), a number or a tensor would silently switch it
+    on, so anything else is a TypeError naming the option."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def check_index(name: str, index) -> tuple[slice | tuple[int, ...] | Tensor | None, int | None]:
+    """Positions kept along one axis of a pattern (`capture`'s `rows`, `cols`): None (all), a slice of ints (step
+    >= 1), or a sequence or 1-d integer tensor of positions >= 0. Returns it with its largest position (None for None
+    or a slice), which `check_index_fits` compares with the pattern's length at the forward; ValueError naming the
+    option otherwise (a float, a negative position or a bool)."""
+    if index is None:
+        return None, None
+    if isinstance(index, slice):
+        parts = (index.start, index.stop, index.step)
+        if any(p is not None and not _is_int(p) for p in parts) or (index.step is not None and index.step < 1):
+            raise ValueError(f"{name} must be a slice of ints with a step >= 1, got {index!r}")
+        return index, None
+    if type(index).__module__ == "numpy":  # an array of positions
+        index = torch.as_tensor(index)
+    if isinstance(index, Tensor):
+        if index.ndim != 1 or index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
+            raise ValueError(f"{name} must be a 1-d integer tensor of positions, got {index.dtype} "
+                             f"{tuple(index.shape)}")
+        values = index.tolist()
+    elif isinstance(index, (str, bytes)) or not isinstance(index, Sequence):
+        raise ValueError(f"{name} must be None, a slice, a sequence or a 1-d tensor of positions, got "
+                         f"{type(index).__name__}")
+    else:
+        values = list(index)
+        bad = [v for v in values if not _is_int(v)]
+        if bad:
+            raise ValueError(f"{name} must hold integer positions, got {bad[0]!r}")
+        index = tuple(int(v) for v in values)
+    if any(v < 0 for v in values):
+        raise ValueError(f"{name}: position {min(values)} is negative (positions count from 0)")
+    return index, (max(values) if values else None)
+
+
+def check_index_fits(name: str, top: int | None, size: int) -> None:
+    """ValueError when the largest position `top` of option `name` is past a pattern axis of `size` positions."""
+    if top is not None and top >= size:
+        raise ValueError(f"{name}: position {top} out of range 0..{size - 1} (this forward's pattern has {size})")
+
+
 def check_threshold(threshold: float | None) -> float | None:
     """A gate on the original attention value (edit where A > τ): None or a finite number in [0, 1)."""
     if threshold is None:

@@ -4,6 +4,7 @@ ABS windows and ABC lines are built by `aspan.experiments.abc` and added through
 """
 from __future__ import annotations
 
+import numbers
 from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -40,6 +41,9 @@ def offset_bias(per_offset: Tensor | Mapping[int, float | Tensor], fill: float =
     if isinstance(per_offset, Mapping):
         if not per_offset:
             raise ValueError("per_offset is empty")
+        bad = [d for d in per_offset if not isinstance(d, numbers.Integral) or isinstance(d, bool)]
+        if bad:  # int() would truncate 0.5 to offset 0, or parse "3"
+            raise ValueError(f"per_offset keys must be integer offsets q - k, got {bad[0]!r}")
         items = sorted((int(d), torch.as_tensor(v, dtype=torch.float32)) for d, v in per_offset.items())
         if any(d < 0 for d, _ in items):
             raise ValueError("offsets q - k must be >= 0 (keys after the query are masked anyway)")
@@ -122,26 +126,46 @@ def attn_bias(
             raise ValueError("heads is empty")
         by_layer = {layer: heads for layer in check_layers(layers, n_layers)}
 
-    def make(layer: int, hs: list[int] | None):
-        def hook(scores: Tensor, hook) -> Tensor:
-            b, n_h, q, k = scores.shape
-            if hs is not None and max(hs) >= n_h:
-                raise ValueError(f"head {max(hs)} out of range: layer {layer} has {n_h} heads")
-            add = _crop_bias(bias, q, k, scores.device).to(scores.dtype)
-            if add.ndim == 2:
-                add = add[None, None]
-            elif add.ndim == 3:
-                add = add[None]
-            want = n_h if hs is None else len(hs)
-            if add.shape[1] not in (1, want) or add.shape[0] not in (1, b):
-                raise ValueError(f"bias {tuple(add.shape)} does not fit scores {(b, want, q, k)} of layer {layer}")
-            if hs is None:
-                return scores + add
-            idx = torch.tensor(hs, device=scores.device)
-            scores = scores.clone()
-            scores[:, idx] += add
-            return scores
+    return [(scores_name(layer), BiasHook(bias, layer, hs)) for layer, hs in sorted(by_layer.items())]
 
-        return hook
 
-    return [(scores_name(layer), make(layer, hs)) for layer, hs in sorted(by_layer.items())]
+class BiasHook:
+    """The hook `attn_bias` puts on one layer's `hook_attn_scores`: `scores + bias` on `heads` (None: all heads).
+
+    Called as a TransformerLens hook, `(scores, hook) -> scores`. Its fields say what it adds, so that code running
+    the same function without hook points (a fused forward) can add the same bias to its own attention mask.
+
+    Shapes:
+        block(batch, n_heads, q, k): the bias as added, [1 | batch, 1 | heads, q, k] (heads: the selected ones).
+    """
+
+    def __init__(self, bias: Tensor | BiasFn, layer: int, heads: list[int] | None):
+        self.bias, self.layer, self.heads = bias, layer, heads
+
+    def __repr__(self) -> str:  # TransformerLens names the hook by its repr: never print the bias tensor
+        return f"BiasHook(layer={self.layer}, heads={self.heads})"
+
+    def block(self, b: int, n_h: int, q: int, k: int, device, dtype: torch.dtype) -> Tensor:
+        """The bias for scores of shape [b, n_h, q, k] (queries = the last q positions), as [1 | b, 1 | heads, q,
+        k]; ValueError when a head or the bias does not fit."""
+        hs = self.heads
+        if hs is not None and max(hs) >= n_h:
+            raise ValueError(f"head {max(hs)} out of range: layer {self.layer} has {n_h} heads")
+        add = _crop_bias(self.bias, q, k, device).to(dtype)
+        if add.ndim == 2:
+            add = add[None, None]
+        elif add.ndim == 3:
+            add = add[None]
+        want = n_h if hs is None else len(hs)
+        if add.shape[1] not in (1, want) or add.shape[0] not in (1, b):
+            raise ValueError(f"bias {tuple(add.shape)} does not fit scores {(b, want, q, k)} of layer {self.layer}")
+        return add
+
+    def __call__(self, scores: Tensor, hook=None) -> Tensor:
+        add = self.block(*scores.shape, scores.device, scores.dtype)
+        if self.heads is None:
+            return scores + add
+        idx = torch.tensor(self.heads, device=scores.device)
+        scores = scores.clone()
+        scores[:, idx] += add
+        return scores

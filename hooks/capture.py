@@ -8,7 +8,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from ._stream import pattern_name, prepare
-from ._validate import Head, check_heads, check_layers
+from ._validate import Head, check_heads, check_index, check_index_fits, check_layers
 from .options import CaptureOptions, CaptureSettings, Index, merge
 
 
@@ -22,10 +22,12 @@ def _heads(spec, n_layers: int | None, n_heads: int | None) -> list[Head]:
 
 
 def _crop(x: Tensor, rows: Index, cols: Index) -> Tensor:
-    if rows is not None:
-        x = x[..., rows, :] if isinstance(rows, slice) else x.index_select(-2, torch.as_tensor(rows, device=x.device))
-    if cols is not None:
-        x = x[..., cols] if isinstance(cols, slice) else x.index_select(-1, torch.as_tensor(cols, device=x.device))
+    """`x` [..., q, k] cropped to `rows` and `cols` (checked by `check_index`)."""
+    for dim, index in ((-2, rows), (-1, cols)):
+        if isinstance(index, slice):
+            x = x[..., index, :] if dim == -2 else x[..., index]
+        elif index is not None:  # positions (an empty list too: long, not float)
+            x = x.index_select(dim, torch.as_tensor(index, dtype=torch.long, device=x.device))
     return x
 
 
@@ -50,12 +52,15 @@ def capture_hooks(
     """
     cfg = getattr(model, "cfg", None)
     sel = _heads(heads, getattr(cfg, "n_layers", None), getattr(cfg, "n_heads", None))
+    (rows, top_row), (cols, top_col) = check_index("rows", rows), check_index("cols", cols)
     by_layer: dict[int, list[int]] = {}
     for layer, head in sel:
         by_layer.setdefault(layer, []).append(head)
 
     def make(layer: int, hs: list[int]):
         def hook(pattern: Tensor, hook) -> None:
+            check_index_fits("rows", top_row, pattern.shape[-2])
+            check_index_fits("cols", top_col, pattern.shape[-1])
             for h in hs:
                 if h >= pattern.shape[1]:
                     raise ValueError(f"head {(layer, h)} out of range: layer {layer} has {pattern.shape[1]} heads")

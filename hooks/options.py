@@ -15,13 +15,25 @@ from typing import Literal, Mapping, Sequence, TypedDict, TypeVar
 from jaxtyping import Bool
 from torch import Tensor
 
+from ._validate import check_flag
+
 Index = slice | Sequence[int] | Tensor | None  # positions kept: a slice, indices, or None for all
 SteerMode = Literal["exclude", "include"]  # where PASTA's log alpha goes: outside the references, or on them
 Reduce = Literal["sum", "row"]  # a head score summed over target rows and batch, or the mean per target row
 
 
+class _Options:
+    """What every options class checks on construction: a field typed `bool` holds True or False (a TypeError naming
+    it otherwise: a truthy "no" would switch it on)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]
+            if f.type in ("bool", bool):
+                check_flag(f.name, getattr(self, f.name))
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
-class CaptureOptions:
+class CaptureOptions(_Options):
     """The rows and columns of each captured pattern that `capture` keeps.
 
     Shapes:
@@ -40,7 +52,7 @@ class CaptureOptions:
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class ScoreOptions:
+class ScoreOptions(_Options):
     """How a reader (`head_scores`, `head_row_scores`, `rollout_scores`) divides and chunks.
 
     Shapes:
@@ -76,7 +88,7 @@ class OffsetOptions(ScoreOptions):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
-class EditOptions:
+class EditOptions(_Options):
     """Failure gates of an attention edit (`patch_pattern`; the base of `ReinforceOptions` and `SteerOptions`).
 
     Shapes:

@@ -10,7 +10,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from ._stream import chunk_size, map_chunks, prepare, stream
-from ._validate import as_batch, check_attention_mask, check_columns, check_mask
+from ._validate import as_batch, check_attention_mask, check_columns, check_flag, check_mask
 from .masks import share
 from .options import ScoreOptions, ScoreSettings, merge
 
@@ -21,6 +21,8 @@ def rollout_step(
     R: Float[Tensor, "batch q q"] | None, A: Float[Tensor, "batch q q"], normalize: bool = True, causal: bool = True
 ) -> Float[Tensor, "batch q q"]:
     """R ← Â·R with Â = A + I (rows divided by their sum when `normalize`); in place on R; R=None starts at Â."""
+    check_flag("normalize", normalize)
+    check_flag("causal", causal)
     s = A.sum(-1, keepdim=True) + 1 if normalize else None  # row sums of Â, >= 1
     if R is None:
         A.diagonal(dim1=-2, dim2=-1).add_(1)
@@ -78,6 +80,7 @@ def rollout(
         >>> tuple(R.shape), bool(torch.allclose(R.sum(-1), torch.ones(1, 8)))
         ((1, 8, 8), True)
     """
+    check_flag("normalize", normalize)
     tokens = as_batch(tokens)
     check_attention_mask(attention_mask, tokens)
     size = chunk_size(model, tokens, batch_size)
@@ -112,6 +115,7 @@ def rollout_scores(
         (1, 8)
     """
     options = merge(options, settings, ScoreOptions, "rollout_scores")
+    check_flag("normalize", normalize)
     tokens = as_batch(tokens)
     mask = check_mask(mask, tokens)
     check_attention_mask(attention_mask, tokens)

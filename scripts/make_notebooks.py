@@ -597,11 +597,162 @@ def nb04():
     ]
 
 
+def nb05():
+    return [
+        md("""
+        # 05 · A transformer you build yourself
+
+        Notebooks 02-04 used models aspan loads. Here the model is yours: a `HookedTransformer` from your own
+        `HookedTransformerConfig` on TransformerLens 3.9, or, on TransformerLens 4 (which has no `HookedTransformer`),
+        the same network inside a `TransformerBridge`. aspan takes the object as it is: it checks that the model can
+        run the task, trains it, evaluates it in and out of distribution, ranks its heads, edits them, and sweeps the
+        edits with their ID cost. The one cell that depends on the TransformerLens version says so.
+        """ + how_to_run("spiegel")),
+        md(SETUP_NOTE),
+        code(SETUP),
+        md("""
+        ## Which TransformerLens, and the two sizes a task fixes
+
+        A plain `pip install aspan` takes TransformerLens 4; `pip install "aspan[hooked]"` takes 3.9. The task fixes
+        two sizes: `d_vocab`, at least the tokenizer's vocabulary (every id it can give), and `n_ctx`, at least the
+        BOS token, the longest out-of-distribution sample (prompt, separator and target) and the EOS token.
+        """),
+        code("""
+        from importlib.metadata import version
+
+        import aspan
+        from aspan.models import has_hooked
+
+        print("TransformerLens", version("transformer-lens"), "has HookedTransformer:", has_hooked())
+        tok = aspan.CharTokenizer()
+        train_task = aspan.preset("reversal", "id", length=(1, 6), charset="abcdefgh")
+        ood = aspan.preset("reversal", "ood", length=(7, 10), charset="abcdefgh")
+        d_vocab = tok.vocab_size  # 3 special tokens and 67 characters
+        n_ctx = tok.offset + ood.max_text_len() + 1  # BOS + the longest OOD text + EOS
+        print(f"d_vocab >= {d_vocab}, n_ctx >= {n_ctx}")
+        """),
+        md("""
+        ## Build it, and check it before any forward
+
+        `aspan.check_model(model, tokenizer, task)` answers in one line, or raises one naming the fix.
+        """),
+        code("""
+        if has_hooked():  # TransformerLens 3.9 only: a HookedTransformer from your own config
+            from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+            cfg = HookedTransformerConfig(n_layers=2, n_heads=4, d_model=64, d_head=16, d_mlp=256, act_fn="gelu",
+                                          normalization_type="LN", positional_embedding_type="rotary", rotary_dim=16,
+                                          d_vocab=d_vocab, n_ctx=n_ctx, seed=0)
+            model = HookedTransformer(cfg)
+        else:  # TransformerLens 4: the same network in its Hugging Face form, inside a TransformerBridge
+            model = aspan.tiny(tok, n_layers=2, n_heads=4, d_model=64, n_ctx=n_ctx, task=ood)
+        print(type(model).__name__, "-", aspan.check_model(model, tok, ood))
+        """),
+        md("""
+        What it refuses, each before anything runs (`evaluate`, `rank_heads`, `train` and the sweep engine make the same
+        checks): a vocabulary smaller than the tokenizer's ids (without the check, an `IndexError` deep inside the
+        embedding), a context shorter than the longest sample, a task character that is not one token, and a model
+        without TransformerLens's attention hook points.
+        """),
+        code("""
+        wrong = {"vocabulary of 50": aspan.tiny(50, n_layers=1, n_heads=2, d_model=16, n_ctx=n_ctx),
+                 "context of 16": aspan.tiny(tok, n_layers=1, n_heads=2, d_model=16, n_ctx=16)}
+        for name, small in wrong.items():
+            try:
+                aspan.check_model(small, tok, ood)
+            except ValueError as e:
+                print(f"{name}: {e}")
+        """),
+        md("""
+        ## Train it on short strings, watch the long ones
+
+        `aspan.train` trains the object in place; with `curve_data` it evaluates held-out sets as it goes. In
+        distribution (lengths 1-6) it learns the task; on lengths 7-10, which it never saw, it does not.
+        """),
+        code("""
+        import pandas as pd
+
+        from aspan import viz
+        from aspan.viz.curves import learning_curves
+
+        id_set, ood_set = train_task.generate(64, seed=1), ood.generate(64, seed=2)
+        result = aspan.train(model, tok, train_task,
+                             aspan.TrainConfig.scratch(steps=300, batch_size=32, lr=3e-3, warmup=20, curve_every=50),
+                             curve_data={"ID 1-6": id_set[:32], "OOD 7-10": ood_set[:32]}, progress=False)
+        curves = pd.DataFrame([r for r in result.history if r.get("kind") == "curve"])
+        learning_curves(curves, y="partial").show()
+        ood_result = aspan.evaluate(model, tok, ood_set)
+        print(f"ID exact {aspan.evaluate(model, tok, id_set).summary()['exact']:.3f}, "
+              f"OOD exact {ood_result.summary()['exact']:.3f}")
+        """),
+        md("""
+        ## Which heads read the references, and what an edit does
+
+        `rank_heads` orders the heads by their attention on the references; `hooks.reinforce` adds `C` to the
+        attention of the chosen heads on the references, one batch at a time.
+        """),
+        code("""
+        import hooks
+        from aspan.applications.notebook import summaries
+
+        ranking = aspan.rank_heads(model, tok, id_set)
+        heads = aspan.select_heads(ranking, top=2)
+        viz.layer_head_heatmap(ranking, value="score_row", title="Attention share on the references per head").show()
+        results = {"ID": aspan.evaluate(model, tok, id_set, heads=heads),
+                   "OOD": aspan.evaluate(model, tok, ood_set, heads=heads)}
+        for c in (1.0, 4.0):
+            edit = lambda batch, c=c: hooks.reinforce(heads, mask=batch.ref_mask, strength=c)
+            results[f"OOD, C={c:g}"] = aspan.evaluate(model, tok, ood_set, fwd_hooks=edit, heads=heads)
+        print("top heads", heads)
+        summaries(results)  # the AttnScores of the edited rows are measured through the edit
+        """),
+        md("""
+        ## A sweep of edits on the model object
+
+        The experiment engine behind `aspan sweep` takes the object too. Its config needs no `model` entry then:
+        its rows name the model `in-memory:` and a hash of its weights and tokenizer, so a rows file resumed with
+        another model (or this one trained further) never mixes their rows. Each row carries its ID cost.
+        """),
+        code("""
+        import tempfile
+        from pathlib import Path
+
+        from aspan.experiments.sweep import SweepConfig, run_sweep, summary_table
+
+        sweep = SweepConfig.from_dict({
+            "task": "reversal", "task_params": {"length": [7, 10], "charset": "abcdefgh"},
+            "id_params": {"length": [1, 6], "charset": "abcdefgh"}, "n_samples": 32, "strengths": [1.0, 4.0],
+            "heads": {"top": [1, 2]},
+        })
+        rows = run_sweep(sweep, Path(tempfile.mkdtemp()) / "sweep.jsonl", model=model, tokenizer=tok, progress=False)
+        print("sweep rows named", rows.model.iloc[0])
+        summary_table(rows)[["heads", "strength", "exact", "baseline_exact", "gain_exact", "id_cost"]]
+        """),
+        md("""
+        ## Save it
+
+        `aspan.save` writes a standard Hugging Face checkpoint when the model has an exact Hugging Face form (a
+        bridge always; this HookedTransformer only if its unembedding bias folds into the final LayerNorm, which
+        needs `d_vocab <= d_model`), else aspan's own format, TransformerLens's names in safetensors. `aspan.load`,
+        `aspan eval` and `aspan doctor --model` read both.
+        """),
+        code("""
+        checkpoint = Path(tempfile.mkdtemp()) / "my-model"
+        aspan.save(model, checkpoint, tok, task="reversal", params=train_task.params())
+        again, tok_again, meta = aspan.load(checkpoint, device="cpu")
+        print(sorted(p.name for p in checkpoint.iterdir()))
+        print(f"OOD partial {ood_result.summary()['partial']:.4f}, "
+              f"reloaded {aspan.evaluate(again, tok_again, ood_set).summary()['partial']:.4f}")
+        """),
+    ]
+
+
 BUILDERS = {
     "01_tasks_and_references.ipynb": nb01,
     "02_attention_and_rollout.ipynb": nb02,
     "03_reinforcement.ipynb": nb03,
     "04_your_own_model.ipynb": nb04,
+    "05_your_own_transformer.ipynb": nb05,
 }
 
 

@@ -24,6 +24,10 @@ PAGES = (
     "docs/benchmarks.md",
     "docs/contributing.md",
 )
+# Pages whose blocks another test runs, on whichever TransformerLens is installed (CI runs it on 3.9 and on 4.3):
+# a block whose first line is TRANSFORMER_LENS_3 runs only where TransformerLens has HookedTransformer.
+ON_EITHER_STACK = {"docs/howto/own-model.md": "tests/test_own_model_page.py"}
+TRANSFORMER_LENS_3 = "# TransformerLens 3.9 only"
 STUDY_PAGES = tuple(f"docs/studies/{p.parent.name}.md" for p in sorted((ROOT / "results").glob("*/README.md")))
 FENCE = re.compile(r"^(`{3,}|~{3,})\s*(\{[\w-]+\}|[\w+-]*)(.*)$")
 

@@ -524,7 +524,7 @@ def test_flags_override_the_file_key_by_key(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["train", "--config", "bad.toml"], ["bad.toml", "train.lr", "must be a number"]),
+    (["train", "--config", "bad.toml"], ["bad.toml", "train.lr", "must be a finite number"]),
     (["eval", "--config", "e.toml"], ["e.toml", "sampels"]),
     (["rank", "--task", "reversal"], ["MODEL is required"]),
     (["abc", "m"], ["--task is required"]),

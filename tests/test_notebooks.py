@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-EXPECTED = ["01_tasks_and_references", "02_attention_and_rollout", "03_reinforcement", "04_your_own_model"]
+EXPECTED = ["01_tasks_and_references", "02_attention_and_rollout", "03_reinforcement", "04_your_own_model",
+            "05_your_own_transformer"]
 CELL_TIMEOUT = 180  # seconds per cell; a whole notebook should take well under 2 minutes on CPU
 
 
@@ -70,6 +71,15 @@ KEY_LINES = {
         r"HookedTransformer 2 layers x 4 heads; offset \d+",
         r"target 0 '.': query row \d+, reference columns \[\d+\] = text positions \[\d+\] \+ offset \d+",
     ],
+    "05_your_own_transformer": [  # the class built is the one this TransformerLens has (see test_notebook_runs)
+        r"d_vocab >= 70, n_ctx >= 23",
+        r"(?P<kind>HookedTransformer|TransformerBridge) - \w+ 2 layers x 4 heads: d_vocab 70 covers the tokenizer",
+        r"vocabulary of 50: check_model: model: vocabulary too small: d_vocab=50 but the tokenizer gives ids up to 65",
+        r"context of 16: check_model: model: context too short: n_ctx=16 but the longest reversal sample needs 23",
+        r"ID exact (?P<id>[\d.]+), OOD exact (?P<ood>[\d.]+)",
+        r"sweep rows named in-memory:[0-9a-f]{16}",
+        r"OOD partial (?P<partial>[\d.]+), reloaded (?P<reloaded>[\d.]+)",
+    ],
 }
 
 
@@ -113,8 +123,14 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     for pattern in KEY_LINES[path.stem]:
         m = re.search(pattern, text)
         assert m, f"{path.name} did not print a line matching {pattern!r}"
-        found.update({k: float(v) for k, v in m.groupdict().items()})
+        found.update({k: v if k == "kind" else float(v) for k, v in m.groupdict().items()})
     if path.stem == "02_attention_and_rollout":  # the shipped model: perfect ID, failing OOD
         assert found["id"] == 1.0 and found["ood"] < 0.6
     if path.stem == "03_reinforcement":  # the chosen reinforcement helps OOD
         assert found["reinforced"] > found["baseline"] + 0.1
+    if path.stem == "05_your_own_transformer":  # its own class; learns ID, fails OOD; saved and reloaded the same
+        from aspan.models import has_hooked
+
+        assert found["kind"] == ("HookedTransformer" if has_hooked() else "TransformerBridge")
+        assert found["id"] >= 0.5 and found["ood"] < 0.2
+        assert abs(found["reloaded"] - found["partial"]) <= 0.02  # its Hugging Face checkpoint: the same predictions

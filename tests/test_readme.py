@@ -3,6 +3,9 @@
 temp dir, in document order (later blocks reuse earlier outputs). ```bibtex blocks (the citing section) are checked
 for whole, distinct entries; MyST directives (```{include}) are not code and are skipped.
 
+The own-model page's blocks are run by tests/test_own_model_page.py instead (`tests.docs.ON_EITHER_STACK`), on
+whichever TransformerLens is installed.
+
 Three commands are not run as written: `pip install` (the README's install block, checked to name the checkout
 and the wheel of this version) would change the environment; `make test` is what runs this suite (running it here
 would recurse), and `make demo` would rebuild the venv and run the full-size demo (minutes). `make demo` is checked
@@ -22,13 +25,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs import DOCS, PAGES, ROOT, STUDY_PAGES, blocks, fenced, text
+from tests.docs import DOCS, ON_EITHER_STACK, PAGES, ROOT, STUDY_PAGES, blocks, fenced, text
 
 MAKE = re.compile(r"^\s*make\s+(\w+)\s*(#.*)?$")
 PIP = re.compile(r"^\s*pip install (\S+)\s*(#.*)?$")
 BLOCK_TIMEOUT = 300
 RUNNABLE = {"bash", "python", "bibtex"}
-BLOCKS = [b for b in blocks() if b[1] in RUNNABLE]
+BLOCKS = [b for b in blocks() if b[1] in RUNNABLE and b[0] not in ON_EITHER_STACK]  # those: their own test
 
 
 def _env() -> dict[str, str]:

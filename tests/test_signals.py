@@ -78,3 +78,16 @@ def test_the_library_leaves_the_signal_handlers_alone():
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
     assert stopping.received() is None
     stopping.check()  # outside the command line: nothing to do
+
+
+def test_a_nested_command_keeps_the_signal_for_the_command_that_runs_it():
+    """`aspan gpu slice` runs its studies through `aspan.cli.main`: the signal a study stopped for stops the slice."""
+    before = signal.getsignal(signal.SIGTERM)
+    with stopping.handled():
+        with stopping.handled():  # the nested command
+            signal.raise_signal(signal.SIGTERM)
+            assert stopping.received() == signal.SIGTERM
+        assert stopping.received() == signal.SIGTERM, "the inner command's end cleared the flag"
+        with pytest.raises(stopping.Terminated):
+            stopping.check()
+    assert signal.getsignal(signal.SIGTERM) == before and stopping.received() is None

@@ -85,20 +85,43 @@ def test_rank_heads_and_every_edit_act_on_the_users_model(mine, samples):
     assert patched["attn_heads_sample"] == pytest.approx(1.0)  # every row of those heads on its references
 
 
+SWEEP = {"task": "reversal", "split": "ood", "task_params": {"length": [4, 5], "charset": "abcd"},
+         "id_params": {"length": [1, 3], "charset": "abcd"}, "n_samples": 4, "batch_size": 4, "strengths": [0.5, 3.0],
+         "heads": {"list": [[1, 0], [1, 1]]}}
+
+
 def test_the_sweep_engine_runs_on_the_users_model(mine, tmp_path):
     model, tok = mine
-    config = SweepConfig.from_dict({"model": "my-own-model", "task": "reversal", "split": "ood",
-                                    "task_params": {"length": [4, 5], "charset": "abcd"},
-                                    "id_params": {"length": [1, 3], "charset": "abcd"}, "n_samples": 4,
-                                    "batch_size": 4, "strengths": [0.5, 3.0], "heads": {"list": [[1, 0], [1, 1]]}},
-                                   check_model=False)
+    config = SweepConfig.from_dict(SWEEP)  # no model entry: the model object is passed
     rows = run_sweep(config, tmp_path / "rows.jsonl", model=model, tokenizer=tok, progress=False)
     assert len(rows) == 2 and set(rows.strength) == {0.5, 3.0}
+    assert rows.model.nunique() == 1 and rows.model[0].startswith("in-memory:")
     plain = evaluate(model, tok, config.data().samples("selection", 0)).summary()
     assert (rows.baseline_exact == plain["exact"]).all()
     strong, weak = rows.set_index("strength").loc[3.0], rows.set_index("strength").loc[0.5]
     assert strong.attn_heads_sample > weak.attn_heads_sample
     assert isinstance(rows, pd.DataFrame)
+
+
+def test_a_sweep_of_an_unnamed_model_resumes_only_its_own_rows(mine, tmp_path):
+    """The rows of a model object are named by its weights and tokenizer: the same model resumes its rows, another
+    model (the untrained one) gets rows of its own in the same file, and a config naming no model needs the object
+    (a config file, which `aspan sweep` runs, must name it)."""
+    model, tok = mine
+    config, path = SweepConfig.from_dict(SWEEP), tmp_path / "rows.jsonl"
+    first = run_sweep(config, path, model=model, tokenizer=tok, progress=False)
+    again = run_sweep(config, path, model=model, tokenizer=tok, progress=False, limit=0)
+    assert again.equals(first)  # resumed: no new row
+    other = run_sweep(config, path, model=user_model(tok), tokenizer=tok, progress=False)
+    assert len(other) == 2 and set(other.model).isdisjoint(first.model)
+    assert len(path.read_text().splitlines()) == 4
+    with pytest.raises(ValueError, match="run_sweep: the sweep config names no model: set its model .* or pass the "
+                                         "model object"):
+        run_sweep(config, tmp_path / "none.jsonl", progress=False)
+    file = tmp_path / "sweep.toml"
+    file.write_text('task = "reversal"\nstrengths = [1.0]\n[heads]\nlist = [[0, 0]]\n')
+    with pytest.raises(ValueError, match="missing required key 'model'"):
+        SweepConfig.from_toml(file)
 
 
 @pytest.mark.parametrize("what", ["none", "hf"])

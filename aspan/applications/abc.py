@@ -9,6 +9,7 @@ the run directory.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,14 @@ class ABCRun:
 
 
 def parse_heads(text: str) -> list[tuple[int, int]]:
-    """`--heads 1.3,0.2` as a list of (layer, head); ValueError on any other form."""
-    try:
-        return [tuple(int(x) for x in h.split(".")) for h in text.split(",") if h.strip()]  # type: ignore[misc]
-    except ValueError:
-        raise ValueError(f"--heads must look like 1.3,0.2, got {text!r}") from None
+    """`--heads 1.3,0.2` as a list of (layer, head); ValueError naming --heads on any other form, no head at all
+    included (`--heads ""`: leave the flag out to bias every head)."""
+    found = [re.fullmatch(r"\s*([0-9]{1,9})\.([0-9]{1,9})\s*", h) for h in text.split(",") if h.strip()]
+    if not found or not all(found):
+        shown = repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
+        raise ValueError(f"--heads must look like 1.3,0.2 (layer.head, at least one; leave it out for every head), "
+                         f"got {shown}")
+    return [(int(m[1]), int(m[2])) for m in found]
 
 
 def parse_abs(text: str) -> tuple[str, int, int]:
@@ -116,7 +120,7 @@ def _plan(run: ABCRun) -> _Plan:
     if window:
         n = ood_task.max_text_len() + 2  # the longest sequence: prefix + text + EOS (anti-diagonals span 2n lines)
         check_offsets(window[1], 2 * n if window[0] == "anti" else n, f"--abs {run.abs}: line")
-    heads = parse_heads(run.heads) if run.heads else None
+    heads = parse_heads(run.heads) if run.heads is not None else None
     if heads:
         heads = check_heads(heads, *(checkpoint_dims(run.model) or (None, None)))
     return _Plan(id_task, ood_task, directions, window, heads)

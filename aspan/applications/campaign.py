@@ -9,30 +9,32 @@ back, continues exactly where this one stopped (the studies' rows are keyed by t
 resumes from its checkpoint).
 
 What a slice returns is small and flat, for machines that hand back only a few files: `run.json` (the environment,
-the checks, what each run did) and the campaign's changed files as `state.tar.gz` (split in parts of at most
-`PART_BYTES`), which `merge_slice` applies to the campaign directory here.
+the checks, what each run did, the state it started from) and the campaign's changed files as `state.tar.gz` (split
+in parts), which `merge_slice` checks and applies to the campaign directory here, all or nothing
+(`aspan.applications.slice_archive`). A slice holds the campaign's lock while it runs, so two slices (or a slice and
+a merge) never share a campaign; a stop signal (SIGTERM, Ctrl-C) ends the slice after the run it is in, checkpointed,
+with its record and archive written.
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
-import tarfile
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import stopping
 from ..config import load_config
 from ..environment import run_environment
+from ..errors import Terminated, UsageError
+from ..io import write_text
 from .device_checks import CHECKS, run_checks
+from .slice_archive import STATE, campaign_lock, latest_steps, merge_slice, pack, snapshot  # noqa: F401 (the archive's
+from .studies import REGISTRY, row_files, study  #                          STATE and merge_slice, importable from here)
 
 DONE = ".campaign-done.json"  # in a run's directory once its command finished (not paused)
-SKIP_PACK = (".aspan.lock", "report.html")  # never shipped back: a lock, and reports `aspan report` rebuilds
-PART_BYTES = 15 * 2**20  # the largest part of state.tar.gz
-STATE = "state.tar.gz"
-REMOVED = ".campaign-removed.json"  # inside the archive: files the slice deleted
 
 
 logger = logging.getLogger(__name__)
@@ -66,35 +68,93 @@ class CampaignPlan:
 
     def check(self) -> None:
         """ValueError naming the run and key that is wrong, before any work."""
-        from dataclasses import fields
-
-        known = {f.name for f in fields(Entry)}
-        names = set()
+        if not isinstance(self.runs, (list, tuple)):
+            raise ValueError("runs must be a list of tables")
+        names: set[str] = set()
         for i, run in enumerate(self.runs):
-            where = f"runs[{i}]"
-            if not isinstance(run, dict):
-                raise ValueError(f"{where} must be a table")
-            unknown = sorted(set(run) - known)
-            if unknown:
-                raise ValueError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(known))})")
-            name = run.get("name")
-            if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name):
-                raise ValueError(f"{where}.name must be letters, digits, '_' and '-', got {name!r}")
-            if name in names:
-                raise ValueError(f"{where}.name {name!r} is used twice")
-            names.add(name)
-            command = run.get("command")
-            if not isinstance(command, (list, tuple)) or not command or not all(isinstance(c, str) for c in command):
-                raise ValueError(f"{where}.command must be a non-empty list of strings")
-            if {"--out", "--device"} & set(command):
-                raise ValueError(f"{where}.command must not set --out or --device (the slice sets them)")
+            check_run(run, f"runs[{i}]", names)
         if not self.runs:
             raise ValueError("runs: a campaign needs at least one run")
+        for key in ("budget_s", "reserve_s", "checkpoint_s"):
+            check_seconds(getattr(self, key), key)
         if not 0 <= self.reserve_s < self.budget_s or self.checkpoint_s <= 0:
             raise ValueError("budget_s must exceed reserve_s >= 0, and checkpoint_s must be > 0")
         bad = [c for c in self.checks if c not in CHECKS]
         if bad:
             raise ValueError(f"checks: unknown check {bad[0]!r} (checks: {', '.join(CHECKS)})")
+
+
+def check_seconds(value: Any, key: str) -> None:
+    """ValueError naming `key` unless `value` is a finite number (no NaN, no infinity, no integer beyond a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{key} must be a number of seconds, got {value!r}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        finite = False
+    if not finite:
+        text = repr(value)
+        text = text if len(text) <= 20 else text[:20] + "..."
+        raise ValueError(f"{key} must be a finite number of seconds, got {text}")
+
+
+def check_run(run: Any, where: str, names: set[str]) -> None:
+    """ValueError naming `where` and the key when one run of a plan is wrong; its name is added to `names`."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(Entry)}
+    if not isinstance(run, dict):
+        raise ValueError(f"{where} must be a table")
+    unknown = sorted(set(run) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key {unknown[0]!r} (keys: {', '.join(sorted(known))})")
+    name = run.get("name")
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"{where}.name must be letters, digits, '_' and '-', got {name!r}")
+    if name in names:
+        raise ValueError(f"{where}.name {name!r} is used twice")
+    names.add(name)
+    command = run.get("command")
+    if not isinstance(command, (list, tuple)) or not command or not all(isinstance(c, str) for c in command):
+        raise ValueError(f"{where}.command must be a non-empty list of strings")
+    if {"--out", "--device"} & set(command):
+        raise ValueError(f"{where}.command must not set --out or --device (the slice sets them)")
+    if next((c for c in command if not c.startswith("-")), None) == "gpu":
+        raise ValueError(f"{where}.command must not be `aspan gpu` (a slice does not run slices)")
+    requires = run.get("requires", ())
+    if not isinstance(requires, (list, tuple)) or not all(isinstance(r, str) and module_name(r) for r in requires):
+        raise ValueError(f"{where}.requires must be a list of module names (e.g. [\"gguf\"]), got {requires!r}")
+    for key in ("claim", "estimate"):
+        if not isinstance(run.get(key, ""), str):
+            raise ValueError(f"{where}.{key} must be text, got {run[key]!r}")
+
+
+def module_name(text: str) -> bool:
+    """Whether `text` is a (dotted) module name."""
+    return all(part.isidentifier() for part in text.split("."))
+
+
+def installed(module: str) -> bool:
+    """Whether module `module` (dotted) can be imported here, found without importing it or any package above it
+    (`importlib.util.find_spec("a.b")` imports `a`, whose code then runs)."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    parts, locations = module.split("."), None
+    for i in range(len(parts)):
+        name = ".".join(parts[: i + 1])
+        if name in sys.modules:
+            locations = getattr(sys.modules[name], "__path__", None)
+            continue
+        if i and not locations:  # the parent is a module, not a package
+            return False
+        spec = (importlib.util.find_spec(name) if i == 0
+                else importlib.machinery.PathFinder.find_spec(name, list(locations)))
+        if spec is None:
+            return False
+        locations = spec.submodule_search_locations
+    return True
 
 
 def load_plan(path: str | Path) -> CampaignPlan:
@@ -106,11 +166,31 @@ def load_plan(path: str | Path) -> CampaignPlan:
 def entry_state(campaign: Path, entry: Entry) -> dict[str, Any]:
     """Where one run stands: "done", "started" (its directory exists) or "not started", and its rows so far."""
     run = campaign / entry.name
-    rows = run / "runs.jsonl"
-    n = sum(1 for line in rows.read_text().splitlines() if line.strip()) if rows.is_file() else 0
     state = "done" if (run / DONE).is_file() else "started" if run.is_dir() else "not started"
+    n = sum(count_rows(p) for name in rows_files(entry) for p in study_row_files(run, name)) if run.is_dir() else 0
     paused = sorted(str(p.parent.parent.relative_to(run)) for p in run.glob("scratch/*/checkpoints/latest"))
     return {"name": entry.name, "state": state, "rows": n, "paused_trainings": paused}
+
+
+def rows_files(entry: Entry) -> tuple[str, ...]:
+    """The row files a run's rows are counted in: for `aspan study NAME`, the first row file of the studies that
+    subcommand runs (`Study.rows`: `runs.jsonl`, parity's `rows.jsonl`); for other commands `runs.jsonl`."""
+    words = [w for w in entry.command if not w.startswith("-")]
+    if words[:1] != ["study"] or len(words) < 2:
+        return ("runs.jsonl",)
+    names = [name for name, r in REGISTRY.items() if r.command == words[1]]
+    return tuple(dict.fromkeys(study(name).rows[0] for name in names)) or ("runs.jsonl",)
+
+
+def study_row_files(run: Path, name: str) -> list[Path]:
+    """Row file `name` of run directory `run` and its units' files, those that exist."""
+    return [p for p in row_files(run, name) if p.is_file()]
+
+
+def count_rows(path: Path) -> int:
+    """The rows (non-blank lines) of a JSONL file."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def status(plan: CampaignPlan, campaign: str | Path) -> list[dict[str, Any]]:
@@ -134,7 +214,7 @@ class Slice:
     """What one slice needs besides the plan."""
 
     campaign: Path  # the campaign directory (changed in place)
-    out: Path  # where run.json and the state archive go
+    out: Path  # where run.json and the state archive go (outside the campaign)
     run_command: Callable[[list[str]], int]  # runs an `aspan` command line in this process (`aspan.cli.main`)
     device: str = "cuda"
     clock: Callable[[], float] = time.monotonic  # tests pass a step counter here
@@ -143,12 +223,11 @@ class Slice:
 
 def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> dict[str, Any]:
     """Run one entry's command under the budget until `deadline`: "done", "paused" (the budget ran out; its
-    trainings checkpointed), "skipped" (a required package is missing) or "failed" (its exit code)."""
-    from importlib.util import find_spec
-
+    trainings checkpointed), "stopped" (a stop signal came; its trainings checkpointed), "skipped" (a required package
+    is missing) or "failed" (its exit code)."""
     from ..training import BudgetSpent, TimeBudget, time_budget
 
-    missing = [p for p in entry.requires if find_spec(p) is None]
+    missing = [p for p in entry.requires if not installed(p)]
     if missing:
         return {"name": entry.name, "status": "skipped", "why": f"needs {', '.join(missing)}, not installed here"}
     argv = [*entry.command, "--out", str(s.campaign / entry.name), "--device", s.device]
@@ -159,41 +238,88 @@ def run_entry(entry: Entry, s: Slice, plan: CampaignPlan, deadline: float) -> di
     except BudgetSpent as e:
         return {"name": entry.name, "status": "paused", "why": str(e), "seconds": time.perf_counter() - t0}
     seconds = time.perf_counter() - t0
+    if stopping.received() is not None:  # the command stopped at its safe point (and said so)
+        return {"name": entry.name, "status": "stopped", "signal": _signal_name(), "exit": code, "seconds": seconds}
     if code != 0:
         return {"name": entry.name, "status": "failed", "exit": code, "seconds": seconds}
-    (s.campaign / entry.name / DONE).write_text(json.dumps({"command": argv, "finished": time.time()}))
+    write_text(s.campaign / entry.name / DONE, json.dumps({"command": argv, "finished": time.time()}))
     return {"name": entry.name, "status": "done", "seconds": seconds}
 
 
+def _signal_name() -> str | None:
+    import signal
+
+    got = stopping.received()
+    return None if got is None else signal.Signals(got).name
+
+
+def check_out(campaign: Path, out: Path) -> None:
+    """UsageError when `out` is the campaign directory or inside it (the slice's outputs would overwrite a run's
+    files and ship in their own archive)."""
+    inside, camp = Path(out).resolve(), Path(campaign).resolve()
+    if inside == camp or camp in inside.parents:
+        raise UsageError(f"--out {out} is inside the campaign directory {campaign}: give a directory outside it")
+
+
 def run_slice(plan: CampaignPlan, s: Slice) -> dict[str, Any]:
-    """The device checks, then the campaign's unfinished runs in order until the budget is spent; writes
-    `out/run.json` and the archive of what changed in the campaign directory. Returns the record."""
+    """The device checks, then the campaign's unfinished runs in order until the budget is spent or a stop signal
+    comes, holding the campaign's lock; writes `out/run.json` and the archive of what changed in the campaign
+    directory (also when stopped: the signal is raised again after). Returns the record."""
+    check_out(s.campaign, s.out)
+    s.campaign.mkdir(parents=True, exist_ok=True)
+    with campaign_lock(s.campaign, f"aspan gpu slice --out {s.out}"):
+        return _run_locked(plan, s)
+
+
+def _run_locked(plan: CampaignPlan, s: Slice) -> dict[str, Any]:
     start = s.clock()
     deadline = start + plan.budget_s - plan.reserve_s
-    s.campaign.mkdir(parents=True, exist_ok=True)
     s.out.mkdir(parents=True, exist_ok=True)
     before = snapshot(s.campaign)
     s.record = {"kind": "gpu slice", "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "budget_s": plan.budget_s, "reserve_s": plan.reserve_s, "campaign": str(s.campaign),
-                "environment": run_environment(device=s.device), "commit": _commit(), "runs": []}
+                "started_from": started_from(s.campaign, before), "environment": run_environment(device=s.device),
+                "commit": _commit(), "runs": []}
     t0 = time.perf_counter()
-    s.record["checks"] = run_checks(s.device, plan.checks) if plan.checks else {}
-    s.record["checks_s"] = round(time.perf_counter() - t0, 2)
+    stop: BaseException | None = None
+    try:
+        s.record["checks"] = run_checks(s.device, plan.checks) if plan.checks else {}
+        s.record["checks_s"] = round(time.perf_counter() - t0, 2)
+        run_entries(plan, s, deadline)
+    except (Terminated, KeyboardInterrupt) as e:  # at a safe point outside the runs' commands (the checks)
+        stop = e
+    if stopping.received() is not None:
+        s.record["stopped"] = _signal_name()
+    s.record["status"] = status(plan, s.campaign)
+    s.record["wall_s"] = round(time.perf_counter() - t0, 2)
+    s.record["parts"] = pack(s.campaign, before, s.out)
+    write_text(s.out / "run.json", json.dumps(s.record, indent=1, default=str))
+    if stop is not None:
+        raise stop
+    return s.record
+
+
+def run_entries(plan: CampaignPlan, s: Slice, deadline: float) -> None:
+    """The plan's unfinished runs in order, until the deadline, a paused run or a stop signal."""
     for entry in plan.entries():
         if entry_state(s.campaign, entry)["state"] == "done":
             continue
-        if s.clock() >= deadline:
+        if s.clock() >= deadline or stopping.received() is not None:
             break
         result = run_entry(entry, s, plan, deadline)
         s.record["runs"].append(result)
         logger.info("aspan gpu slice: %s: %s", entry.name, result["status"])
-        if result["status"] == "paused":
+        if result["status"] in ("paused", "stopped"):
             break
-    s.record["status"] = status(plan, s.campaign)
-    s.record["wall_s"] = round(time.perf_counter() - t0, 2)
-    s.record["parts"] = pack(s.campaign, before, s.out)
-    (s.out / "run.json").write_text(json.dumps(s.record, indent=1, default=str))
-    return s.record
+
+
+def started_from(campaign: Path, before: dict[str, str]) -> dict[str, Any]:
+    """The campaign's state when a slice starts: its files and their digest, and every training's latest checkpoint
+    step (the archive holds, per file, what a merge checks)."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
+    return {"files": len(before), "digest": digest, "latest": latest_steps(campaign)}
 
 
 def _commit() -> str | None:
@@ -211,66 +337,3 @@ def _commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return got.stdout.strip() or None
-
-
-# ----------------------------------------------------------------------------------------------- the archive
-def snapshot(directory: Path) -> dict[str, str]:
-    """sha256 of every file under `directory`, by path relative to it."""
-    out = {}
-    for p in sorted(directory.rglob("*")):
-        if p.is_file() and not p.is_symlink():
-            out[p.relative_to(directory).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
-
-
-def pack(campaign: Path, before: dict[str, str], out: Path) -> list[str]:
-    """`out/state.tar.gz` (or `.partNN` pieces of at most `PART_BYTES`): every file of `campaign` that is new or
-    changed since `before`, and the list of removed ones. Returns the names written."""
-    after = snapshot(campaign)
-    changed = [p for p, h in after.items() if before.get(p) != h and Path(p).name not in SKIP_PACK]
-    removed = sorted(set(before) - set(after))
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for p in changed:
-            tar.add(campaign / p, arcname=p, recursive=False)
-        data = json.dumps(removed).encode()
-        info = tarfile.TarInfo(REMOVED)
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
-    blob = buf.getvalue()
-    if len(blob) <= PART_BYTES:
-        (out / STATE).write_bytes(blob)
-        return [STATE]
-    names = []
-    for i in range(0, len(blob), PART_BYTES):
-        name = f"{STATE}.part{i // PART_BYTES:02d}"
-        (out / name).write_bytes(blob[i : i + PART_BYTES])
-        names.append(name)
-    return names
-
-
-def merge_slice(slice_dir: str | Path, campaign: str | Path) -> dict[str, Any]:
-    """Apply a slice's archive to `campaign` (files written, removed ones deleted) and return its run.json record.
-    Refuses (ValueError naming the member) an archive member that is not a regular file inside the directory."""
-    slice_dir, campaign = Path(slice_dir), Path(campaign)
-    record = json.loads((slice_dir / "run.json").read_text())
-    parts = [slice_dir / n for n in record.get("parts", [])]
-    missing = [str(p) for p in parts if not p.is_file()]
-    if missing:
-        raise ValueError(f"{missing[0]}: missing (the slice wrote {', '.join(record['parts'])})")
-    blob = b"".join(p.read_bytes() for p in parts)
-    campaign.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        members = tar.getmembers()
-        for m in members:
-            if not m.isfile() or m.name.startswith("/") or ".." in Path(m.name).parts:
-                raise ValueError(f"{slice_dir}: archive member {m.name!r} is not a plain file inside the campaign")
-        removed = json.loads(tar.extractfile(REMOVED).read()) if REMOVED in tar.getnames() else []
-        for m in members:
-            if m.name != REMOVED:
-                tar.extract(m, campaign, filter="data")
-    for p in removed:
-        target = campaign / p
-        if ".." not in Path(p).parts and target.is_file():
-            target.unlink()
-    return record

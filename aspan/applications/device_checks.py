@@ -8,8 +8,10 @@ raises (a failed check says why in `error`):
   reinforcement edit (`hooks.reinforce`), on the device and on the CPU, agree within `HOOKS_ATOL`;
 - `generation`: greedy generation with the KV cache under the same edit agrees with teacher forcing under it up to
   the first wrong token of every sample (the same prefix must give the same next token), on the device;
-- `training`: training steps of the tiny default model (bf16 autocast on CUDA): the loss is finite, and its tokens/s
-  against a plain PyTorch model of the same shape (fused QKV, `scaled_dot_product_attention`) in the same process;
+- `training`: training steps of the tiny default model (bf16 autocast on CUDA): the loss is finite and falls, and
+  its tokens/s against a plain PyTorch model of the same shape doing the same training work on the same batches
+  (`step_timing`: rotary, clipping, schedule, AdamW, batches made ahead), timed in alternating bursts in the same
+  process, with kernels and syncs per step; on CUDA also the captured step (`TrainConfig(capture=True)`);
 - `distributed`: `torchrun` with one process joins a process group (NCCL on CUDA, gloo on the CPU), all-reduces a
   tensor and trains a few steps under DistributedDataParallel.
 """
@@ -30,8 +32,9 @@ from ..tokenization import CharTokenizer
 
 HOOKS_ATOL = 1e-3  # AttnScores are probabilities: CPU and GPU kernels may differ by float32 rounding, not more
 CHECK_SAMPLES = 48  # reversal samples per check (ID and OOD lengths mixed)
-TRAIN_STEPS = 40  # timed training steps (after WARM_STEPS untimed ones)
-WARM_STEPS = 5
+TRAIN_ROUNDS = 8  # alternating bursts of the training check, per stepper
+TRAIN_BURST = 5  # steps per burst (each burst ends with the read a log row makes)
+WARM_STEPS = 5  # untimed steps first
 WORKER_TIMEOUT = 180  # seconds the torchrun worker may take
 
 
@@ -104,101 +107,43 @@ def _shared_prefix(teacher_correct: list[bool]) -> int:
     return len(teacher_correct)
 
 
-def plain_model(n_layers: int, d_model: int, n_heads: int, d_mlp: int, vocab: int, n_ctx: int):
-    """A plain PyTorch decoder of the tiny model's shape (pre-LayerNorm, fused QKV, `scaled_dot_product_attention`,
-    learned positions): the throughput reference of the training check."""
-    import torch
-    from torch import nn
-    from torch.nn import functional as F
+def check_training(device: str, batch_size: int = 64, rounds: int = TRAIN_ROUNDS) -> dict[str, Any]:
+    """aspan's training step and a plain PyTorch model's doing the same work (`aspan.applications.step_timing`), on
+    the same batches with the same data handling, timed in alternating bursts: finite, falling losses, tokens/s of
+    each and their ratio, kernels and syncs per step; on CUDA also the captured step (`TrainConfig(capture=True)`)
+    against both, and how far its losses are from the eager step's over the same batches."""
+    from .step_timing import Comparison, compare
 
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-            self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-            self.mlp = nn.Sequential(nn.Linear(d_model, d_mlp), nn.GELU(), nn.Linear(d_mlp, d_model))
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, n_heads, -1).transpose(1, 3).unbind(2)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.out(a.transpose(1, 2).reshape(b, t, d_model))
-            return x + self.mlp(self.ln2(x))
-
-    class Plain(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embed, self.pos = nn.Embedding(vocab, d_model), nn.Embedding(n_ctx, d_model)
-            self.blocks = nn.ModuleList(Block() for _ in range(n_layers))
-            self.ln, self.unembed = nn.LayerNorm(d_model), nn.Linear(d_model, vocab)
-
-        def forward(self, tokens):
-            x = self.embed(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
-            for block in self.blocks:
-                x = block(x)
-            return self.unembed(self.ln(x))
-
-    return Plain()
-
-
-def _timed(step: Callable[[int], int], device: str) -> float:
-    """Tokens per second over `TRAIN_STEPS` calls of `step(i) -> tokens`, after `WARM_STEPS` untimed ones."""
-    import torch
-
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    for i in range(WARM_STEPS):
-        step(i)
-    sync()
-    t0, tokens = time.perf_counter(), 0
-    for i in range(WARM_STEPS, WARM_STEPS + TRAIN_STEPS):
-        tokens += step(i)
-    sync()
-    return tokens / (time.perf_counter() - t0)
-
-
-def check_training(device: str, batch_size: int = 64) -> dict[str, Any]:
-    """Training steps of the tiny default model through `aspan.training` (bf16 autocast on CUDA) and of the plain
-    model of its shape on the same batches: finite losses, tokens/s of each and their ratio."""
-    from contextlib import nullcontext
-
-    import torch
-
-    from .. import models
-    from ..training import TrainConfig, target_loss, train, train_batch
-
-    task, tok = tasks.preset("reversal", "id"), CharTokenizer()
-    model = models.tiny(tok, task="reversal", device=device)
-    losses, rates = [], []
-    for steps in (WARM_STEPS, TRAIN_STEPS):  # the first call warms the device up; the second is timed
-        cfg = TrainConfig.scratch(steps=steps, batch_size=batch_size, log_every=1, device=device, seed=steps)
-        rows = [r for r in train(model, tok, task, cfg, progress=False).history if r.get("kind") == "train"]
-        losses += [r["loss"] for r in rows]
-        rates.append(rows[-1]["tokens_per_s"])  # tokens over training seconds of that call
-    c = model.cfg
-    plain = plain_model(c.n_layers, c.d_model, c.n_heads, c.d_mlp, c.d_vocab, c.n_ctx).to(device)
-    opt = torch.optim.AdamW(plain.parameters(), lr=1e-3)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else nullcontext()
-    batches = [train_batch(task.generate(batch_size, seed=900 + i), tok, c.n_ctx).to(device)
-               for i in range(WARM_STEPS + TRAIN_STEPS)]
-
-    def plain_step(i: int) -> int:
-        b = batches[i]
-        with amp:
-            logits = plain(b.tokens)
-        loss = target_loss(logits.float(), b.labels) / (b.labels >= 0).sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return int(b.attention_mask.sum())
-
-    plain_rate = _timed(plain_step, device)
-    aspan_rate = rates[-1]
+    eager = compare(Comparison(device, batch_size, rounds, TRAIN_BURST, WARM_STEPS))
+    losses = eager["losses"]["aspan"]
+    rate = {k: eager["tokens_per_step"][k] / eager["seconds"][k] for k in ("aspan", "plain")}
     finite = all(math.isfinite(x) for x in losses)
-    return {"autocast": "bfloat16" if device.startswith("cuda") else "none", "steps": len(losses),
-            "first_loss": losses[0], "last_loss": losses[-1], "loss_finite": finite,
-            "aspan_tokens_per_s": aspan_rate, "plain_tokens_per_s": plain_rate,
-            "aspan_over_plain": aspan_rate / plain_rate, "parameters": sum(p.numel() for p in model.parameters()),
-            "batch_size": batch_size, "ok": finite and losses[-1] < losses[0]}
+    out = {"autocast": "bfloat16" if device.startswith("cuda") else "none", "batch_size": batch_size,
+           "steps": eager["steps"], "first_loss": losses[0], "last_loss": losses[-1],
+           "loss_finite": finite, "aspan_tokens_per_s": rate["aspan"], "plain_tokens_per_s": rate["plain"],
+           "aspan_over_plain": rate["aspan"] / rate["plain"], "step_costs": eager["costs"],
+           "parameters": eager["parameters"], "ok": finite and losses[-1] < losses[0]}
+    if device.startswith("cuda"):
+        out.update(_check_capture(Comparison(device, batch_size, rounds, TRAIN_BURST, WARM_STEPS, capture=True)))
+    return out
+
+
+def _check_capture(settings) -> dict[str, Any]:
+    """The captured step against the eager one and the plain model (its own interleaved run, `settings` a
+    `step_timing.Comparison`; a failure to capture is recorded, not raised: the eager loop is what the slice trains
+    with by default)."""
+    from .step_timing import compare
+
+    try:
+        run = compare(settings)
+    except Exception as e:  # noqa: BLE001 (an optional path: its failure is a result)
+        return {"captured_error": f"{type(e).__name__}: {str(e).strip().splitlines()[:1]}"}
+    sec, eager, captured = run["seconds"], run["losses"]["aspan"], run["losses"]["captured"]
+    gap = max(abs(a - b) / max(abs(a), 1e-9) for a, b in zip(eager, captured))
+    return {"captured_over_plain": sec["plain"] / sec["captured"],
+            "captured_over_eager": sec["aspan"] / sec["captured"],
+            "eager_over_plain_same_run": sec["plain"] / sec["aspan"],
+            "captured_step_costs": run["costs"]["captured"], "captured_loss_max_rel_diff": gap}
 
 
 def check_distributed(device: str) -> dict[str, Any]:

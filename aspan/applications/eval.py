@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -58,16 +59,17 @@ class EvalRun:
 
 
 def parse_heads(text: str | None) -> list[tuple[int, int]] | None:
-    """`"1.3,0.5"` (or `1:3`) -> [(1, 3), (0, 5)]."""
-    if not text:
+    """`"1.3,0.5"` (or `1:3`) -> [(1, 3), (0, 5)]; None -> None; ValueError naming --heads on any other form, an
+    empty one included (`--heads ""`: leave the flag out for no head records)."""
+    if text is None:
         return None
     out = []
     for item in text.split(","):
-        layer, sep, head = item.strip().replace(":", ".").partition(".")
-        try:
-            out.append((int(layer), int(head)))
-        except ValueError:
-            raise ValueError(f"--heads: expected layer.head pairs like 1.3,0.5, got {item!r}") from None
+        found = re.fullmatch(r"\s*([0-9]{1,9})[.:]([0-9]{1,9})\s*", item)
+        if found is None:
+            shown = repr(item) if len(item) <= 60 else f"{item[:60]!r}... ({len(item)} characters)"
+            raise ValueError(f"--heads: expected layer.head pairs like 1.3,0.5, got {shown}")
+        out.append((int(found[1]), int(found[2])))
     return out
 
 

@@ -13,6 +13,10 @@ queued, submits only the unfinished shards, and never runs a finished shard agai
 shard files are merged into `sweep.jsonl` in grid order and the command runs once without a shard in the launching
 process (computing no grid row again) to write the tables, figures, summary and report.
 
+Nothing unchecked reaches Slurm: every resource is checked (`aspan.applications.slurm`: types, ranges, no control
+character) and the launch state on read (`read_launch_state`) before anything is submitted, and `sbatch` runs with a
+time limit (`aspan.applications.sbatch`), a failed submission leaving no launch folder behind.
+
 The tasks run `sys.executable` on the nodes: the environment and the run directory must be on a filesystem the nodes
 share.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import getpass
 import importlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -36,8 +41,9 @@ from ..experiments.engine import ROW_FIELDS
 from ..experiments.sweep import SweepConfig, grid, run_sweep, shard_points
 from ..io import PathLike, claim_run, read_json, settings_key, union_rows, write_json, write_lines
 from .claims import claim_config, claim_study
-from .slurm import SlurmResources, load_resources
-from .studies import study, use_threads
+from .sbatch import check_commands, submit_array
+from .slurm import MAX_ARRAY_TASKS, SlurmResources, check_shell_text, load_resources, short_repr
+from .studies import study, study_threads
 from .sweep import SweepRun, check_sweep, rows_file, run_sweep_dir, sweep_settings
 
 STATE_DIR = ".slurm"  # submitit's folder inside the run directory: job scripts, pickled calls, logs, launch.json
@@ -84,6 +90,7 @@ class Array:
     default_tasks: int  # the number of shards when neither the flags nor a previous launch give one
     finished: Callable[[int], set[int]] | None = None  # shards of n whose work is on disk; None: whose task returned
     folder: str = STATE_DIR  # its submitit folder and launch state, in the run directory (a study: one per stage)
+    fixed: bool = False  # `default_tasks` is the only task count (a study's stage: one task per unit)
 
 
 def run_task(task: Callable[..., Any], shard: tuple[int, int], args: tuple, marker: str) -> Any:
@@ -116,18 +123,41 @@ class _Plan:
 
 
 def _plan(array: Array, resources: SlurmResources) -> _Plan:
-    """The array for `array.out`: a previous launch's (its task count and jobs), else a new one of
-    `resources.array_tasks` shards (default `array.default_tasks`)."""
+    """The array for `array.out`: a previous launch's (its task count and jobs, checked: `read_launch_state`), else
+    a new one of `resources.array_tasks` shards (default `array.default_tasks`)."""
     state_file = array.out / array.folder / "launch.json"
     if state_file.exists():
-        state = read_json(state_file, "launch state")
-        try:
-            # its jobs are adopted; the count of attempts starts again (a rerun gives each shard its retries anew)
-            return _Plan(array.out, int(state["tasks"]), {int(i): str(j) for i, j in state["jobs"].items()}, {},
-                         array.folder)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise ValueError(f"{state_file}: not a launch state; remove it to start the array afresh") from None
+        tasks, jobs = read_launch_state(state_file, array.default_tasks if array.fixed else None)
+        # its jobs are adopted; the count of attempts starts again (a rerun gives each shard its retries anew)
+        return _Plan(array.out, tasks, jobs, {}, array.folder)
     return _Plan(array.out, resources.array_tasks or array.default_tasks, {}, {}, array.folder)
+
+
+_JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,9})?")
+
+
+def read_launch_state(path: Path, tasks: int | None = None) -> tuple[int, dict[int, str]]:
+    """(task count, {shard: Slurm job id}) of a launch state file (`_Plan.save`), every value checked: `tasks` an
+    integer from 1 to `MAX_ARRAY_TASKS` (and equal to `tasks` where given: a study's stage has one task per unit),
+    each shard of `jobs` one of them and each job id a Slurm one (`123` or `123_4`). ValueError in one line naming
+    the file and key otherwise."""
+    state = read_json(path, "launch state")
+    again = "; remove it to start the array afresh"
+    if not isinstance(state, dict) or not isinstance(state.get("jobs", {}), dict):
+        raise ValueError(f"{path}: not a launch state (an object with tasks and jobs){again}")
+    n = state.get("tasks")
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_ARRAY_TASKS:
+        raise ValueError(f"{path}: tasks must be an integer from 1 to {MAX_ARRAY_TASKS}, got {short_repr(n)}{again}")
+    if tasks is not None and n != tasks:
+        raise ValueError(f"{path}: tasks is {n}, but this array has {tasks}{again}")
+    jobs = {}
+    for shard, job in state.get("jobs", {}).items():
+        if not (shard.isascii() and shard.isdigit() and int(shard) < n):
+            raise ValueError(f"{path}: jobs: {short_repr(shard)} is not a shard of 0-{n - 1}{again}")
+        if not isinstance(job, str) or not _JOB_ID.fullmatch(job):
+            raise ValueError(f"{path}: jobs: shard {shard}'s {short_repr(job)} is not a Slurm job id{again}")
+        jobs[int(shard)] = job
+    return n, jobs
 
 
 def _incomplete(plan: _Plan, array: Array) -> list[int]:
@@ -137,26 +167,23 @@ def _incomplete(plan: _Plan, array: Array) -> list[int]:
 
 
 def _submit(plan: _Plan, shards: list[int], array: Array, resources: SlurmResources) -> list[str]:
-    """Submit one array of `shards` (one task each); record their job ids in the plan. Returns the ids."""
-    import submitit
-
-    executor = submitit.SlurmExecutor(folder=plan.out / plan.folder, max_num_timeout=0)
-    executor.update_parameters(**{**resources.executor_parameters(), "job_name": f"aspan-{array.name}"})
-    n = len(shards)
+    """Submit one array of `shards` (one task each); record their job ids in the plan. Returns the ids. A failed
+    submission (one line) leaves no launch folder where none was before."""
+    folder = plan.out / plan.folder
+    fresh = [d for d in (folder, *folder.parents) if not d.exists() and plan.out in d.parents]
+    params = {**resources.executor_parameters(), "job_name": f"aspan-{array.name}"}
+    calls = [(run_task, (array.task, (i, plan.tasks), array.args, str(plan.marker(i)))) for i in shards]
     try:
-        jobs = executor.map_array(run_task, [array.task] * n, [(i, plan.tasks) for i in shards], [array.args] * n,
-                                  [str(plan.marker(i)) for i in shards])
-    except (submitit.core.utils.FailedJobError, OSError) as e:
-        if not plan.jobs:  # nothing was ever submitted from this run directory: leave no submitit folder
-            shutil.rmtree(plan.out / plan.folder, ignore_errors=True)
-        lines = [line for line in str(e).strip().splitlines() if line.strip()]
-        why = lines[-1].removeprefix("sbatch: error: ") if lines else type(e).__name__
-        raise ChildProcessError(f"sbatch failed: {why}") from None
-    for i, job in zip(shards, jobs):
-        plan.jobs[i] = str(job.job_id)
+        ids = submit_array(folder, params, calls)
+    except BaseException:
+        for d in fresh:  # what this submission created, innermost first (`.slurm/stage-1`, then `.slurm`)
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+    for i, job in zip(shards, ids):
+        plan.jobs[i] = job
         plan.attempts[i] = plan.attempts.get(i, 0) + 1
     plan.save()
-    return [str(job.job_id) for job in jobs]
+    return ids
 
 
 def _failure(plan: _Plan, shard: int) -> str:
@@ -210,10 +237,30 @@ def _watch(plan: _Plan, array: Array, resources: SlurmResources, progress: bool)
         bar.close()
 
 
+def check_launch(out: Path, resources: SlurmResources) -> None:
+    """What must hold before anything is submitted from run directory `out`: every resource in range
+    (`SlurmResources.check`), a run directory path that can stand in the batch script (no control character, no
+    `%`, which Slurm reads as a file-name pattern), and Slurm's commands on PATH. UsageError or ChildProcessError in
+    one line."""
+    try:
+        resources.check()
+    except ValueError as e:
+        raise UsageError(f"slurm resources: {e}") from None
+    try:
+        check_shell_text(str(Path(out).absolute()), "the run directory's path")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if "%" in str(Path(out).absolute()):
+        raise UsageError(f"the run directory's path {str(out)!r} holds a %, which Slurm reads as a file-name pattern: "
+                         "use --out without one")
+    check_commands()
+
+
 def run_array(array: Array, resources: SlurmResources, wait: bool = True, progress: bool = True) -> list[str]:
     """Inside the caller's hold on `array.out`: adopt the tasks a previous launch left queued, submit the shards
     neither finished nor queued, and (with `wait`) watch until every shard is finished. Returns the job ids
     submitted by this call before the watch."""
+    check_launch(array.out, resources)
     plan = _plan(array, resources)
     todo = _incomplete(plan, array)
     queued = queued_jobs() if todo else {}
@@ -362,9 +409,9 @@ def study_task(shard: tuple[int, int], job: StudyJob, indices: list[int]) -> int
     found = study(job.name)
     units = found.units(job.config)
     i = indices[shard[0]]
-    use_threads(job.threads)
-    with claim_study(job.out, job.command, job.options, job.config_file, shard=(i, len(units)),
-                     command=f"aspan study {job.command} --out {job.out} --unit {i}"):
+    with study_threads(job.threads), claim_study(job.out, job.command, job.options, job.config_file,
+                                                 shard=(i, len(units)),
+                                                 command=f"aspan study {job.command} --out {job.out} --unit {i}"):
         found.run(job.config, job.out, progress=False, unit=units[i].key)
     return i
 
@@ -383,7 +430,8 @@ def launch_study(job: StudyJob, resources: SlurmResources, *, wait: bool = True,
     out = Path(job.out)
     for stage in sorted({u.stage for u in units}):
         indices = [i for i, u in enumerate(units) if u.stage == stage]
-        array = Array(out, "study", study_task, (job, indices), len(indices), folder=f"{STATE_DIR}/stage-{stage}")
+        array = Array(out, "study", study_task, (job, indices), len(indices), folder=f"{STATE_DIR}/stage-{stage}",
+                      fixed=True)
         each = replace(resources, array_tasks=len(indices))
         if not wait and _incomplete(_plan(array, each), array):
             return run_array(array, each, wait=False)

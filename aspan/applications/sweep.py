@@ -68,6 +68,10 @@ def existing_rows(out: Path) -> list[dict]:
 def check_sweep(config: SweepConfig, source: str) -> None:
     """What can be checked before any model loads: the model's training task (from its metadata; `source` names
     the config in the message) and the heads against the checkpoint's dimensions."""
+    if config.model is None:
+        raise ValueError(f"{source}: model: a run directory needs the model named (a checkpoint path or name); a "
+                         "model object goes to aspan.experiments.sweep.run_sweep(config, rows_file, model=..., "
+                         "tokenizer=...)")
     if not config.any_task:
         check_task(saved_task(config.model), set_tasks(config.data()), f"{source}: model {config.model}",
                    ANY_TASK_HINT)

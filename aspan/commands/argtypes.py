@@ -10,10 +10,14 @@ from ..checks import check_device, check_output_dir, check_output_file, parse_sh
 
 
 def _int(text: str) -> int:
+    """An integer in ASCII digits (not `²` or `٣`, which `int` reads), of at most 30 characters."""
     try:
+        if not text.isascii() or len(text) > 30:
+            raise ValueError
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        shown = repr(text) if len(text) <= 30 else f"{text[:30]!r}... ({len(text)} characters)"
+        raise argparse.ArgumentTypeError(f"expected an integer, got {shown}") from None
 
 
 def _float(text: str) -> float:

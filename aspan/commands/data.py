@@ -8,7 +8,7 @@ from aspan.applications.data import SPLITS, TASK_NAMES, describe_tasks, task_pre
 
 from ..errors import UsageError
 from .argtypes import nonneg_int, output_file_or_stdout
-from .grammar import add_quiet, notice
+from .grammar import Once, add_quiet, notice
 
 HELP = "generate task samples as JSONL (or --list the tasks, their parameters and ID/OOD presets)"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options and arguments of `aspan data` to its parser."""
     add_task_arguments(parser)
     parser.add_argument("-n", type=nonneg_int, default=1000, help="number of samples")
-    parser.add_argument("-o", "--output", type=output_file_or_stdout, default="-",
+    parser.add_argument("-o", "--output", type=output_file_or_stdout, default="-", action=Once,
                         help="JSONL file, '-' for stdout (default)")
     parser.add_argument("--list", action="store_true", help="list tasks, parameters and presets, then exit")
     add_quiet(parser, old=None)

@@ -9,7 +9,7 @@ from aspan.errors import UsageError
 from aspan.options import MODEL_DTYPES, MODES
 
 from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
-from .grammar import add_config, add_deprecated, add_quiet, from_settings, given
+from .grammar import Once, add_config, add_deprecated, add_quiet, from_settings, given
 
 HELP = "evaluate a checkpoint on a task split: exact/partial accuracy per length, AttnScore correct vs error"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -47,8 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="precision the model is loaded in (bfloat16 and float16 take half the memory)")
     p.add_argument("--threads", type=positive_int,
                    help="CPU threads for torch (1 is fastest for tiny models on a busy machine)")
-    p.add_argument("-o", "--output", type=output_file, help="write per-token records to this JSONL file")
-    p.add_argument("--out", dest="run_dir", type=output_dir, metavar="DIR",
+    p.add_argument("-o", "--output", type=output_file, action=Once, help="write per-token records to this JSONL file")
+    p.add_argument("--out", dest="run_dir", type=output_dir, metavar="DIR", action=Once,
                    help="run directory: also write run.json, summary.json and records.jsonl there (for `aspan report`)")
     add_quiet(p, old=None)
     add_config(p, "EvalRun")

@@ -3,7 +3,8 @@
 - `--quiet`: no progress bars. `--no-progress`, its old spelling in `rank`, `sweep`, `abc` and the studies, still
   works for one release and says so in one line on stderr.
 - `--out DIR` names a run directory, `-o/--output FILE` a single file (`aspan report`'s `--out FILE` is the old
-  spelling of its `-o/--output`).
+  spelling of its `-o/--output`). A value given twice, differently (`-o a -o b`, or the old and the new spelling),
+  is refused (`Once`), not one of them dropped.
 """
 from __future__ import annotations
 
@@ -25,7 +26,27 @@ class _Deprecated(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         notice(parser.prog, option_string, self.new)
-        setattr(namespace, self.dest, True if self.nargs == 0 else values)
+        value = True if self.nargs == 0 else values
+        refuse_second(self, parser, namespace, value)
+        setattr(namespace, self.dest, value)
+
+
+class Once(argparse.Action):
+    """An option whose value is given once: a second, different value (the option again, or its deprecated
+    spelling) is refused in one line rather than one of them dropped."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        refuse_second(self, parser, namespace, values)
+        setattr(namespace, self.dest, values)
+
+
+def refuse_second(action: argparse.Action, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                  value) -> None:
+    """argparse's error for `action` when its destination already holds another value than its default and
+    `value` (the same setting given twice, differently)."""
+    before = getattr(namespace, action.dest, None)
+    if before is not None and before != parser.get_default(action.dest) and before != value:
+        raise argparse.ArgumentError(action, f"given twice ({before} and {value}): give it once")
 
 
 def add_deprecated(parser: argparse.ArgumentParser, old: str, new: str, dest: str, **kw) -> None:

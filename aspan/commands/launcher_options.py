@@ -43,9 +43,10 @@ def add_launcher_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-retries", type=nonneg_int, default=None, metavar="N",
                    help="times a failed, cancelled or pre-empted task is resubmitted alone")
     g.add_argument("--sbatch", type=_sbatch_option, action="append", default=None, metavar="KEY=VALUE",
-                   help="extra sbatch option, repeatable, e.g. --sbatch account=lab --sbatch qos=low")
+                   help="extra sbatch option, repeatable, e.g. --sbatch account=lab --sbatch qos=low (a word, a "
+                        "value without control characters; not one the launcher sets, e.g. array or output)")
     g.add_argument("--poll", type=positive_float, default=None, metavar="SECONDS",
-                   help="seconds between two looks at the queue")
+                   help="seconds between two looks at the queue (above 0, at most 3600)")
     g.add_argument("--no-wait", action="store_true",
                    help="submit, print the job ids and return (rerun without it to wait, resubmit and merge)")
     # --help shows each default as SlurmResources holds it (imported only then)

@@ -6,7 +6,7 @@ import argparse
 
 from ..errors import UsageError
 from .argtypes import output_file
-from .grammar import add_deprecated
+from .grammar import Once, add_deprecated
 
 HELP = "write one self-contained HTML report (offline) for a run directory"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
@@ -19,8 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options and arguments of `aspan report` to its parser."""
     parser.add_argument("run_dir", metavar="RUN_DIR",
                         help="run directory (run.json, summary.json, *.csv, figures/, views/)")
-    parser.add_argument("-o", "--output", dest="out", type=output_file, default=None, metavar="FILE",
-                        help="output HTML file (when not given: RUN_DIR/report.html)")
+    parser.add_argument("-o", "--output", dest="out", type=output_file, default=None, metavar="FILE", action=Once,
+                        help="output HTML file, given once (when not given: RUN_DIR/report.html)")
     add_deprecated(parser, "--out", "-o/--output", dest="out", type=output_file, metavar="FILE")
     parser.add_argument("--title", default=None, help="page title")
     parser.add_argument("--images", choices=("png", "svg"), default=None,

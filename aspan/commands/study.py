@@ -9,7 +9,7 @@ import sys
 from importlib import import_module
 from pathlib import Path
 
-from ..applications.studies import STUDIES, study, use_threads
+from ..applications.studies import STUDIES, study, study_threads
 from ..config import to_toml
 from ..errors import UsageError
 from .grammar import PRINT_CONFIG_HELP, HelpFormatter, epilog
@@ -61,14 +61,18 @@ def run(args: argparse.Namespace) -> int:
 
     config = args._study_config(args)  # bad settings are refused before the run directory is touched
     if args.print_config:
-        print(to_toml(config), end="")
+        printer = getattr(args._study_module, "print_config", None)  # a module may add what selects its study
+        print(printer(args, config) if printer else to_toml(config), end="")
         return 0
     check_launcher(args)
     found = study(args._study_module.registered(args))
-    if args.list_units:
+    if args.list_units:  # writes nothing: no --out needed
         for i, u in enumerate(found.units(config)):
             print(f"{i}\t{u.stage}\t{u.key}")
         return 0
+    if args.out is None:
+        raise UsageError("--out DIR is required: the study's run directory (not needed with --list-units or "
+                         "--print-config)")
     given = {k: v for k, v in vars(args).items() if k not in RUNTIME and not k.startswith("_") and not callable(v)}
     config_file = getattr(args, "config", None)
     if args.unit is not None:
@@ -91,8 +95,8 @@ def run_unit(args: argparse.Namespace, config, given: dict) -> int:
         i, unit = found.unit(config, args.unit)
     except KeyError as e:
         raise UsageError(f"--unit: {e.args[0]}") from None
-    with claim_study(args.out, args.study, given, getattr(args, "config", None), shard=(i, len(units))):
-        use_threads(getattr(args, "threads", None))
+    with claim_study(args.out, args.study, given, getattr(args, "config", None), shard=(i, len(units))), \
+            study_threads(getattr(args, "threads", None)):
         found.run(config, args.out, progress=not args.quiet, unit=unit.key)
     print(f"unit {i} ({unit.key}) done in {args.out}; run the command without --unit to merge the units and write "
           "the study's outputs", file=sys.stderr)
@@ -122,6 +126,6 @@ def run_registered(args: argparse.Namespace, config) -> int:
     """Run the registered study the subcommand names (`registered(args)` of its options module) with `config`, then
     let that module show what it found."""
     mod = args._study_module
-    use_threads(getattr(args, "threads", None))
-    result = study(mod.registered(args)).run(config, args.out, progress=not args.quiet, **mod.run_options(args))
+    with study_threads(getattr(args, "threads", None)):  # the caller's thread count restored afterwards
+        result = study(mod.registered(args)).run(config, args.out, progress=not args.quiet, **mod.run_options(args))
     return int(mod.show(args, config, result) or 0)

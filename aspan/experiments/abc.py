@@ -356,11 +356,11 @@ def line_stats(
 
 def correct_samples(model, tokenizer, samples, batch_size: int = 32) -> list:
     """The samples the model solves exactly (teacher-forced): ABC averages only over those."""
-    from ..evaluation import evaluate
+    from ..accuracy import accuracy
 
-    res = evaluate(model, tokenizer, samples, batch_size=batch_size, attn=False)
-    ok = set(res.samples.sample_id[res.samples.exact].tolist())
-    return [s for i, s in enumerate(samples) if i in ok]
+    samples = list(samples)
+    acc = accuracy(model, tokenizer, samples, batch_size=batch_size)
+    return [s for s, ok in zip(samples, (acc.exact & (acc.rows > 0)).tolist()) if ok]
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,10 @@ class Edit:
         self._check_method()
         if isinstance(self.delta, bool) or not isinstance(self.delta, numbers.Integral):
             raise ValueError(f"delta must be an integer key offset, got {self.delta!r}")
+        if type(self.renormalize).__name__ == "bool_":  # numpy's (a table's column): a bool
+            object.__setattr__(self, "renormalize", bool(self.renormalize))
+        if not isinstance(self.renormalize, bool):  # a truthy "no" would renormalise
+            raise ValueError(f"renormalize must be true or false, got {self.renormalize!r}")
         if self.beyond is not None and (isinstance(self.beyond, bool) or not isinstance(self.beyond, numbers.Integral)
                                         or self.beyond < 0):
             raise ValueError(f"beyond must be a position >= 0, got {self.beyond!r}")

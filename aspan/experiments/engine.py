@@ -181,7 +181,7 @@ class Engine:
 
     def __init__(self, model, tokenizer, data: Data, batch_size: int = 32, attn: bool = True, any_task: bool = False):
         """`any_task`: evaluate a model on another task than the one it was trained on (refused otherwise)."""
-        from .. import models
+        from ..models.fit import check_fit, workload
         from ..models.trained import check_task, trained_task
 
         require_tokenizer(tokenizer, "experiment engine: tokenizer")
@@ -189,8 +189,8 @@ class Engine:
             check_task(trained_task(model), set_tasks(data), "experiment engine", ANY_TASK_HINT)
         self.model, self.tok, self.data, self.batch_size, self.attn = model, tokenizer, data, batch_size, attn
         self.any_task = any_task
-        models.check_context(model, _task(data, "selection"), tokenizer.offset)
-        models.check_context(model, _task(data, "id"), tokenizer.offset)
+        for name in ("selection", "id"):  # hook points, vocabulary and context, before any forward
+            check_fit(model, tokenizer, workload(_task(data, name)), "experiment engine")
         self._samples: dict[tuple[str, int], list] = {}
         self._offsets: dict[str, pd.DataFrame] = {}
         self._baselines: dict[tuple, tuple[dict, list]] = {}
@@ -252,6 +252,9 @@ class Engine:
         from ..evaluation import StreamTotals, evaluate_stream, summarize
 
         attn = self.attn and name == p["set"]
+        if not attn and p["mode"] == "teacher":
+            res = self._accuracy(p, name, edit)
+            return res.summary(), summarize(res, by="length")[["length", "n", "exact", "partial"]].to_dict("records")
         totals = StreamTotals(p["mode"])  # streamed: one chunk of samples and records at a time
         for chunk in evaluate_stream(self.model, self.tok, self.data.stream(name, p["seed"]), fwd_hooks=edit or (),
                                      mode=p["mode"], batch_size=self.batch_size, heads=heads if attn else None,
@@ -260,6 +263,17 @@ class Engine:
         res = totals.result()
         by_len = summarize(res, by="length")[["length", "n", "exact", "partial"]].to_dict("records")
         return res.summary(), by_len
+
+    def _accuracy(self, p: dict[str, Any], name: str, edit: Callable | None):
+        """`_evaluate`'s result when it measures no AttnScores, teacher-forced: the per-sample table from
+        `aspan.accuracy` (the same numbers without per-token records, in larger batches), as an `EvalResult`."""
+        from ..accuracy import accuracy
+        from ..evaluation import RECORD_COLUMNS, EvalResult
+
+        samples = list(self.data.stream(name, p["seed"]))
+        acc = accuracy(self.model, self.tok, samples, edit or (), self.batch_size)
+        table = acc.table(samples).assign(**{c: float("nan") for c in SCORE_COLUMNS})
+        return EvalResult(pd.DataFrame(columns=RECORD_COLUMNS), table, "teacher")
 
     def baseline(self, p: dict[str, Any], name: str, heads: list[Head]) -> tuple[dict, list]:
         """The unedited model on set `name` (same samples, mode and AttnScore heads as the point); cached."""

@@ -26,6 +26,7 @@ import hooks
 from .. import stopping
 from ..batching import make_batch
 from ..checks import check_offsets, check_samples
+from ..models.fit import check_fit, of_samples
 from ..options import CONVENTIONS, Convention, RankKey
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer, require_tokenizer
@@ -73,6 +74,7 @@ def offset_table(
     if not samples:
         raise ValueError("no samples to rank heads on")
     check_samples(samples, "rank heads")
+    check_fit(model, tokenizer, of_samples(samples), "rank heads")  # before any forward
     longest = max(tokenizer.offset + len(s.text) + (tokenizer.eos_id is not None) for s in samples)
     deltas = list(dict.fromkeys(check_offsets(deltas, longest, "deltas")))  # as the command line refuses them
     if batch_size < 1:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -63,7 +63,7 @@ def _named_model(model: str) -> bool:
 class SweepConfig:
     """A validated sweep: what to load, what to evaluate, and the grid of interventions."""
 
-    model: str  # checkpoint path or name ("reversal", "smollm2")
+    model: str | None  # checkpoint path or name ("reversal", "smollm2"); None: the model object given to run_sweep
     task: str
     strengths: tuple[float, ...]  # C of reinforce (alpha of steer; unused by patch)
     split: str = "ood"  # preset of the selection and held-out sets
@@ -104,6 +104,8 @@ class SweepConfig:
         to the file. A `[slurm]` table holds the resources of `--launcher slurm` (`aspan.applications.launch`),
         not sweep settings."""
         raw = {k: v for k, v in raw.items() if k != "slurm"}
+        if "model" not in raw:  # a file is run by `aspan sweep`, which has no model object
+            raise ValueError("sweep config: missing required key 'model' (a checkpoint path or name)")
         model = raw.get("model")
         if isinstance(model, str) and not _named_model(model) and not Path(model).is_absolute():
             rel = path.parent / model
@@ -141,16 +143,17 @@ class SweepConfig:
         unknown = sorted(set(raw) - TOP_KEYS)
         if unknown:
             raise ValueError(f"sweep config: unknown key {unknown[0]!r} (known: {', '.join(sorted(TOP_KEYS))})")
-        for key in ("model", "task", "strengths"):
+        for key in ("task", "strengths"):
             if key not in raw:
                 raise ValueError(f"sweep config: missing required key {key!r}")
         heads = _head_settings(_table(raw.get("heads", {}), "heads"), raw["task"])
-        return {"model": _str(raw["model"], "model"), **_data_settings(raw), **_grid_settings(raw), **heads}
+        model = _str(raw["model"], "model") if "model" in raw else None  # None: a model object goes to run_sweep
+        return {"model": model, **_data_settings(raw), **_grid_settings(raw), **heads}
 
     def check(self, check_model: bool = True) -> None:
         """What the settings must satisfy together, before any model loads: the checkpoint exists, the offsets and
         strengths fit the longest sample, the evaluation sets fit in memory; ValueError naming the key."""
-        if check_model and not _named_model(self.model) and not Path(self.model).exists():
+        if check_model and self.model is not None and not _named_model(self.model) and not Path(self.model).exists():
             raise ValueError(f"sweep config: model: checkpoint {self.model!r} does not exist")
         longest = tasks.preset(self.task, self.split, **self.task_params).max_text_len()
         check_offsets(list(self.deltas), longest + 1, "sweep config: deltas")
@@ -452,11 +455,32 @@ def _engine(config: SweepConfig, model=None, tokenizer=None) -> Callable[[], Eng
     return build
 
 
+def naming_model(config: SweepConfig, model=None, tokenizer=None, where: str = "run_sweep") -> SweepConfig:
+    """`config` with the model its rows name: its own `model`, or for a config that names none the model object
+    `model`, as `in-memory:` and a hash of its weights and its tokenizer's settings, so that rows of another model
+    (or of this one trained further, or with another prompt) are never taken for its own when a rows file is
+    resumed."""
+    if config.model is not None:
+        return config
+    if model is None:
+        raise ValueError(f"{where}: the sweep config names no model: set its model (a checkpoint path or name) or "
+                         "pass the model object (model=..., tokenizer=...)")
+    import hashlib
+
+    from ..models.checkpoint import weights_hash
+
+    settings = tokenizer.to_dict() if hasattr(tokenizer, "to_dict") else type(tokenizer).__name__
+    label = hashlib.sha256(f"{weights_hash(model)} {settings_key(settings)}".encode()).hexdigest()[:16]
+    return replace(config, model=f"in-memory:{label}")
+
+
 def run_sweep(config: SweepConfig, out_path: str | Path, shard: tuple[int, int] = (0, 1), model=None, tokenizer=None,
               **job: Any) -> pd.DataFrame:
     """Evaluate this shard's missing grid points on the selection set (one JSONL row each, resumable); return the
-    shard's rows. `job`: `progress`, `limit` (new rows at most), `on_row` (see `engine.Job`). The model is loaded
-    only if a point is missing."""
+    shard's rows. `model`, `tokenizer`: a model object to run (the config then needs no `model`, see
+    `naming_model`), else the config's model is loaded, only if a point is missing. `job`: `progress`, `limit` (new
+    rows at most), `on_row` (see `engine.Job`)."""
+    config = naming_model(config, model, tokenizer)
     rows = run_grid(grid(config), Job(out_path, shard, **job), _engine(config, model, tokenizer))
     return pd.DataFrame(rows)
 
@@ -467,6 +491,7 @@ def report_selection(config: SweepConfig, rows: pd.DataFrame, out_path: str | Pa
     held-out set (every seed; rows appended to `out_path`, resumable). `loaded`: (model, tokenizer), else the
     config's model is loaded when a held-out row is missing. Returns (selection, held-out rows)."""
     model, tokenizer = loaded or (None, None)
+    config = naming_model(config, model, tokenizer, "report_selection")
     table = summary_table(rows)
     sel = select(table, id_budget)
     if sel.row is None:

@@ -18,7 +18,17 @@ importable from `aspan.io` itself.
 """
 from __future__ import annotations
 
-from .files import HOST, PathLike, atomic_dir, atomic_write, refuse_link, remove_stale_temps, write_lines, write_text
+from .files import (
+    HOST,
+    PathLike,
+    atomic_dir,
+    atomic_write,
+    refuse_link,
+    remove_stale_temps,
+    temp_dir_beside,
+    write_lines,
+    write_text,
+)
 from .formats import (
     MAX_INT_DIGITS,
     clean,
@@ -35,12 +45,23 @@ from .formats import (
     write_jsonl,
 )
 from .rows import RowWriter, append_line, cut_rows, read_rows, union_rows
-from .rundir import LOCK, SETTINGS, RunDir, check_settings, claim, claim_run, command_line, recorded_settings, run_lock
+from .rundir import (
+    LOCK,
+    SETTINGS,
+    RunDir,
+    check_settings,
+    claim,
+    claim_run,
+    command_line,
+    hold,
+    recorded_settings,
+    run_lock,
+)
 
 __all__ = [
     "HOST", "LOCK", "MAX_INT_DIGITS", "PathLike", "RowWriter", "RunDir", "SETTINGS", "append_line", "atomic_dir",
-    "atomic_write", "check_settings", "claim", "claim_run", "clean", "command_line", "cut_rows", "dump_frame",
+    "atomic_write", "check_settings", "claim", "claim_run", "clean", "command_line", "cut_rows", "dump_frame", "hold",
     "parse_json", "read_json", "read_rows", "read_toml", "recorded_settings", "refuse_link", "remove_stale_temps",
-    "run_lock", "save_figure", "settings_key", "sha256_of", "to_json", "union_rows", "write_csv", "write_json",
-    "write_jsonl", "write_lines", "write_text",
+    "run_lock", "save_figure", "settings_key", "sha256_of", "temp_dir_beside", "to_json", "union_rows", "write_csv",
+    "write_json", "write_jsonl", "write_lines", "write_text",
 ]

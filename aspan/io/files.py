@@ -20,8 +20,9 @@ HOST = socket.gethostname()
 
 
 def _umask() -> int:
-    """The process umask: from /proc on Linux (no window in which other threads see a changed umask), else read
-    by setting and restoring it (Python < 3.13 has no getter)."""
+    """The process umask, never changed (Python < 3.13 has no getter, and setting and restoring it would open a window
+    in which the host's other threads create files with a wrong mode): from /proc on Linux, else from the mode of a
+    directory made with mode 0777 in a private temporary directory."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -29,9 +30,10 @@ def _umask() -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError):
         pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    with tempfile.TemporaryDirectory(prefix="aspan-umask-") as tmp:
+        probe = os.path.join(tmp, "probe")
+        os.mkdir(probe, 0o777)
+        return 0o777 & ~os.stat(probe).st_mode
 
 
 def _temp_prefix(name: str) -> str:
@@ -154,6 +156,21 @@ def write_lines(path: PathLike, lines: Iterable[str]) -> Path:
             stopping.check()  # a safe point: a stop signal removes the temporary file
 
     return atomic_write(path, write)
+
+
+def temp_dir_beside(path: PathLike) -> Path:
+    """A new empty directory beside `path`, with the mode new directories get, named after its writer like the
+    temporary files (`remove_stale_temps(parent, name)` removes it once its writer is dead)."""
+    import secrets
+
+    path = Path(path)
+    while True:
+        tmp = path.parent / f"{_temp_prefix(path.name)}{secrets.token_hex(4)}.tmp"
+        try:
+            os.mkdir(tmp, 0o777)
+            return tmp
+        except FileExistsError:
+            continue
 
 
 def _follow_umask(root: Path) -> None:

@@ -134,6 +134,19 @@ def _release(fd: int, lock: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def hold(lock: PathLike, command: str, directory: PathLike | None = None) -> Iterator[Path]:
+    """Hold lock file `lock` for `command` (what `claim` holds, without its run-directory bookkeeping): a second
+    holder fails at once (ValueError naming the first, and `directory`, default the lock's, as what is in use); a dead
+    holder's lock is taken over. The file is removed on release, unless another file has since taken its name."""
+    lock = Path(lock)
+    fd = _acquire(Path(directory) if directory is not None else lock.parent, lock, command)
+    try:
+        yield lock
+    finally:
+        _release(fd, lock)
+
+
 def _now() -> str:
     import datetime
 

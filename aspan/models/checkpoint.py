@@ -190,6 +190,7 @@ def _load_aspan(path: Path, config: dict[str, Any], device: str, dtype: torch.dt
         weights = load_file(str(weights_file), device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise ValueError(f"{weights_file}: corrupt or truncated safetensors file ({e})") from None
+    hfform.check_finite(weights_file, weights)
     model = build(cfg)
     expected = {k: p.shape for k, p in model.named_parameters()}
     missing = sorted(expected.keys() - weights.keys())
@@ -235,6 +236,19 @@ def content_hash(path_or_name: str | os.PathLike) -> str:
     """sha256 of a model's files (`aspan.io.sha256_of` over its checkpoint directory or file): tells a model apart
     from another of the same shape put in its place. FileNotFoundError when there is no model there."""
     return sha256_of(model_path(path_or_name))
+
+
+def weights_hash(model) -> str:
+    """sha256 of a model object's parameters and buffers (names, dtypes, shapes and bytes, in order): what
+    `content_hash` is for a model held in memory (another model, or this one trained further, hashes differently)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        flat = tensor.detach().reshape(-1).contiguous().cpu()
+        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
 
 
 def load(

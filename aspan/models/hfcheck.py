@@ -146,10 +146,12 @@ def expected_tensors(directory: Path) -> tuple[dict[str, list[int]], list[set[st
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    from .loaded import quiet_hf
+
     file = directory / "config.json"
     try:  # transformers validates every field (huggingface_hub's StrictDataclassFieldValidationError, among others)
         hf_config = AutoConfig.from_pretrained(str(directory), local_files_only=True)
-        with torch.device("meta"):
+        with torch.device("meta"), quiet_hf():  # its generation-config notes (e.g. on `output_attentions`) too
             model = AutoModelForCausalLM.from_config(hf_config)
     except Exception as e:  # noqa: BLE001 - anything a config file makes transformers raise is that file's fault
         text = " ".join(str(e).split())

@@ -30,7 +30,6 @@ anywhere (`Wqkv`, `out_proj`, `up_proj`, `down_proj` are `bias=False`; its Layer
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,8 @@ def to_hf(model, tokenizer: CharTokenizer | None = None):
     if reason is not None:
         raise ValueError(f"this model has no exact Hugging Face form: {reason}")
     form = form_for(positional_of_cfg(model.cfg))
-    hf = form.hf_class()(form.hf_config(Sizes.of(model.cfg), tokenizer)).float().eval()
+    with torch.random.fork_rng(devices=[]):  # the random init (overwritten below) leaves the caller's RNG alone
+        hf = form.hf_class()(form.hf_config(Sizes.of(model.cfg), tokenizer)).float().eval()
     state = form.to_hf_state(model)
     if "lm_head.weight" not in hf.state_dict() and "lm_head.weight" in state:  # older GPT-NeoX names it embed_out
         state["embed_out.weight"] = state.pop("lm_head.weight")
@@ -129,10 +129,7 @@ def save_hf(hf, directory: Path, tokenizer: CharTokenizer | None, meta: dict[str
         if was:
             hf_logging.enable_progress_bar()
     hf_tokenizer(tokenizer, hf.config.vocab_size).save_pretrained(directory)
-    mask = os.umask(0)
-    os.umask(mask)
-    for file in Path(directory).iterdir():  # some writers create 0600 files: give every file the umask's mode
-        os.chmod(file, 0o666 & ~mask)
+    # the files' modes (some writers make 0600 files) are set by `aspan.io.atomic_dir`, which writes a checkpoint
 
 
 def _is_split(name: str) -> bool:
@@ -259,9 +256,20 @@ def read_state(path: Path) -> dict[str, Tensor]:
     if not file.is_file():
         raise ValueError(f"{file}: missing")
     try:
-        return load_file(str(file), device="cpu")
+        state = load_file(str(file), device="cpu")
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise ValueError(f"{file}: corrupt or truncated safetensors file ({e})") from None
+    check_finite(file, state)
+    return state
+
+
+def check_finite(file: Path, tensors: dict[str, Tensor]) -> None:
+    """ValueError naming `file` and the first floating-point tensor of `tensors` that holds nan or inf: such a
+    checkpoint is corrupt (training stops at the first non-finite loss), and loading it would only give NaN logits."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{file}: corrupt checkpoint: {name} holds nan or inf values (restore the file, or use "
+                             f"an earlier checkpoint)")
 
 
 def aspan_entry(path: Path, config: dict[str, Any]) -> tuple[CharTokenizer, dict[str, Any]]:

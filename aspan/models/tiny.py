@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 import torch
 
 from .. import tasks
+from ..options import Backend
 from ..tasks.base import Task
 from ..tokenization import Tokenizer
 from .backend import backend_named, backend_of, default_backend
@@ -20,7 +21,7 @@ from .loaded import import_transformer_lens
 
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformer
-
+    from transformer_lens.model_bridge import TransformerBridge
 
 
 def positional_of(model_or_cfg) -> str:
@@ -42,7 +43,7 @@ def _as_task(task: Task | str) -> Task:
     return task
 
 
-def check_context(model_or_n_ctx: HookedTransformer | int, task: Task | str | int, offset: int = 1,
+def check_context(model_or_n_ctx: HookedTransformer | TransformerBridge | int, task: Task | str | int, offset: int = 1,
                   eos: bool = True) -> int:
     """Tokens the longest sample of `task` needs (prefix `offset` + text + EOS); ValueError if the context is shorter.
 
@@ -51,16 +52,16 @@ def check_context(model_or_n_ctx: HookedTransformer | int, task: Task | str | in
     """
     n_ctx = model_or_n_ctx if isinstance(model_or_n_ctx, int) else model_or_n_ctx.cfg.n_ctx
     if isinstance(task, int):
-        longest, what = task, "training"
+        longest, what = task, "longest"
     else:
         task = _as_task(task)
-        longest, what = task.max_text_len(), task.name or type(task).__name__
+        longest, what = task.max_text_len(), f"longest {task.name or type(task).__name__}"
     needed = longest + offset + int(eos)
     if n_ctx < needed:
         raise ValueError(
-            f"context too short: n_ctx={n_ctx} but the longest {what} sample needs {needed} tokens "
-            f"({longest} characters + offset {offset}{' + 1 EOS' if eos else ''}); "
-            f"{_what_fits(task, n_ctx - offset - int(eos))}"
+            f"context too short: n_ctx={n_ctx} but the {what} sample needs {needed} tokens "
+            f"({longest} characters + offset {offset}{' + 1 EOS' if eos else ''}): build the model with n_ctx >= "
+            f"{needed}, or ask for shorter samples: {_what_fits(task, n_ctx - offset - int(eos))}"
         )
     return needed
 
@@ -68,6 +69,8 @@ def check_context(model_or_n_ctx: HookedTransformer | int, task: Task | str | in
 def _what_fits(task: Task | int, budget: int) -> str:
     """Which task parameters fit `budget` characters: the largest upper end of the first range parameter that does
     (for a fixed checkpoint the context cannot grow, so the useful advice is which lengths to ask for)."""
+    if budget < 1:
+        return "this model fits no sample"
     params = {} if isinstance(task, int) else task.params()
     for key, value in params.items():
         if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value)):
@@ -79,7 +82,7 @@ def _what_fits(task: Task | int, budget: int) -> str:
                     return f"this model fits {key} up to {top} (e.g. --param {key}={lo}-{top})"
             except (ValueError, TypeError):
                 break
-    return f"this model fits samples of at most {budget} characters (or train one with a larger n_ctx)"
+    return f"this model fits samples of at most {budget} characters"
 
 
 def _vocab(vocab_size: int | Tokenizer, offset: int | None) -> tuple[int, int]:
@@ -120,6 +123,7 @@ class TinyConfig:
     offset: int | None = None  # tokens before each sample (None: the tokenizer's, else 1)
     device: str | torch.device | None = None  # where the weights live (None: the backend's default)
     positional: Positional = "rotary"  # "rotary", "learned", "alibi" or "none" (`Positional`)
+    backend: Backend | None = None  # "hooked" or "bridge" (None: `default_backend()`, "bridge" on TransformerLens 4)
 
 
 class TinySettings(TypedDict, total=False):
@@ -137,6 +141,7 @@ class TinySettings(TypedDict, total=False):
     offset: int | None
     device: str | torch.device | None
     positional: Positional
+    backend: Backend | None
 
 
 def tiny_config(config: TinyConfig | None, settings: dict) -> TinyConfig:
@@ -152,10 +157,14 @@ def tiny(
     vocab_size: int | Tokenizer,
     config: TinyConfig | None = None,
     **settings: Unpack[TinySettings],
-) -> HookedTransformer:
+) -> HookedTransformer | TransformerBridge:
     """A from-scratch model that trains on CPU in minutes: LayerNorm, gelu, no dropout, `positional` encoding
     (rotary by default; "learned", "alibi" or "none", see `Positional`). ALiBi models use the tanh GELU
     ("gelu_new"), which makes them exactly Bloom (`aspan.models.bloom`).
+
+    A `HookedTransformer` on TransformerLens 3; on TransformerLens 4 (which has no HookedTransformer), or with
+    `backend="bridge"` (or `ASPAN_BACKEND=bridge`), the same network in its Hugging Face form inside a
+    `TransformerBridge`. Both take every analysis, edit and training of aspan.
 
     The sizes and settings are `TinyConfig`'s fields, given as `config`, as keywords (`tiny(tok, n_layers=2,
     d_model=64)`), or both (the keywords win). `d_head` defaults to `d_model // n_heads`, `d_mlp` to `4 * d_model`.
@@ -175,7 +184,10 @@ def tiny(
     d_mlp = 4 * d_model if d_mlp is None else d_mlp
     from .safety import check_tl_memory
 
-    backend = backend_named(default_backend())
+    backend = backend_named(c.backend or default_backend())
+    if not backend.available():
+        raise ValueError(f"backend {backend.name!r} needs HookedTransformer, which TransformerLens 4 does not have: "
+                         f"use backend='bridge', or install TransformerLens 3.9 (pip install 'aspan[hooked]')")
     sizes = dict(d_vocab=d_vocab, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_head=d_head, d_mlp=d_mlp,
                  n_ctx=n_ctx)
     check_tl_memory("tiny model", {**sizes, **pos_cfg}, device, masks=backend.keeps_masks)

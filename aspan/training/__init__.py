@@ -14,10 +14,17 @@ temporary directory and renamed, pointed to by `checkpoints/latest`) and, at the
 (`aspan.models.load(out_dir)` works). Nothing read back runs code: tensors are safetensors, everything else JSON
 (`read_state`).
 
-The modules: `config` (the settings: `TrainConfig`, `RunOptions`), `data` (deterministic batches, `Replay`), `loss`
-(the objective), `optim` (AdamW and its schedule), `state` (checkpoints and training state), `budget` (time budgets),
-`run` (one run's set-up: device, optimiser, start or resume) and `loop` (`train`, `train_resumable`). Everything a
-caller needs is importable from `aspan.training` itself.
+A step reads nothing back from the device: batches are made ahead in a thread (pinned, copied without blocking on
+CUDA), and each step's loss and gradient norm stay on the device until a log row, evaluation, curve or checkpoint
+reads them (a loss that is not finite stops the run there, naming its step). AdamW is fused on CUDA;
+`TrainConfig(capture=True)` replays the whole step as a CUDA graph.
+
+The modules: `config` (the settings: `TrainConfig`, `RunOptions`), `data` (deterministic batches, `Replay`),
+`batches` (lean batches, made ahead), `loss` (the objective), `optim` (AdamW and its schedule), `tally` (the steps'
+values until they are read), `graph` (the captured step), `state` (checkpoints and training state), `budget` (time
+budgets), `run` (one run's set-up: device, optimiser, start or resume), `loop` (`train`, `train_resumable`) and
+`costs` (kernels and syncs of a step, and the step driven one at a time, for benchmarks). Everything a caller needs
+is importable from `aspan.training` itself.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 call inside it, which pauses at the deadline, checkpointed, with `BudgetSpent`."""
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,9 +25,27 @@ class TimeBudget:
     checkpoint_s: float = 120.0  # the oldest a running checkpoint may get (seconds of clock())
     clock: Callable[[], float] = time.monotonic  # tests pass a step counter here
 
+    def __post_init__(self):
+        for key in ("deadline", "checkpoint_s"):  # NaN or infinity would mean no deadline or no checkpoint
+            value = getattr(self, key)
+            if not _finite(value):
+                text = repr(value)
+                raise ValueError(f"TimeBudget.{key} must be a finite number, got {text[:20]}")
+        if self.checkpoint_s <= 0:
+            raise ValueError(f"TimeBudget.checkpoint_s must be > 0, got {self.checkpoint_s!r}")
+
     def spent(self) -> bool:
         """Whether the deadline has passed."""
         return self.clock() >= self.deadline
+
+
+def _finite(value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond a float
+        return False
 
 
 class BudgetSpent(Exception):

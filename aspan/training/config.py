@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 from ..curves import Stop
-from ..options import CurveMetric, StopRule
+from ..options import CurveMetric, StopRule, check_count, check_real
 from ..param_groups import TrainOnly, parse_train_only
 from ..tasks.base import Sample
 
@@ -35,6 +35,9 @@ class TrainConfig:
     log_every: int = 10
     ckpt_every: int = 0  # 0: checkpoint only at the end (and whenever stop_after stops the run)
     amp: bool = True  # bf16 autocast on CUDA
+    # CUDA only: record the whole step (forward, backward, clipping, AdamW) once as a CUDA graph over batches padded
+    # to one fixed shape, and replay it (`aspan.training.graph`); refused on the CPU, under DDP and with fwd_hooks
+    capture: bool = False
     # learning curves on `curve_data` (aspan.curves): every N steps, None: the N that keeps them <= 10 % of training
     # time (`curves.auto_every`), 0: none; and the stop rule they drive (`curves.Stop`)
     curve_every: int | None = None
@@ -65,25 +68,31 @@ class TrainConfig:
         return Stop(self.stop, self.stop_bucket, self.target, self.stop_metric).check()
 
     def check(self) -> None:
-        """ValueError on impossible settings, before any work."""
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        """ValueError naming the first impossible setting (a wrong type; a number that is not finite or outside its
+        range, such as lr = inf, weight_decay = nan or a beta of 1.5), before any work."""
+        if self.steps is not None:
+            check_count("steps", self.steps, 1)
         for name in ("epochs", "batch_size", "log_every", "eval_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.curve_every is not None and self.curve_every < 0:
-            raise ValueError(f"curve_every must be >= 0 (or None), got {self.curve_every}")
-        for name in ("warmup", "eval_every", "ckpt_every", "eval_samples", "seed"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.seed >= 1 << 30:
-            raise ValueError(f"seed must be < 2**30, got {self.seed}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.weight_decay < 0 or not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError("weight_decay must be >= 0 and min_lr_ratio in [0, 1]")
-        if self.grad_clip is not None and self.grad_clip <= 0:
-            raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
+            check_count(name, getattr(self, name), 1)
+        if self.curve_every is not None:
+            check_count("curve_every", self.curve_every, 0)
+        for name in ("warmup", "eval_every", "ckpt_every", "eval_samples"):
+            check_count(name, getattr(self, name), 0)
+        check_count("seed", self.seed, 0, 1 << 30)
+        check_real("lr", self.lr, 0, open_low=True)
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        for i, beta in enumerate(self.betas):
+            check_real(f"betas[{i}]", beta, 0, 1, open_high=True)
+        check_real("weight_decay", self.weight_decay, 0)
+        check_real("min_lr_ratio", self.min_lr_ratio, 0, 1)
+        if self.grad_clip is not None:
+            check_real("grad_clip", self.grad_clip, 0, open_low=True)
+        for name in ("amp", "capture"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.device, str):
+            raise ValueError(f"device must be a string such as 'cpu', 'cuda:0' or 'auto', got {self.device!r}")
         parse_train_only(self.train_only)
         self.stop_rule()
 
@@ -111,6 +120,7 @@ class RunOptions:
     meta: dict | None = field(default_factory=dict)  # extra metadata for the saved checkpoints (None: none)
     curve_data: dict[str, Sequence[Sample]] | None = None  # held-out curve sets (aspan.curves), e.g. id, length 11-20
     on_curve: Callable[[list[dict]], None] | None = None  # called with each evaluation's curve rows (main process)
+    prefetch: int = 2  # batches made ahead in a background thread (0: each made inside its step); same batches
 
     def __post_init__(self):
         if self.out_dir is not None:

@@ -7,31 +7,32 @@ import math
 import os
 import shutil
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 import torch.distributed as dist
 from tqdm.auto import tqdm
 
-from hooks import check_hook_points
-
 from .. import models, stopping
-from ..batching import scores_eos
+from ..accuracy import Accuracy, accuracy
 from ..curves import CURVES_FILE, curve_cost, steps_to_target, stop_point
-from ..evaluation import evaluate, hooks_for
+from ..evaluation import hooks_for
 from ..models.backend import backend_of
 from ..param_groups import parse_train_only
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
+from .batches import BatchPlan, Prefetcher, StepBatch
 from .budget import BudgetSpent, current_budget
 from .config import RunOptions, TrainConfig, TrainResult, run_options
 from .data import Data, Replay
-from .loss import heldout_loss, target_loss, train_batch
+from .graph import CapturedStep, capture_autocast, check_capture, fixed_shape
+from .loss import target_loss
 from .run import _agree, _freezer, _prepare, _Run, _setup_optimizer, _start
-from .state import _cut_logs, _rng_state, _save_checkpoint, check_resume, latest_checkpoint
+from .state import _cut_logs, _rng_state, _save_checkpoint, check_resume, claim_scratch
+from .tally import Tally
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,9 @@ def train(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConfig 
     """
     opts = run_options(options, keywords)
     run = _prepare(model, tokenizer, data, config or TrainConfig.scratch(), opts)
+    check_capture(run)
+    if isinstance(opts.prefetch, bool) or not isinstance(opts.prefetch, int) or opts.prefetch < 0:
+        raise ValueError(f"prefetch must be an int >= 0 (batches made ahead), got {opts.prefetch!r}")
     # gradients an earlier run (or a run stopped mid-step) left on tensors this run does not train would enter its
     # gradient clipping norm: every run starts from none
     model.zero_grad(set_to_none=True)
@@ -71,20 +75,19 @@ def train(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConfig 
 def train_resumable(scratch: str | os.PathLike, model, tokenizer: Tokenizer, data: Data | Replay,
                     config: TrainConfig, **keywords: Any) -> TrainResult:
     """`train` into the scratch directory `scratch`: a checkpoint there (a run paused by `time_budget`, or killed
-    after a checkpoint) is continued exactly, anything else there is cleared first, and `scratch` is removed once the
-    run ends, so it only ever holds an unfinished run. `keywords` are `train`'s (`options`, a `RunOptions`, and its
-    fields, but not out_dir or resume); ValueError, naming the setting, when the checkpoint there was trained with
-    other settings."""
+    after a checkpoint) is continued exactly, and `scratch` is removed once the run ends, so it only ever holds an
+    unfinished run. `scratch` must be new, empty, or this function's own (`claim_scratch`): a directory it did not
+    make is never cleared or removed. `keywords` are `train`'s (`options`, a `RunOptions`, and its fields, but not
+    out_dir or resume); ValueError, naming the setting, when the checkpoint there was trained with other settings."""
     taken = sorted({"out_dir", "resume"} & set(keywords))
     if taken:
         raise TypeError(f"train_resumable() sets {taken[0]} itself (the scratch directory, and whether it holds a "
                         f"checkpoint)")
     opts = run_options(keywords.pop("options", None), keywords)
+    config.check()  # before the directory is touched
     scratch = Path(scratch)
-    ckpt = latest_checkpoint(scratch) if scratch.is_dir() else None
-    if ckpt is None:
-        shutil.rmtree(scratch, ignore_errors=True)
-    else:
+    ckpt = claim_scratch(scratch)
+    if ckpt is not None:
         check_resume(ckpt, config, opts.meta, model)
     result = train(model, tokenizer, data, config, opts, out_dir=scratch, resume=ckpt is not None)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -98,11 +101,14 @@ def _budget_step(run: "_Run", done: int, last_ckpt: float) -> float:
     if budget is None:
         return last_ckpt
     now = budget.clock()
-    if _agree(run, int(now >= budget.deadline)):
+    due = run.opts.out_dir is not None and now - last_ckpt >= budget.checkpoint_s
+    # rank 0's clock decides for every process (a checkpoint reads the steps' values: every process must take it)
+    decision = _agree(run, int(now >= budget.deadline) | 2 * int(due))
+    if decision & 1:
         if run.saved != done:
             _checkpoint(run, done)
         raise BudgetSpent(done, run.opts.out_dir)
-    if run.opts.out_dir is not None and now - last_ckpt >= budget.checkpoint_s and run.saved != done:
+    if decision & 2 and run.saved != done:
         _checkpoint(run, done)
         return now
     return last_ckpt
@@ -110,8 +116,6 @@ def _budget_step(run: "_Run", done: int, last_ckpt: float) -> float:
 
 def _loop(run: _Run) -> None:
     """Steps `start`..`end` with logging, periodic evaluation and checkpoints."""
-    config = run.config
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if run.device.type == "cuda" and config.amp else nullcontext()
     run.model.train()
     bar = tqdm(total=run.total, initial=run.start, desc="train", disable=not (run.main and run.opts.progress),
                dynamic_ncols=True)
@@ -122,68 +126,124 @@ def _loop(run: _Run) -> None:
         raise BudgetSpent(run.start)  # spent before this run took a step: nothing new to save
     if run.every and run.start == 0:
         _curve(run, 0)  # where training starts from (a stop rule never fires here)
-    with bar:
-        _steps(run, amp, bar, last_ckpt)
+    with bar, stepping(run) as steps:
+        _steps(run, steps, bar, last_ckpt)
 
 
-def _steps(run: _Run, amp, bar, last_ckpt: float) -> None:
-    """The optimiser steps of `_loop`, each followed by its logging, evaluation, curve, checkpoint and budget check."""
-    config = run.config
-    tokens_seen, busy = 0, 0.0  # tokens/s counts training time only (evaluation and checkpoints excluded)
+class Stepping(NamedTuple):
+    """How a run takes its steps: the step function (`_train_step`, or its captured form), the autocast context and
+    the batches (made ahead)."""
+
+    step_fn: Callable
+    amp: Any
+    batches: Prefetcher
+
+
+@contextmanager
+def stepping(run: _Run) -> Iterator[Stepping]:
+    """The run's `Stepping` for steps `start`..`end` (a fresh `run.tally`); leaving the block, an exception
+    included, stops the prefetching thread."""
+    cuda = run.device.type == "cuda"
+    amp = torch.autocast("cuda", dtype=torch.bfloat16) if cuda and run.config.amp else nullcontext()
+    step_fn, shape = _train_step, None
+    if run.config.capture:
+        shape = fixed_shape(run)
+        step_fn, amp = CapturedStep(run, _train_step, shape), capture_autocast(run)
+    plan = BatchPlan(run.tokenizer, run.model.cfg.n_ctx, run.rank, run.world, shape=shape,
+                     full=callable(run.opts.fwd_hooks), pin=cuda)
+    run.tally = Tally(run.world)
+    with Prefetcher(lambda step: plan.make(run.stream.batch(step)), range(run.start, run.end),
+                    run.opts.prefetch) as batches:
+        yield Stepping(step_fn, amp, batches)
+
+
+def take_step(run: _Run, steps: Stepping, step: int) -> None:
+    """Optimiser step `step` (0-based): its batch to the device (not blocking), the step, the schedule, and its
+    results added to `run.tally` (left on the device)."""
+    batch = steps.batches.get(step)
+    if not isinstance(steps.step_fn, CapturedStep):  # a captured step copies into its own buffers
+        batch = batch.to(run.device)
+    loss_sum, grad_norm = steps.step_fn(run, batch, steps.amp)
+    run.sched.step()
+    run.tally.add(step + 1, loss_sum, grad_norm, batch.n_target, batch.n_tokens)
+
+
+def _steps(run: _Run, steps: Stepping, bar, last_ckpt: float) -> None:
+    """The optimiser steps of `_loop`, each followed by its logging, evaluation, curve, checkpoint and budget check.
+    Nothing is read back from the device but at the steps that log, evaluate, score curves or checkpoint
+    (`_reads_at`)."""
+    config, tally, busy = run.config, run.tally, 0.0  # tokens/s counts training time only (evaluation excluded)
     for step in range(run.start, run.end):
         t0 = time.perf_counter()
-        loss_value, n_tok, grad_norm = _train_step(run, step, amp)
-        tokens_seen += n_tok
+        take_step(run, steps, step)
+        done = step + 1
+        if _reads_at(run, done):
+            tally.read()  # inside the timed step: the device's queued work is counted as training time
         busy += time.perf_counter() - t0
         run.trained_s += time.perf_counter() - t0
-        done, rate = step + 1, tokens_seen / max(busy, 1e-9)
         bar.update(1)
-        bar.set_postfix(loss=f"{loss_value:.4f}", tok_s=f"{rate:,.0f}")
         if done % config.log_every == 0 or done == run.end:
-            run.write("log.jsonl", {"kind": "train", "step": done, "loss": loss_value, "lr": run.sched.get_last_lr()[0],
-                                    "tokens_per_s": rate, "grad_norm": grad_norm})
-        if config.eval_every and done % config.eval_every == 0 and done != run.total:
-            _evaluate(run, done)
-        stopped = bool(run.every) and (done % run.every == 0 or done == run.total) and _curve(run, done)
-        signalled = _agree(run, int(stopping.received() is not None))  # every process stops at the same step
-        if stopped or done == run.end or signalled or (config.ckpt_every and done % config.ckpt_every == 0):
-            _checkpoint(run, done)  # a stop signal: the step just finished is saved, the run resumes after it
-        if signalled:
-            stopping.check()
-        if stopped:
+            rate = tally.tokens / max(busy, 1e-9)
+            bar.set_postfix(loss=f"{tally.loss:.4f}", tok_s=f"{rate:,.0f}")
+            run.write("log.jsonl", {"kind": "train", "step": done, "loss": tally.loss, "lr": _lr(run),
+                                    "tokens_per_s": rate, "grad_norm": tally.grad_norm})
+        if _after_step(run, done):
             break
         if done != run.end:
             last_ckpt = _budget_step(run, done, last_ckpt)
 
 
-def _train_step(run: _Run, step: int, amp) -> tuple[float, int, float | None]:
-    """One optimiser step on batch `step`: (mean loss per target token, tokens in the batch, gradient norm)."""
-    samples = run.stream.batch(step)
-    eos = run.tokenizer.eos_id is not None
-    # over the global batch, so DDP's gradient average is the global per-token mean
-    n_target = sum(len(s.target) - len(s.given) + (eos and scores_eos(s)) for s in samples)
-    batch = train_batch(samples[run.rank :: run.world], run.tokenizer, run.model.cfg.n_ctx).to(run.device)
-    with amp, run.model.hooks(fwd_hooks=check_hook_points(run.model, hooks_for(run.opts.fwd_hooks, batch))):
-        logits = run.net(batch.tokens)
+def _reads_at(run: _Run, done: int) -> bool:
+    """Whether step `done` is followed by a log row, an evaluation, a curve or a checkpoint: the points where the
+    step's values are read from the device (a checkpoint anywhere else reads them itself)."""
+    config = run.config
+    return (done % config.log_every == 0 or done == run.end
+            or bool(config.eval_every and done % config.eval_every == 0 and done != run.total)
+            or bool(run.every and (done % run.every == 0 or done == run.total))
+            or bool(config.ckpt_every and done % config.ckpt_every == 0))
+
+
+def _after_step(run: _Run, done: int) -> bool:
+    """The evaluation, curve, stop signal and checkpoint after step `done`; whether the stop rule ended the run."""
+    config = run.config
+    if config.eval_every and done % config.eval_every == 0 and done != run.total:
+        _evaluate(run, done)
+    stopped = bool(run.every) and (done % run.every == 0 or done == run.total) and _curve(run, done)
+    signalled = _agree(run, int(stopping.received() is not None))  # every process stops at the same step
+    if stopped or done == run.end or signalled or (config.ckpt_every and done % config.ckpt_every == 0):
+        _checkpoint(run, done)  # a stop signal: the step just finished is saved, the run resumes after it
+    if signalled:
+        stopping.check()
+    return stopped
+
+
+def _lr(run: _Run) -> float:
+    """The learning rate of the step just taken (a captured step keeps it in a device tensor: read here)."""
+    return float(run.sched.get_last_lr()[0])
+
+
+def _hooks(run: _Run, batch: StepBatch) -> list:
+    """The run's forward hooks for `batch` (a factory gets the whole batch); none: an empty list, no per-step cost."""
+    if not run.opts.fwd_hooks:
+        return []
+    return hooks_for(run.opts.fwd_hooks, batch.full)
+
+
+def _train_step(run: _Run, batch: StepBatch, amp) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One optimiser step on `batch` (tokens and labels [batch, pos] on the device): its summed target loss and its
+    gradient norm (None without clipping), both 0-d tensors left on the device. The loss is divided by the global
+    batch's target count, so DDP's gradient average is the global per-token mean; the schedule steps outside."""
+    with amp:  # the fused forward where it covers the model and hooks, else the hooked one (`aspan.models.fused`)
+        logits = run.forward(batch.tokens, _hooks(run, batch))
     loss_sum = target_loss(logits, batch.labels)
     run.opt.zero_grad(set_to_none=True)
-    (loss_sum * run.world / n_target).backward()
+    (loss_sum * run.world / batch.n_target).backward()
     clip = run.config.grad_clip
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)) if clip else None
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip) if clip else None
     run.opt.step()
-    run.sched.step()
     if run.freezer:
         run.freezer.restore()
-    n_tok = int(batch.attention_mask.sum())
-    if run.world > 1:
-        t = torch.tensor([float(loss_sum.detach()), n_tok], device=run.device)
-        dist.all_reduce(t)
-        loss_value, n_tok = float(t[0]) / n_target, int(t[1])
-    else:
-        loss_value = float(loss_sum.detach()) / n_target
-    if not math.isfinite(loss_value):
-        raise FloatingPointError(f"loss became {loss_value} at step {step + 1}; lower the learning rate")
-    return loss_value, n_tok, grad_norm
+    return loss_sum.detach(), grad_norm
 
 
 def _curve(run: _Run, step: int) -> bool:
@@ -195,10 +255,10 @@ def _curve(run: _Run, step: int) -> bool:
         first = len(run.history)
         for name, samples in run.opts.curve_data.items():
             t0 = time.perf_counter()
-            res = _scores(run, samples)
-            loss = heldout_loss(run.model, run.tokenizer, samples, run.opts.fwd_hooks, run.config.eval_batch_size)
+            acc = _accuracy(run, samples)  # accuracy and loss from one pass
+            res = acc.summary()
             run.write(CURVES_FILE, {"kind": "curve", "step": step, "bucket": name, "n": len(samples),
-                                    "exact": res["exact"], "partial": res["partial"], "loss": loss,
+                                    "exact": res["exact"], "partial": res["partial"], "loss": acc.loss,
                                     "eval_s": time.perf_counter() - t0, "train_s": train_s,
                                     "wall_s": run.wall_offset + time.perf_counter() - run.began})
         if run.opts.on_curve is not None:
@@ -212,10 +272,10 @@ def _curve(run: _Run, step: int) -> bool:
     return False
 
 
-def _scores(run: _Run, samples: Sequence[Sample]) -> dict:
-    """`evaluate`'s summary of `samples` under the run's hooks (teacher-forced, no attention scores)."""
-    return evaluate(run.model, run.tokenizer, samples, fwd_hooks=run.opts.fwd_hooks,
-                    batch_size=run.config.eval_batch_size, attn=False).summary()
+def _accuracy(run: _Run, samples: Sequence[Sample]) -> Accuracy:
+    """Teacher-forced accuracy and loss of `samples` under the run's hooks, in large batches on the device, without
+    per-token records: `evaluate(..., attn=False)`'s exact, partial and n, and `heldout_loss`'s loss."""
+    return accuracy(run.model, run.tokenizer, samples, run.opts.fwd_hooks, run.config.eval_batch_size)
 
 
 def _evaluate(run: _Run, step: int) -> None:
@@ -223,7 +283,7 @@ def _evaluate(run: _Run, step: int) -> None:
     if not (run.opts.eval_data and run.main):
         return
     for split, samples in run.opts.eval_data.items():
-        row = {"kind": "eval", "step": step, "split": split, **_scores(run, samples)}
+        row = {"kind": "eval", "step": step, "split": split, **_accuracy(run, samples).summary()}
         row = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
         run.write("eval.jsonl", row)
         if run.opts.progress:
@@ -232,6 +292,8 @@ def _evaluate(run: _Run, step: int) -> None:
 
 def _checkpoint(run: _Run, step: int) -> None:
     """Save checkpoint `step`; if that fails (a full disk), the logs are cut back to the last good checkpoint."""
+    if run.tally is not None and run.tally.pending:
+        run.tally.read()  # a loss that is not finite stops the run before its checkpoint is written
     if run.opts.out_dir is not None and run.main:
         state = {"step": step, "optimizer": run.opt.state_dict(), "scheduler": run.sched.state_dict(),
                  "rng": _rng_state(), "config": asdict(run.config), "world_size": run.world}

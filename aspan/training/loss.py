@@ -6,10 +6,8 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from hooks import check_hook_points
-
+from ..accuracy import accuracy
 from ..batching import IGNORE, Batch, make_batch, scores_eos
-from ..evaluation import hooks_for
 from ..tasks.base import Sample
 from ..tokenization import Tokenizer
 
@@ -30,18 +28,7 @@ def target_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE, reduction="sum")
 
 
-@torch.no_grad()
 def heldout_loss(model, tokenizer: Tokenizer, samples: Sequence[Sample], fwd_hooks=(), batch_size: int = 64) -> float:
-    """The training loss (mean cross-entropy per target + EOS token, `target_loss`) on `samples`, in eval mode."""
-    was_training, total, count = model.training, 0.0, 0
-    model.eval()
-    try:
-        for i in range(0, len(samples), batch_size):
-            batch = train_batch(samples[i : i + batch_size], tokenizer, model.cfg.n_ctx).to(model.cfg.device)
-            with model.hooks(fwd_hooks=check_hook_points(model, hooks_for(fwd_hooks, batch))):
-                logits = model(batch.tokens)  # as in training: padding sits after every scored row
-            total += float(target_loss(logits, batch.labels))
-            count += int((batch.labels != IGNORE).sum())
-    finally:
-        model.train(was_training)
-    return total / max(count, 1)
+    """The training loss (mean cross-entropy per target + EOS token, `target_loss`) on `samples`, in eval mode, in
+    forwards of at least `batch_size` samples (`aspan.accuracy.accuracy`, which counts accuracy in the same pass)."""
+    return accuracy(model, tokenizer, samples, fwd_hooks, batch_size).loss

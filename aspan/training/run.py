@@ -16,10 +16,11 @@ from .. import models
 from ..checks import check_device
 from ..curves import CURVES_FILE, auto_every, stop_point
 from ..io import append_line
-from ..models.tiny import check_context
+from ..models.fit import Workload, check_fit
+from ..models.fused import TrainingForward
 from ..models.trained import TrainedTask, record_task
 from ..param_groups import Freezer, TrainOnly, group_masks, live_parameters
-from ..tokenization import Tokenizer, check_tokenizer, require_tokenizer
+from ..tokenization import Tokenizer, require_tokenizer
 from .config import RunOptions, TrainConfig
 from .data import Data, DataStream, Replay
 from .optim import _optimizer, lr_lambda
@@ -44,7 +45,7 @@ class _Run:
     freezer: Freezer | None = None
     opt: Any = None
     sched: Any = None
-    net: Any = None  # the model, or its DDP wrapper
+    forward: Any = None  # (tokens, hooks) -> logits: `fused.TrainingForward` over the model (DDP-wrapped by torchrun)
     history: list = field(default_factory=list)
     start: int = 0
     saved: int = 0  # step of the last checkpoint written (or resumed from)
@@ -53,6 +54,7 @@ class _Run:
     trained_s: float = 0.0  # training seconds since the last curve evaluation
     wall_offset: float = 0.0  # wall seconds of the run before this call (a resumed run's last curve row)
     began: float = field(default_factory=time.perf_counter)
+    tally: Any = None  # the steps' values not yet read from the device (`tally.Tally`), set by the loop
 
     @property
     def curves(self) -> list[dict]:
@@ -135,8 +137,8 @@ def _prepare(model, tokenizer: Tokenizer, data: Data | Replay, config: TrainConf
         total = config.epochs * stream.steps_per_epoch
     if config.batch_size < world:
         raise ValueError(f"batch_size {config.batch_size} is smaller than the number of processes {world}")
-    check_context(model, stream.max_text_len(), tokenizer.offset, eos=tokenizer.eos_id is not None)
-    check_tokenizer(tokenizer, stream.alphabet())
+    # hook points, characters as single tokens, vocabulary and context, before any forward
+    check_fit(model, tokenizer, Workload(stream.alphabet(), stream.max_text_len(), stream.max_text_len()), "train")
     record_task(model, _stream_task(stream))  # fine-tuning on another task makes it the model's task
     if config.train_only is not None:
         group_masks(model, config.train_only)  # out-of-range columns or pairs fail before any work
@@ -190,10 +192,10 @@ def _setup_optimizer(run: _Run) -> None:
     run.opt = _optimizer(model, config)
     run.sched = torch.optim.lr_scheduler.LambdaLR(
         run.opt, lambda s: lr_lambda(s, config.warmup, run.total, config.min_lr_ratio))
-    run.net = model
+    run.forward = TrainingForward(model)  # the fused forward where it covers the model and hooks, else the hooked one
     if run.world > 1:
         ids = [run.device.index] if run.device.type == "cuda" else None
-        run.net = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+        run.forward = torch.nn.parallel.DistributedDataParallel(run.forward, device_ids=ids)
 
 
 def _start(run: _Run) -> None:

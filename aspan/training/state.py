@@ -17,12 +17,14 @@ import torch
 from .. import models
 from ..curves import CURVES_FILE
 from ..io import atomic_dir, cut_rows, parse_json, to_json, write_text
+from ..models import hfform
 from ..models.checkpoint import architecture, saved_info
 from .config import ARCHITECTURE, RESUME_FREE, TrainConfig
 
 STATE_JSON, STATE_TENSORS = "train_state.json", "train_state.safetensors"  # a checkpoint's training state
 LEGACY_STATE = "train_state.pt"  # earlier versions' pickle: read with torch.load(weights_only=True) only
 STATE_FORMAT = "aspan-train-state"
+STATE_VERSION = 2  # 2: with the digest of what a resume relies on (version 1 states, which have none, still resume)
 STEP_NAME = re.compile(r"step-[0-9]+")  # what checkpoints/latest may hold
 
 
@@ -74,6 +76,37 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
     return path
 
 
+SCRATCH_MARKER = ".aspan-scratch"  # marks a directory `train_resumable` made its own (it clears and removes it)
+_RUN_FILES = {"log.jsonl", "eval.jsonl", CURVES_FILE, "checkpoints"}  # what a paused run directory holds
+
+
+def claim_scratch(scratch: Path) -> Path | None:
+    """Make `scratch` the scratch directory of `train_resumable` and return the checkpoint there to continue from
+    (None: the run starts afresh in an empty directory). `scratch` may be new, empty, marked as such a directory
+    (`SCRATCH_MARKER`), or, made before the marker existed, a paused run: a checkpoint and the logs only. Anything
+    else is a ValueError and nothing is deleted: a directory it did not make is never cleared."""
+    if scratch.is_symlink() or (scratch.exists() and not scratch.is_dir()):
+        kind = "a link" if scratch.is_symlink() else "a file"
+        raise ValueError(f"train_resumable: {scratch} is {kind}, not a directory; give a new or empty directory")
+    names = set(os.listdir(scratch)) if scratch.is_dir() else set()
+    if names and SCRATCH_MARKER not in names:
+        try:
+            paused = names <= _RUN_FILES and latest_checkpoint(scratch) is not None
+        except ValueError:
+            paused = False
+        if not paused:
+            raise ValueError(f"train_resumable: {scratch} is not empty and is not a scratch directory of "
+                             f"train_resumable (it has no {SCRATCH_MARKER}), so it would be deleted; give a new or "
+                             f"empty directory")
+    ckpt = latest_checkpoint(scratch) if names else None
+    if ckpt is None and names:
+        shutil.rmtree(scratch)  # this function's own unfinished run, before its first checkpoint
+    scratch.mkdir(parents=True, exist_ok=True)
+    write_text(scratch / SCRATCH_MARKER, "the scratch directory of aspan.training.train_resumable: it is removed "
+                                         "when the run ends\n")
+    return ckpt
+
+
 def _save_checkpoint(out_dir: Path, model, tokenizer, state: dict, meta: dict) -> Path:
     """Weights (aspan.models.save) and training state into a temporary directory renamed `checkpoints/step-N` when
     whole, then `latest` flipped and older checkpoints dropped: a failed write (a full disk) leaves nothing of it."""
@@ -114,13 +147,40 @@ def _join_tensors(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 def _write_state(directory: Path, state: dict) -> None:
-    """The training state as `train_state.safetensors` (its tensors) and `train_state.json` (the rest)."""
+    """The training state as `train_state.safetensors` (its tensors) and `train_state.json` (the rest, with the
+    digest of what a resume relies on: `_digest`); the checkpoint's `config.json` is written already."""
     from safetensors.torch import save_file
 
     tensors: dict[str, torch.Tensor] = {}
     data = _split_tensors(state, tensors, "state")
     save_file(tensors, str(directory / STATE_TENSORS))
-    (directory / STATE_JSON).write_text(to_json({"format": STATE_FORMAT, "version": 1, "state": data}) + "\n")
+    digest = _digest(data, directory)
+    doc = {"format": STATE_FORMAT, "version": STATE_VERSION, "state": data, "digest": digest}
+    (directory / STATE_JSON).write_text(to_json(doc) + "\n")
+
+
+def _digest(data: Any, ckpt: Path) -> str:
+    """sha256 of what a resume relies on besides the tensors: the training state's JSON part (its step, settings,
+    scheduler and optimiser groups) and the checkpoint's `config.json` (the run's settings, step and model)."""
+    import hashlib
+
+    h = hashlib.sha256(to_json(data, indent=None, sort_keys=True).encode())
+    h.update(b"\0" + (ckpt / "config.json").read_bytes())
+    return h.hexdigest()
+
+
+def _check_digest(ckpt: Path, doc: dict, advice: str) -> None:
+    """ValueError when a checkpoint's training state or config.json changed after it was written (an edited setting
+    or step): a resume would continue silently as another run. States written before the digest have none."""
+    if doc.get("version", 1) < 2:
+        return
+    try:
+        same = doc.get("digest") == _digest(doc["state"], ckpt)
+    except (OSError, ValueError, TypeError, RecursionError):
+        same = False
+    if not same:
+        raise ValueError(f"cannot resume: {ckpt} was changed after it was written (its {STATE_JSON} or config.json "
+                         f"does not match the digest saved with it: an edited setting or step); {advice}")
 
 
 def read_state(ckpt: str | os.PathLike) -> dict:
@@ -140,7 +200,25 @@ def read_state(ckpt: str | os.PathLike) -> dict:
     problem = _state_problem(state)
     if problem:
         raise ValueError(f"cannot resume: {file} is not a training state ({problem}); {advice}")
+    if STEP_NAME.fullmatch(ckpt.name) and int(ckpt.name[5:]) != state["step"]:
+        raise ValueError(f"cannot resume: {file} says step {state['step']}, but its checkpoint is {ckpt.name} (an "
+                         f"edited step); {advice}")
+    tensors = dict(_tensors({k: v for k, v in state.items() if k != "rng"}, "state"))
+    tensor_file = ckpt / STATE_TENSORS if file.name == STATE_JSON else file
+    hfform.check_finite(tensor_file, tensors)  # the optimiser's moments (and a bridge's parameters)
     return state
+
+
+def _tensors(obj: Any, key: str):
+    """(place, tensor) of every tensor inside `obj` (dicts and lists), not copied."""
+    if isinstance(obj, torch.Tensor):
+        yield key, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _tensors(v, f"{key}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _tensors(v, f"{key}.{i}")
 
 
 def _read_state_files(ckpt: Path, file: Path, advice: str) -> dict:
@@ -151,11 +229,15 @@ def _read_state_files(ckpt: Path, file: Path, advice: str) -> dict:
         doc = parse_json(file.read_text(encoding="utf-8"))
         if not isinstance(doc, dict) or doc.get("format") != STATE_FORMAT:
             raise ValueError(f"format is not {STATE_FORMAT!r}")
+        version = doc.get("version", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= STATE_VERSION:
+            raise ValueError(f"version {version!r}")
         state = _join_tensors(doc["state"], load_file(str(ckpt / STATE_TENSORS), device="cpu"))
         state["optimizer"]["state"] = {int(k): v for k, v in state["optimizer"]["state"].items()}
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError, SafetensorError) as e:
         raise ValueError(f"cannot resume: {file} (with {STATE_TENSORS}) is truncated or corrupt "
                          f"({type(e).__name__}); {advice}") from None
+    _check_digest(ckpt, doc, advice)
     return state
 
 

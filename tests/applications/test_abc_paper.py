@@ -332,3 +332,41 @@ def test_the_gpu_campaign_configs_carry_the_cpu_runs_corrections():
         assert cfg.n_test == 10_000 and cfg.buckets == (6, 10, 20, 60) and len(cfg.seeds) == 3
         assert cfg.retrain_fraction == 1.0 and cfg.calib_layer == 0 and cfg.abc_positional == "none"
         assert not cfg.keep_models
+
+
+def records_position_rows(ctx, name, condition, seed, digits):
+    """The position rows as they were computed: from `evaluate`'s per-token records."""
+    from aspan.applications.studies import abc_paper as ap
+    from aspan.evaluation import evaluate
+
+    data = ctx.data[name]
+    model = models.load(ap.model_dir(ctx.out, name, condition, seed)).model
+    bias = ()
+    if condition == "abc":
+        bias = hooks_for_bias(torch.load(ap.calibration_file(ctx.out, name, seed), weights_only=True)["bias"], model)
+    rec = evaluate(model, data.tokenizer, data.test[digits], fwd_hooks=bias, batch_size=4, attn=False).records
+    rec, out = rec[rec.scored], []
+    for row, g in rec.groupby("target_index"):
+        wrong_zero = (g.pred_char == "0") & (g.target_char != "0")
+        out.append({"task": name, "condition": condition, "seed": seed, "digits": digits, "row": int(row),
+                    "accuracy": float(g.correct.mean()),
+                    "zero_for_nonzero": float(wrong_zero.sum() / max(1, (g.target_char != "0").sum()))})
+    return out
+
+
+def test_position_rows_are_those_of_evaluates_records(tmp_path):
+    """Counted from the predictions at the target rows (no records), under the ABC bias too: the same rows, the same
+    numbers, as from `evaluate`'s records."""
+    from aspan.applications.studies import abc_paper as ap
+
+    cfg = PaperConfig.quick(plan=("successor:vanilla", "successor:abc", "addition:vanilla"), max_steps=30,
+                            check_every=30, n_test=40)
+    ap.run_paper_study(cfg, tmp_path, progress=False)
+    ctx = ap._Ctx(cfg, tmp_path, {t: paper_data(t, cfg) for t in ("successor", "addition")}, None, {}, {})
+    mixed = 0
+    for name, condition in cfg.runs():
+        for digits in cfg.buckets:
+            got = ap.position_rows(ctx, name, condition, 0, digits)
+            assert got == records_position_rows(ctx, name, condition, 0, digits) and got
+            mixed += sum(0 < r["accuracy"] < 1 for r in got)
+    assert mixed  # rows neither all right nor all wrong

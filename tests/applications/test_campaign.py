@@ -108,22 +108,27 @@ def test_a_run_needing_a_missing_package_is_skipped_with_the_reason(tmp_path):
 
 
 def test_archive_parts_and_hostile_members(tmp_path, monkeypatch):
+    """A slice's archive in parts merges back to the campaign it came from; a member outside it is refused
+    (tests/applications/test_slice_archive.py tries many more)."""
+    from aspan.applications import slice_archive
+
     camp = tmp_path / "camp"
     (camp / "a").mkdir(parents=True)
     (camp / "a" / "big.bin").write_bytes(torch.randint(0, 255, (3000,), dtype=torch.uint8).numpy().tobytes())
     (camp / "old.txt").write_text("x")
+    dest = tmp_path / "dest"
+    shutil.copytree(camp, dest)
     before = c.snapshot(camp)
     (camp / "old.txt").unlink()
     (camp / "a" / "new.txt").write_text("new")
-    monkeypatch.setattr(c, "PART_BYTES", 100)
-    names = c.pack(camp, {**before, "a/big.bin": "changed"}, tmp_path)
+    (camp / "a" / "big.bin").write_bytes(b"changed")
+    monkeypatch.setattr(slice_archive, "PART_BYTES", 100)
+    names = c.pack(camp, before, tmp_path)
     assert len(names) > 1 and all(n.startswith(c.STATE + ".part") for n in names)
-    (tmp_path / "run.json").write_text(json.dumps({"parts": names, "started": "t"}))
-    dest = tmp_path / "dest"
-    shutil.copytree(camp, dest)
-    (dest / "old.txt").write_text("x")
+    (tmp_path / "run.json").write_text(json.dumps({"parts": names, "started": "2026-01-01T00:00:00Z"}))
     c.merge_slice(tmp_path, dest)
     assert c.snapshot(dest) == c.snapshot(camp)
+    monkeypatch.undo()
     import io
     import tarfile
 
@@ -134,10 +139,10 @@ def test_archive_parts_and_hostile_members(tmp_path, monkeypatch):
         tar.addfile(info, io.BytesIO(b"x"))
     (tmp_path / "evil").mkdir()
     (tmp_path / "evil" / c.STATE).write_bytes(buf.getvalue())
-    (tmp_path / "evil" / "run.json").write_text(json.dumps({"parts": [c.STATE], "started": "t"}))
+    (tmp_path / "evil" / "run.json").write_text(json.dumps({"parts": [c.STATE], "started": "2026-01-01T00:00:00Z"}))
     with pytest.raises(ValueError, match="not a plain file inside"):
         c.merge_slice(tmp_path / "evil", tmp_path / "dest2")
-    assert not (tmp_path / "escape.txt").exists()
+    assert not (tmp_path / "escape.txt").exists() and not (tmp_path / "dest2").exists()
 
 
 @pytest.mark.parametrize("runs, message", [

@@ -143,7 +143,7 @@ def test_a_rerun_keeps_the_shard_count_adopts_the_jobs_and_gives_each_shard_its_
     again = launch._plan(array, SlurmResources(array_tasks=9))
     assert (again.tasks, again.jobs, again.attempts) == (3, {0: "7_0", 1: "8"}, {})
     (tmp_path / ".slurm" / "launch.json").write_text('{"tasks": "many"}')
-    with pytest.raises(ValueError, match=r"launch.json: not a launch state"):
+    with pytest.raises(ValueError, match=r"launch.json: tasks must be an integer from 1 to 100000, got .many."):
         launch._plan(array, SlurmResources())
     assert launch._plan(launch.Array(tmp_path / "new", "demo", print, (), 4), SlurmResources()).tasks == 4
 

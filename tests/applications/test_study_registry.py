@@ -87,9 +87,11 @@ def test_the_study_command_runs_each_study_through_the_registry(name, tmp_path, 
 
 
 def _same(got, want, where: str) -> None:
-    """Equal, floats to 1e-9 relative (the same arithmetic on another CPU may round the last bits differently)."""
+    """Equal, floats to 1e-6 relative: the same training on another CPU's kernels (AVX2 or AVX-512) rounds
+    differently, and a loss after a quick run moves in its 7th digit (parity's final loss: 2.9177591 recorded,
+    2.9177588 on an AVX-512 machine); a change of what is computed moves it far more."""
     if isinstance(want, float) and isinstance(got, float):
-        assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, rel=1e-9, abs=1e-12), where
+        assert (math.isnan(got) and math.isnan(want)) or got == pytest.approx(want, rel=1e-6, abs=1e-12), where
     elif isinstance(want, dict) and isinstance(got, dict):
         assert sorted(got) == sorted(want), where
         for k in want:

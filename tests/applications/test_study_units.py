@@ -91,12 +91,13 @@ def test_the_merge_appends_unit_rows_in_unit_order_once_per_key_and_waits_for_a_
 
 
 def _same_rows(out: Path, name: str) -> None:
+    """The recorded rows, floats to 1e-6 relative (another CPU's kernels round a quick run's loss in its 7th digit)."""
     got, want = rows(out, name), RECORDED[name]
     assert len(got) == len(want) > 0
     for g, w in zip(got, want):
         assert g.keys() == w.keys()
         for k in w:
-            assert g[k] == (pytest.approx(w[k], rel=1e-9, abs=1e-12) if isinstance(w[k], float) else w[k]), k
+            assert g[k] == (pytest.approx(w[k], rel=1e-6, abs=1e-12) if isinstance(w[k], float) else w[k]), k
 
 
 @pytest.mark.hooked  # the rows were recorded on HookedTransformer

@@ -52,7 +52,7 @@ def test_the_quick_paper_study_through_slurm_survives_a_cancelled_unit_and_equal
         launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         try:
             cancelled = running_unit(on_slurm)
-            subprocess.run(["scancel", cancelled], check=True)
+            subprocess.run(["scancel", cancelled], check=True, timeout=60)
             assert main([*ARGV, "--out", str(on_slurm), "--launcher", "slurm"]) == 2
             refused = capsys.readouterr().err.strip().splitlines()
             assert len(refused) == 1 and f"run directory {on_slurm} is in use by" in refused[0], refused

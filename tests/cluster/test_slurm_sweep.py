@@ -77,7 +77,7 @@ def test_a_slurm_sweep_survives_a_cancelled_task_and_equals_a_local_run(slurm, t
         launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
         try:
             running = array_task(out, "RUNNING")
-            subprocess.run(["scancel", running], check=True)
+            subprocess.run(["scancel", running], check=True, timeout=60)
             # a second launch while the first holds the directory: one line, nothing submitted
             assert main(["sweep", "--config", str(toml), "--out", str(out), "--launcher", "slurm", "--quiet"]) == 2
             refused = capsys.readouterr().err.strip().splitlines()
@@ -122,7 +122,30 @@ def test_no_wait_then_a_rerun_adopts_the_queued_tasks_and_reruns_no_finished_sha
 
 def test_a_submission_slurm_refuses_ends_in_one_line_and_leaves_no_run_directory(slurm, toml, tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["sweep", str(toml), "--out", str(out), "--launcher", "slurm", "--partition", "nope"]) == 2
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last == "aspan sweep: error: sbatch failed: Batch job submission failed: Invalid partition name specified"
+    assert main(["sweep", "--config", str(toml), "--out", str(out), "--launcher", "slurm", "--partition", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "aspan sweep: error: sbatch failed: Batch job submission failed: Invalid partition name specified"
     assert not out.exists()
+
+
+def test_a_value_that_would_break_the_script_never_reaches_the_queue_and_shell_text_stays_a_value(slurm, toml,
+                                                                                                 tmp_path, capsys):
+    marker = tmp_path / "marker"
+    before = queued_jobs()
+    out = tmp_path / "bad"
+    assert main(["sweep", "--config", str(toml), "--out", str(out), "--launcher", "slurm", "--sbatch",
+                 f"comment=a\ntouch {marker}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("aspan sweep: error: --sbatch: sbatch option 'comment' holds the control character U+000A")
+    assert "\n" not in err and not out.exists() and queued_jobs() == before
+    value = f"a; touch {marker} $(touch {marker}) `touch {marker}`"
+    out = tmp_path / "run"
+    assert main(["sweep", "--config", str(toml), "--out", str(out), "--launcher", "slurm", "--array-tasks", "1",
+                 "--no-wait", "--sbatch", f"comment={value}"]) == 0
+    job = capsys.readouterr().out.strip()
+    try:
+        shown = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%k"], capture_output=True, text=True,
+                               timeout=60, check=True).stdout.splitlines()
+    finally:
+        subprocess.run(["scancel", job], timeout=60, check=True)
+    assert shown == [value] and not marker.exists()  # one sbatch option, verbatim; no shell ran it

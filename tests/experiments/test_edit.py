@@ -68,6 +68,8 @@ def test_every_committed_row_resolves_to_its_key():
     ({"method": "reinforce", "threshold": 1.5}, "threshold"),
     ({"method": "reinforce", "below": 2.0}, "below"),
     ({"method": "nudge"}, "unknown edit method"),
+    ({"method": "reinforce", "renormalize": "no"}, "renormalize must be true or false"),
+    ({"method": "reinforce", "renormalize": 1}, "renormalize must be true or false"),
 ])
 def test_each_method_has_its_own_rules(kwargs, words):
     with pytest.raises(ValueError, match=words):

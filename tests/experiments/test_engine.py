@@ -157,6 +157,35 @@ def test_row_equals_brute_force_evaluation(tiny_model, tok):
     assert held["id_cost"] == pytest.approx(id_base["exact"] - id_ed["exact"])
 
 
+def test_sets_without_attnscores_are_counted_without_records(tiny_model, tok, monkeypatch):
+    """Teacher-forced sets scored without AttnScores go through `aspan.accuracy` (no per-token records): the row's
+    numbers and per-length tables are those of `evaluate`, edited and not."""
+    from aspan.evaluation import summarize
+
+    eng = Engine(tiny_model, tok, DATA, batch_size=3, attn=False)
+    from aspan import evaluation
+
+    def records(*a, **k):
+        raise AssertionError("per-token records built")
+
+    monkeypatch.setattr(evaluation, "evaluate_stream", records)
+    row = eng.row(point(DATA, "m", "list:1.0,1.2", 2.0, delta=1))
+    heads = [(1, 0), (1, 2)]
+
+    def edit(b):
+        return hooks.reinforce(heads, b.ref_mask, 2.0, delta=1, model=tiny_model)
+
+    samples = DATA.samples("selection", 0)
+    for prefix, fwd in (("", edit), ("baseline_", ())):
+        ref = evaluate(tiny_model, tok, samples, fwd_hooks=fwd, attn=False)
+        assert (row[f"{prefix}exact"], row[f"{prefix}partial"], row["n"]) == tuple(ref.summary()[k] for k in
+                                                                                  ("exact", "partial", "n"))
+        want = summarize(ref, by="length")[["length", "n", "exact", "partial"]].to_dict("records")
+        assert row[f"{prefix}by_length"] == want
+    ids = DATA.samples("id", 0)
+    assert row["id_exact"] == evaluate(tiny_model, tok, ids, fwd_hooks=edit, attn=False).summary()["exact"]
+
+
 def test_top_heads_come_from_the_ranking(tiny_model, tok):
     from aspan import tasks
     from aspan.experiments.ranking import offset_table, select_heads

@@ -57,6 +57,18 @@ def test_logits_match_hf(smol, ids, plain):
     assert diff < 1e-3, f"SmolLM2: max |logits - HF logits| = {diff:.2e}"
 
 
+def test_the_fused_forward_covers_it(smol, ids, plain):
+    """Fine-tuning a loaded Llama (RMSNorm, gated SiLU MLP, grouped-query attention, rotary) runs the fused
+    forward (`aspan.models.fused`): the same logits as the hooked forward, 30 layers deep in float32."""
+    from aspan.models import fused
+
+    model = smol[0].model
+    assert fused.why_not(model) is None
+    with torch.no_grad():
+        out = fused.logits(model, ids)
+    torch.testing.assert_close(out, plain, atol=3e-4, rtol=1e-5)
+
+
 def test_pattern_edit_changes_logits(smol, ids, plain):
     def flatten(pattern, hook):  # head 0 of layer 0 attends uniformly
         n = pattern.shape[-1]

@@ -18,10 +18,11 @@ rate chosen on the first seed makes the other seeds depend on it, so units come 
 the earlier stages (and refuses to start, naming the unit it waits for, when they are not on disk) and never those of
 its own stage. A unit appends its rows to its own row files (`unit_file`: `runs.unit-3.jsonl` beside `runs.jsonl`,
 each line one whole write, as `aspan.io.RowWriter` keeps rows), so parallel units share no file, on any shared
-filesystem; it writes no table, figure or report. A run without a unit first merges the unit files into the study's
-row files (`merge_units`, refused while a unit holds its lock), then runs what is still missing and writes every
-output: after every unit, it trains nothing and its output is that of a one-process run (the same rows; row order
-within a file may differ, rows are keyed).
+filesystem; it writes no table, figure or report. A run without a unit holds every unit's lock (`hold_units`: a unit job
+started meanwhile is refused, and a unit job still running refuses it), merges the unit files into the study's row
+files (`merge_units`), then runs what is still missing and writes every output: after every unit, it trains nothing
+and its output is that of a one-process run (the same rows; row order within a file may differ, rows are keyed). A
+file named like a unit file that is not one of the study's units' refuses every run (`check_unit_files`).
 """
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ import json
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from ...environment import torch_threads
+from ...errors import UsageError
 from ...io import PathLike, claim_run, union_rows, write_lines
 
 
@@ -65,12 +68,13 @@ class Study:
         """(index, unit) of `which`: an index of `units(config)` or a unit's key; KeyError naming the choices."""
         units = self.units(config)
         text = str(which)
-        if text.isdigit() and int(text) < len(units):
+        if text.isascii() and text.isdigit() and len(text) < 10 and int(text) < len(units):  # not "²", not 5,000 digits
             return int(text), units[int(text)]
         try:
             index = unit_index(units, text)
         except KeyError:
-            raise KeyError(f"no unit {text!r} in study {self.name}: 0-{len(units) - 1} or a key of --list-units") \
+            shown = repr(text) if len(text) <= 60 else f"{text[:60]!r}... ({len(text)} characters)"
+            raise KeyError(f"no unit {shown} in study {self.name}: 0-{len(units) - 1} or a key of --list-units") \
                 from None
         return index, units[index]
 
@@ -79,10 +83,20 @@ class Study:
         """Run (or resume) the study with `config` (checked first) in the run directory `out`; every output written
         there; `progress`: a progress bar on stderr; `unit`: only that unit's runs (its key), no outputs; `options`:
         what the study's runner takes besides (its command line for run.json, ...). Returns the study's result (its
-        table or tables; None for a unit)."""
-        if unit is None and any(len(row_files(out, name)) > 1 for name in self.rows):
-            merge_units(out, self.units(config), self.rows)
-        return self.runner(config, Path(out), progress=progress, unit=unit, **options)
+        table or tables; None for a unit).
+
+        Without `unit`, the whole run holds every unit's lock (`hold_units`) from the merge of the unit files to its
+        last output: a unit job (`--unit K`, a Slurm array task) cannot train the runs it trains, and a unit job
+        still running refuses it in one line. A unit file that is not one of this study's units refuses either
+        (`check_unit_files`)."""
+        units = self.units(config)
+        check_unit_files(out, len(units), self.rows)
+        if unit is not None:
+            return self.runner(config, Path(out), progress=progress, unit=unit, **options)
+        with hold_units(out, len(units)):
+            if any(len(row_files(out, name)) > 1 for name in self.rows):
+                _merge(Path(out), len(units), self.rows)
+            return self.runner(config, Path(out), progress=progress, unit=unit, **options)
 
 
 def unit_file(out: PathLike, name: str, index: int | None) -> Path:
@@ -97,7 +111,7 @@ def row_files(out: PathLike, name: str) -> list[Path]:
 
     def index(p: Path) -> int:
         text = p.stem.rpartition(".unit-")[2]
-        return int(text) if text.isdigit() else -1
+        return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else -1
     return [path, *sorted(path.parent.glob(f"{path.stem}.unit-*{path.suffix}"), key=index)]
 
 
@@ -118,26 +132,54 @@ def unit_index(units: list[Unit], key: str | None) -> int | None:
     raise KeyError(f"no unit {key!r}")
 
 
+def check_unit_files(out: PathLike, n_units: int, names: tuple[str, ...]) -> None:
+    """UsageError in one line naming the first file beside row files `names` in `out` that looks like a unit file
+    (`runs.unit-K.jsonl`) but is not one of the study's `n_units` units' (`unit_file`): `rows.unit-99.jsonl` of a
+    study of 5 units, `rows.unit-abc.jsonl`. Such a file is another run's: the study neither reads, merges nor
+    deletes it."""
+    path = Path(out)
+    own = {unit_file(path, name, i).name for name in names for i in range(n_units)}
+    for name in names:
+        for p in row_files(path, name)[1:]:
+            if p.name not in own:
+                raise UsageError(f"{p}: not a unit file of this study (its units are 0-{n_units - 1}); move it out "
+                                 f"of {path}")
+
+
+@contextlib.contextmanager
+def hold_units(out: PathLike, n_units: int, command: str | None = None) -> Iterator[None]:
+    """Hold the lock of every unit of `n_units` in `out` (each `claim_run` with the unit as shard, what a unit job
+    holds), in index order, as `command` (default: this process's command line); a unit job still running refuses in
+    one line, naming its command."""
+    with contextlib.ExitStack() as held:
+        for i in range(n_units):
+            held.enter_context(claim_run(out, shard=(i, n_units), command=command))
+        yield
+
+
 def merge_units(out: PathLike, units: list[Unit], names: tuple[str, ...]) -> int:
     """The rows of every unit file of `names` appended to the study's own files, in unit order, then the unit files
     removed; holding each unit's lock meanwhile (a unit still running refuses the merge in one line, naming its
     command). A keyed row whose key the study's file or an earlier unit file holds is left out (a run computed
     twice); the rows of one file are all kept (a study may record several rows under one key, and logs have none).
-    Returns the number of unit files merged."""
-    path = Path(out)
-    found = {name: row_files(path, name)[1:] for name in names}
-    if not any(found.values()):
+    Only the study's own unit files are merged: any other file named like one refuses the merge before it starts
+    (`check_unit_files`). Returns the number of unit files merged."""
+    check_unit_files(out, len(units), names)
+    if not any(len(row_files(out, name)) > 1 for name in names):
         return 0
-    with contextlib.ExitStack() as held:
-        for i in range(len(units)):
-            if any(unit_file(path, name, i) in files for name, files in found.items()):
-                held.enter_context(claim_run(path, shard=(i, len(units)), command=f"the merge of unit {i}"))
-        for name, files in found.items():
-            if files:
-                rows = union_rows([path / name, *files], unique=False)
-                write_lines(path / name, (json.dumps(r, sort_keys=True, allow_nan=False, default=str) for r in rows))
-                for f in files:
-                    f.unlink()
+    with hold_units(out, len(units), "the merge of the units"):
+        return _merge(Path(out), len(units), names)
+
+
+def _merge(path: Path, n_units: int, names: tuple[str, ...]) -> int:
+    """`merge_units` inside the hold on every unit's lock, of unit files already checked."""
+    found = {name: [p for p in (unit_file(path, name, i) for i in range(n_units)) if p.exists()] for name in names}
+    for name, files in found.items():
+        if files:
+            rows = union_rows([path / name, *files], unique=False)
+            write_lines(path / name, (json.dumps(r, sort_keys=True, allow_nan=False, default=str) for r in rows))
+            for f in files:
+                f.unlink()
     return sum(map(len, found.values()))
 
 
@@ -175,9 +217,18 @@ def study(name: str) -> Study:
     return found
 
 
-def use_threads(threads: int | None) -> None:
-    """Run torch on `threads` CPU threads (None or 0: leave torch's choice)."""
-    if threads:
-        import torch
+def protocol_fields(raw: dict[str, Any], protocol: str) -> dict[str, Any]:
+    """A study's `--config` file less what is not its settings: a `[slurm]` table (the resources of `--launcher
+    slurm`) and a top-level `protocol` key (which `--print-config` writes where a command runs more than one protocol,
+    e.g. `aspan study abc --protocol paper`), which must name `protocol`: ValueError naming it otherwise."""
+    named = raw.get("protocol", protocol)
+    if named != protocol:
+        raise ValueError(f"protocol: this file is for protocol {named!r}, these settings are protocol {protocol!r}'s "
+                         "(aspan study abc --protocol NAME reads each)")
+    return {k: v for k, v in raw.items() if k not in ("slurm", "protocol")}
 
-        torch.set_num_threads(threads)
+
+def study_threads(threads: int | None) -> contextlib.AbstractContextManager[None]:
+    """torch on `threads` CPU threads inside the block (None or 0: torch's choice), the caller's count restored
+    afterwards (`aspan.environment.torch_threads`): a study's `--threads` leaves the process that called it alone."""
+    return torch_threads(threads)

@@ -40,7 +40,7 @@ from ...tasks.base import Sample, Task
 from ...tasks.draws import LengthMix
 from ...tasks.split import distinct
 from ...tokenization import CharTokenizer
-from . import Study, Unit, study_rows, unit_file, unit_index
+from . import Study, Unit, protocol_fields, study_rows, unit_file, unit_index
 from .abc_arms import AbcArm, PaddedDraw, arms, check_arms, layer_lines, padded_sample, prompt_lines
 from .abc_outputs import AbcOutputs, write_abc_outputs
 
@@ -104,8 +104,9 @@ class AbcStudyConfig:
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
-        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
-        return {k: v for k, v in raw.items() if k != "slurm"}
+        (the resources of `--launcher slurm`, `aspan.applications.launch`) and a `protocol = "aligned"` line
+        (`protocol_fields`)."""
+        return protocol_fields(raw, "aligned")
 
     @classmethod
     def quick(cls, **kw: Any) -> "AbcStudyConfig":
@@ -126,8 +127,8 @@ class AbcStudyConfig:
                      "n_test", "n_select", "n_calib", "abs_width"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.seeds or not self.lrs or any(lr <= 0 for lr in self.lrs):
-            raise ValueError("seeds and lrs must be non-empty, learning rates > 0")
+        if not self.seeds or not self.lrs or any(not 0 < lr < math.inf for lr in self.lrs):
+            raise ValueError("seeds and lrs must be non-empty, learning rates finite and > 0")
         if min(self.buckets) < 1 or min(self.select_buckets) < 1:
             raise ValueError("bucket lengths must be >= 1")
         if self.set_draw not in ("disjoint", "with_replacement"):
@@ -273,12 +274,12 @@ def _train(model, sets: _TaskSets, name: str, cfg: AbcStudyConfig, run: tuple[in
 
 
 def _measure(model, sets: _TaskSets, bias) -> dict[str, float]:
-    from ...evaluation import evaluate
+    from ...accuracy import accuracy
 
     out: dict[str, float] = {}
     for split, table in (("select", sets.select), ("test", sets.test)):
         for n, samples in table.items():
-            s = evaluate(model, sets.tokenizer, samples, fwd_hooks=bias, batch_size=50, attn=False).summary()
+            s = accuracy(model, sets.tokenizer, samples, fwd_hooks=bias, batch_size=50).summary()
             out[f"{split}_exact_{n}"], out[f"{split}_partial_{n}"] = s["exact"], s["partial"]
     return out
 

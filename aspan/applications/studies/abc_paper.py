@@ -348,28 +348,38 @@ def _run_one(ctx: _Ctx, name: str, condition: str, seed: int) -> None:
 
 
 def position_rows(ctx: _Ctx, name: str, condition: str, seed: int, digits: int) -> list[dict]:
-    """Per target row of the `digits`-digit test set: how often the saved model (under its ABC bias) gets the row
-    right, and how often it writes 0 where the answer is not 0 (the padding every training answer has there)."""
+    """Per target row of the `digits`-digit test set that has references: how often the saved model (under its ABC
+    bias) gets the row right, and how often it writes 0 where the answer is not 0 (the padding every training answer
+    has there). Counted from the predictions at the target rows (`aspan.accuracy.target_predictions`), as
+    `evaluate`'s records would give them."""
     import torch
 
     from ... import models
-    from ...evaluation import evaluate
+    from ...accuracy import target_predictions
+    from ...batching import IGNORE
 
     data = ctx.data[name]
+    samples = data.test[digits]
     model = models.load(model_dir(ctx.out, name, condition, seed), device=ctx.cfg.device).model
     bias = ()
     if condition == "abc":
         cal = torch.load(calibration_file(ctx.out, name, seed), weights_only=True)
         bias = hooks_for_bias(cal["bias"], model)
-    rec = evaluate(model, data.tokenizer, data.test[digits], fwd_hooks=bias, batch_size=ctx.cfg.eval_batch_size,
-                   attn=False).records
-    rec = rec[rec.scored]
+    pred, gold = target_predictions(model, data.tokenizer, samples, bias, ctx.cfg.eval_batch_size)
+    refs = torch.zeros_like(gold, dtype=torch.bool)  # the rows `evaluate` scores: target rows with references
+    for i, s in enumerate(samples):
+        refs[i, : len(s.references)] = torch.tensor([bool(r) for r in s.references])
+    zero = data.tokenizer.encode("0")[0]
     out = []
-    for row, g in rec.groupby("target_index"):
-        wrong_zero = (g.pred_char == "0") & (g.target_char != "0")
-        out.append({"task": name, "condition": condition, "seed": seed, "digits": digits, "row": int(row),
-                    "accuracy": float(g.correct.mean()),
-                    "zero_for_nonzero": float(wrong_zero.sum() / max(1, (g.target_char != "0").sum()))})
+    for row in range(gold.shape[1]):
+        keep = refs[:, row] & (gold[:, row] != IGNORE)
+        if not keep.any():
+            continue
+        p, g = pred[keep, row], gold[keep, row]
+        nonzero = g != zero
+        out.append({"task": name, "condition": condition, "seed": seed, "digits": digits, "row": row,
+                    "accuracy": int((p == g).sum()) / int(keep.sum()),
+                    "zero_for_nonzero": int(((p == zero) & nonzero).sum()) / max(1, int(nonzero.sum()))})
     return out
 
 

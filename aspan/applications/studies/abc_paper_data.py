@@ -4,6 +4,7 @@
 calibration and test sets of exactly-L-digit held-out numbers."""
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -13,6 +14,7 @@ from ... import tasks
 from ...tasks.base import Sample, Task
 from ...tasks.draws import OPERANDS, NumberDraw, build
 from ...tokenization import CharTokenizer
+from . import protocol_fields
 
 PAPER_TASKS = ("successor", "addition", "parity")
 PAPER_CONDITIONS = ("vanilla", "abc", "abs")
@@ -57,8 +59,9 @@ class PaperConfig:
     @classmethod
     def toml_fields(cls, raw: dict[str, Any], path: Any = None) -> dict[str, Any]:
         """The fields a `--config` file sets (`aspan.config.load_config`'s hook): its keys, less a `[slurm]` table
-        (the resources of `--launcher slurm`, `aspan.applications.launch`)."""
-        return {k: v for k, v in raw.items() if k != "slurm"}
+        (the resources of `--launcher slurm`, `aspan.applications.launch`) and a `protocol = "paper"` line
+        (`protocol_fields`)."""
+        return protocol_fields(raw, "paper")
 
     @classmethod
     def quick(cls, **kw: Any) -> "PaperConfig":
@@ -87,8 +90,8 @@ class PaperConfig:
                      "number_bits", "id_digits", "n_test", "n_check", "n_calib", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.seeds or not self.lr > 0 or self.warmup < 0:
-            raise ValueError("seeds must be non-empty, lr > 0 and warmup >= 0")
+        if not self.seeds or not 0 < self.lr < math.inf or self.warmup < 0:
+            raise ValueError("seeds must be non-empty, lr finite and > 0, and warmup >= 0")
         if not -self.n_layers <= self.calib_layer < self.n_layers:
             raise ValueError(f"calib_layer must name one of the {self.n_layers} layers (-1: the last), "
                              f"got {self.calib_layer}")

@@ -102,7 +102,7 @@ def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, ou
     unit whose files its learning-curve rows go to, `unit_file`)."""
     fmt, lr, seed = spec.format, spec.lr, spec.seed
     from ... import models
-    from ...evaluation import evaluate
+    from ...accuracy import accuracy
     from ...training import TrainConfig, train_resumable
 
     settings = run_settings(config, fmt, lr, seed)
@@ -130,7 +130,7 @@ def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, ou
         if by_curves else {}
     rows = []
     for (split, which), samples in eval_sets(config, fmt).items():
-        res = evaluate(model, tok, samples, attn=False, batch_size=config.eval_batch_size).summary()
+        res = accuracy(model, tok, samples, batch_size=config.eval_batch_size).summary()  # no per-token records
         bits = sum(c in "01" for c in samples[0].prompt)
         row = {**settings, **outcome, "run": run_key, "split": split, "which": which, "bits": bits,
                "multiple": bits // config.train_length, "exact": res["exact"], "partial": res["partial"],

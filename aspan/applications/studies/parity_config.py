@@ -2,6 +2,7 @@
 (`quick`, `curves`) and its checks."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,8 +110,8 @@ class ParityStudyConfig:
             raise ValueError(f"set_draw must be one of {', '.join(SET_DRAWS)}, got {self.set_draw!r}")
         if not self.multiples or any(m < 1 for m in self.multiples) or 1 not in self.multiples:
             raise ValueError(f"multiples must be positive and include 1 (the training length), got {self.multiples}")
-        if not self.lrs or any(not lr > 0 for lr in self.lrs):
-            raise ValueError(f"lrs must be positive, got {self.lrs}")
+        if not self.lrs or any(not 0 < lr < math.inf for lr in self.lrs):
+            raise ValueError(f"lrs must be finite and positive, got {self.lrs}")
         if self.positional not in POSITIONAL:
             raise ValueError(f"positional must be one of {', '.join(POSITIONAL)}, got {self.positional!r}")
         if "mnemonic" in self.formats:

@@ -192,11 +192,11 @@ def _curve_settings(c: QKStudyConfig) -> dict:
 
 def _scores(s: Setup) -> dict[str, float]:
     """Exact and per-token accuracy on the selection set and on every report bucket (flat keys)."""
-    from ...evaluation import evaluate
+    from ...accuracy import accuracy
 
     out: dict[str, float] = {}
     for name, samples in {"select": s.select, **s.report}.items():
-        summ = evaluate(s.model, s.tokenizer, samples, batch_size=s.cfg.eval_batch_size, attn=False).summary()
+        summ = accuracy(s.model, s.tokenizer, samples, batch_size=s.cfg.eval_batch_size).summary()
         tag = name.removeprefix("length ")
         out[f"exact_{tag}"], out[f"partial_{tag}"] = summ["exact"], summ["partial"]
     return out

@@ -3,6 +3,7 @@ train first (`BaseSpec`), the conditions (which attention parameters train) it c
 shares (`Setup`: the model and the sets `qk.setup` builds from these settings)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,8 @@ class QKStudyConfig:
         for r in self.replays:
             if not 0 <= r < 1:
                 raise ValueError(f"replay shares must be in [0, 1), got {r}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay}")
         if not 0 < self.fit_exact <= 1:
             raise ValueError(f"fit_exact must be in (0, 1], got {self.fit_exact}")
         check_option("stop_metric", self.stop_metric, CURVE_METRICS)
@@ -117,8 +120,8 @@ class QKStudyConfig:
         if isinstance(self.lr_extend, bool) or not isinstance(self.lr_extend, int) or self.lr_extend < 0:
             raise ValueError(f"lr_extend must be an int >= 0, got {self.lr_extend!r}")
         for grid in (self.lr_large, self.lr_qk, self.lr_small):
-            if not grid or any(not lr > 0 for lr in grid):
-                raise ValueError(f"learning-rate grids must be non-empty and positive, got {grid}")
+            if not grid or any(not 0 < lr < math.inf for lr in grid):
+                raise ValueError(f"learning-rate grids must be non-empty, finite and positive, got {grid}")
 
 
 @dataclass(frozen=True)

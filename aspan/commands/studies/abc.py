@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ...applications.studies.abc import CONDITIONS, STUDY_TASKS, AbcStudyConfig
 from ...applications.studies.abc_paper import PAPER_CONDITIONS, PAPER_TASKS, PaperConfig
-from ...config import load_config
+from ...config import file_value, load_config, to_toml
 from ...errors import UsageError
 from ..argtypes import output_dir
 from ..grammar import add_quiet
@@ -25,10 +25,11 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the options of `aspan study abc` to its parser."""
-    p.add_argument("--protocol", choices=("aligned", "paper"), default="aligned",
+    p.add_argument("--protocol", choices=PROTOCOLS, default=None,
                    help="aligned (default): this study's variant, lines in sample coordinates, unpadded numbers of 1-6 "
                         "digits; paper: Duan & Shi's protocol (numbers of [0, 2^20] split 7:1, the padded layout, a "
-                        "base trained until it interpolates, Algorithm 1 from its last layer into every layer)")
+                        "base trained until it interpolates, Algorithm 1 from its last layer into every layer); when "
+                        "not given, a --config file's `protocol` key (what --print-config writes) chooses")
     p.add_argument("--out", type=output_dir, default="runs/abc_study",
                    help="run directory (resumable: rows are keyed by settings)")
     p.add_argument("--quick", action="store_true", help="a tiny run for tests (well under a minute)")
@@ -52,6 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace):
     """The study settings (AbcStudyConfig, or PaperConfig with --protocol paper): --quick or the defaults, then
     --config, then the flags given; checked."""
+    args.protocol = protocol(args)
     if args.protocol == "paper":
         return paper_config_from_args(args)
 
@@ -61,6 +63,26 @@ def config_from_args(args: argparse.Namespace):
                                                          "n_heads", "d_model", "n_test", "device")})
     return load_config(AbcStudyConfig, toml_path=args.config, flags=flags,
                        base=AbcStudyConfig.quick() if args.quick else None, name="abc study")
+
+
+PROTOCOLS = ("aligned", "paper")
+
+
+def protocol(args: argparse.Namespace) -> str:
+    """The protocol: --protocol, else the `--config` file's `protocol` key, else "aligned"; UsageError when the two
+    differ or the key names no protocol."""
+    named = file_value(args.config, "protocol", "abc study") if args.config else None
+    if named is not None and named not in PROTOCOLS:
+        raise UsageError(f"{args.config}: protocol must be one of {', '.join(PROTOCOLS)}, got {named!r}")
+    if args.protocol is not None and named is not None and named != args.protocol:
+        raise UsageError(f"--protocol {args.protocol}: {args.config} holds the settings of protocol {named!r}")
+    return args.protocol or named or "aligned"
+
+
+def print_config(args: argparse.Namespace, config) -> str:
+    """`--print-config`: the settings as TOML, after a line naming their protocol (`protocol = "paper"`), so that
+    `--config` alone reads them back as that protocol's."""
+    return f'protocol = "{args.protocol}"\n' + to_toml(config)
 
 
 def paper_config_from_args(args: argparse.Namespace):

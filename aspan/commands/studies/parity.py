@@ -20,7 +20,8 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of `aspan study parity` to its parser."""
-    parser.add_argument("--out", required=True, type=output_dir, help="run directory (created; a rerun resumes it)")
+    parser.add_argument("--out", type=output_dir, help="run directory (created; a rerun resumes it); required, except "
+                                                       "with --list-units and --print-config")
     parser.add_argument("--quick", action="store_true", help="tiny settings (< 1 min), for tests")
     parser.add_argument("--config", help="TOML file with ParityStudyConfig settings (a [parity] table), e.g. a GPU run")
     parser.add_argument("--formats", help=f"comma-separated subset of {','.join(FORMATS)}")

@@ -21,8 +21,9 @@ EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Add the options of `aspan study qk` to its parser."""
-    p.add_argument("--out", required=True, type=output_dir,
-                   help="run directory (resumable: rerun the same command to continue)")
+    p.add_argument("--out", type=output_dir,
+                   help="run directory (resumable: rerun the same command to continue); required, except with "
+                        "--list-units and --print-config")
     p.add_argument("--config", metavar="TOML",
                    help="study settings (fields of QKStudyConfig; see configs/qk_study_*.toml); flags below override")
     p.add_argument("--quick", action="store_true", help="a complete but tiny study (seconds; for tests)")
