@@ -1,6 +1,5 @@
-"""results/parity_study's ten-seed run (`ten_seeds/`) and the mnemonic format to a 12,000-step cap
-(`mnemonic_cap12000/`): every number their README sections and the pages that quote them state, recomputed from the
-committed rows (rows.jsonl, results.csv, convergence.csv, selection.csv, run.json)."""
+"""results/parity_study's ten-seed run (`ten_seeds/`): every number its README section and the pages that quote it
+state, recomputed from the committed rows (rows.jsonl, results.csv, convergence.csv, selection.csv, run.json)."""
 from __future__ import annotations
 
 import json
@@ -137,9 +136,11 @@ def test_ten_seeds_against_the_three_seed_run():
     assert f"(per-token at 2x on the selection inputs {100 * a:.2f} % against {100 * b:.2f} % at 0.001" in FLAT
 
 
-@pytest.mark.parametrize("image", ["exact_vs_length", "partial_vs_length"])
+@pytest.mark.parametrize("image", ["exact_vs_length", "partial_vs_length", "curves_fit", "head_scratchpad"])
 def test_ten_seed_figures_are_exported(image):
-    assert (TEN / "images" / f"{image}.png").exists() and f"(ten_seeds/images/{image}.png)" in README
+    own = (TEN / "README.md").read_text(encoding="utf-8")
+    assert (TEN / "images" / f"{image}.png").exists() and f"(images/{image}.png)" in own
+    assert "`ten_seeds/README.md`" in README
 
 
 def test_the_answer_is_judged_against_the_goal_and_against_the_abstract():
