@@ -178,6 +178,12 @@ def test_the_abc_readmes_and_the_study_page_quote_the_arms():
     gpu_arm = f"{_mean('abc[padded, layer 0]', 10):.3f} at 10 digits and {_mean('abc[padded, layer 0]', 60):.3f} at 60"
     assert "gap to the paper is budget" not in study and "rotary bases do learn addition" not in study
     assert "plain 2-layer bases do learn addition" not in page
+    paper_page = _flat(ROOT / "docs" / "studies" / "abc_paper.md")
+    assert (f"the retrained model's learned positions (at most {worst10:.3f} exact at 10 digits, 0.000 at 60, in "
+            f"either layout and from any layer's lines); the padded layout alone loses 60 digits only ({pad[60]}); "
+            f"and there the last layer's lines on every layer do as well as each layer's own "
+            f"({_mean('abc[last layer]', 60):.3f} at 60 digits), layer 0's worse "
+            f"({_mean('abc[layer 0]', 60):.3f})") in paper_page
     for text in (study, page):
         assert f"at most {worst10:.3f} exact at 10 digits, 0.000 at 60" in text
         assert f"keeps 10 and 20 digits ({pad[10]}, {pad[20]}) and loses 60 ({pad[60]})" in text

@@ -174,3 +174,7 @@ def test_the_study_page_quotes_the_ten_seed_answer():
     assert f"`interleaved-ab`'s {ab['partial', 5].split(' [')[0]} % per token is what the training length alone gives" \
         in page and f"about {100 * _chance(20):.0f} % at 2x and {100 * _chance(50):.0f} % at 5x" in page
     assert "not reproduced" not in page.split("The rest of this page")[0]
+    curves = pd.read_csv(STUDY / "curves" / "results.csv")
+    fitted = curves[(curves.format == "mnemonic") & curves.fitted]
+    assert list(fitted.seed.unique()) == [1] and (fitted[fitted.multiple > 1].exact == 0).all()
+    assert "its one fitted seed scores 0 % exact at 2x and 5x all the same" in page
