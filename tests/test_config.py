@@ -128,7 +128,7 @@ def test_pretrained_steps_flag_sets_one_finetune_key_over_the_file():
 
 STUDIES = {"qk_study_": ["qk"], "qk_curves_": ["qk"], "qk_paper_shape_": ["qk"], "qk_spectrum_": ["qk"],
            "abc_study_": ["abc"], "abc_paper_": ["abc", "--protocol", "paper"], "parity_study_": ["parity"],
-           "parity_curves_": ["parity"]}
+           "parity_curves_": ["parity"], "abc_arms_": ["abc"], "parity_mnemonic_": ["parity"]}
 
 
 def study_config(argv: list[str]):

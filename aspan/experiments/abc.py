@@ -3,14 +3,14 @@
 Duan & Shi 2023, "From Interpolation to Extrapolation: Complete Length Generalization for Arithmetic
 Transformers" (arXiv 2310.11984).
 
-ABC: average each head's attention over correctly solved ID samples; along every line of four directions --
-diagonal (`q - k` constant), anti-diagonal (`q + k - 2*sep` constant, `sep` the prompt's last position, so it
-carries over lengths), vertical (`k` constant) and aligned (in each segment of the text, the key's index minus
-the target index: digit i of an operand for output digit i, the decoder-only form of the paper's cross-attention
-diagonal) -- sum that average; keep lines whose sum is at least `mean + lam * std` of the non-zero sums (pooled
-over directions); every cell on no kept line gets a large negative bias. Lines are stored by index, so the bias
-exists at any length (the "extension"), per batch element (its own coordinates). Prompt rows get their own lines
-(diagonal, vertical) with `rows="all"`.
+ABC: average each head's attention over correctly solved ID samples; along every line of four directions -- diagonal
+(`q - k` constant), anti-diagonal (`q + k - 2*sep` constant, `sep` the prompt's last position, so it carries over
+lengths), vertical (`k` constant) and aligned (in each segment of the text, the key's index minus the target index,
+the index of a digit being its significance in either number layout: digit i of an operand for output digit i, the
+decoder-only form of the paper's cross-attention diagonal) -- sum that average; keep lines whose sum is at least
+`mean + lam * std` of the non-zero sums (pooled over directions); every cell on no kept line gets a large negative
+bias. Lines are stored by index, so the bias exists at any length (the "extension"), per batch element (its own
+coordinates). Prompt rows get their own lines (diagonal, vertical) with `rows="all"`.
 ABS: a fixed window instead: `abs_window` from a task's references (the aligned keys), or `window_lines`.
 """
 from __future__ import annotations
@@ -81,9 +81,16 @@ class Coords:
         return line_index(direction, qq, kk, s).expand(b, q.shape[0], k.shape[0])
 
 
-def text_coords(text: str, offset: int, n: int) -> tuple[Int[Tensor, "pos"], Int[Tensor, "pos"]]:
+def text_coords(text: str, offset: int, n: int, msd_width: int | None = None,
+                prompt_len: int | None = None) -> tuple[Int[Tensor, "pos"], Int[Tensor, "pos"]]:
     """(segment, local index) of `n` positions: `offset` prefix positions (segment -1), then `text` split after
-    every separator, then positions continuing the last segment (EOS, padding, generated characters)."""
+    every separator, then positions continuing the last segment (EOS, padding, generated characters).
+
+    `msd_width`: the prompt's numbers are written most significant digit first, zero-padded to this width (Duan &
+    Shi's padded layout, `layout="padded"` of successor and addition, whose answer stays least significant first):
+    the local index of every position of the first `prompt_len` characters is then counted from its number's last
+    digit (`msd_width - 1 - index`: the digit's significance, the separator -1), as the least-significant-first
+    layout counts it from the first, so that an aligned line holds the same digits in both layouts."""
     seg = torch.full((n,), -1, dtype=torch.long)
     loc = torch.zeros(n, dtype=torch.long)
     sid = li = 0
@@ -93,13 +100,24 @@ def text_coords(text: str, offset: int, n: int) -> tuple[Int[Tensor, "pos"], Int
     end = min(n, offset + len(text))
     seg[end:] = sid
     loc[end:] = torch.arange(li, li + n - end)
+    if msd_width is not None:
+        prompt = slice(offset, min(n, offset + (len(text) if prompt_len is None else prompt_len)))
+        loc[prompt] = msd_width - 1 - loc[prompt]
     return seg, loc
 
 
+def msd_width(sample) -> int | None:
+    """The width of a sample whose numbers are written most significant digit first, zero-padded (successor and
+    addition in `layout="padded"`; their answer is least significant first), else None (`text_coords`)."""
+    padded = sample.params.get("layout") == "padded" and sample.task in ("successor", "addition")
+    return sample.params.get("width") if padded else None
+
+
 def coords(batch) -> Coords:
-    """The coordinates of a batch (see `Coords`): segments split after each separator of the text."""
+    """The coordinates of a batch (see `Coords`): segments split after each separator of the text; the local index
+    of a digit is its significance in both number layouts (`text_coords`, `msd_width`)."""
     n = batch.tokens.shape[1]
-    pairs = [text_coords(s.text, batch.offset, n) for s in batch.samples]
+    pairs = [text_coords(s.text, batch.offset, n, msd_width(s), s.prompt_len) for s in batch.samples]
     dev = batch.tokens.device
     seg, loc = (torch.stack(x).to(dev) for x in zip(*pairs))
     return Coords(separators(batch), seg, loc)

@@ -160,3 +160,121 @@ def test_summary_intervals_count_the_answers_each_test_set_holds():
     assert table.n_test.to_dict() == {6: 43, 10: 100, 20: 100, 60: 100}
     assert table.exact_lo[6] == pytest.approx(wilson(129, 129)[0])  # 0.971: every answer of the 3 seeds right
     assert table.exact_lo[60] == pytest.approx(wilson(300, 300)[0])  # 0.987
+
+
+# ----------------------------------------------------------------------------------------------- ABC arms
+def test_arm_names_and_key_settings_leave_the_studys_own_abc_as_it_was():
+    from aspan.applications.studies.abc_arms import AbcArm
+
+    own = AbcArm()
+    assert own.variant("none") == "abc" and own.settings("none") == {}
+    arm = AbcArm("padded", 0, "learned")
+    assert arm.variant("none") == "abc[padded, layer 0, learned]"
+    assert arm.settings("none") == {"abc_layout": "padded", "abc_layer": 0, "abc_positional": "learned"}
+    assert AbcArm(layer=-1).variant("none") == "abc[last layer]" and AbcArm(positional="none").variant("learned") \
+        == "abc[none]"
+    assert AbcArm.of_row({"abc_layer": -1}, "none") == AbcArm(layer=-1)
+    cfg = AbcStudyConfig(abc_layouts=("natural", "padded"), abc_layers=("each", 0, -1), tasks=("successor",))
+    assert len(cfg.arms()) == 6 and cfg.variants("rotary") == [("rotary", None)]
+    assert [v for v, _ in cfg.variants("abc")][:3] == ["abc", "abc[layer 0]", "abc[last layer]"]
+
+
+def test_one_layers_lines_go_to_every_layer():
+    from aspan.applications.studies.abc_arms import layer_lines
+
+    lines = {(layer, h): f"L{layer}H{h}" for layer in range(3) for h in range(2)}
+    assert layer_lines(lines, "each", 3) is lines
+    assert layer_lines(lines, -1, 3) == {(layer, h): f"L2H{h}" for layer in range(3) for h in range(2)}
+    assert layer_lines(lines, 0, 3) == {(layer, h): f"L0H{h}" for layer in range(3) for h in range(2)}
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"abc_layouts": ("padded",), "tasks": ("parity",)}, "successor, addition only"),
+    ({"abc_layouts": ("sideways",)}, "abc_layouts"),
+    ({"abc_layers": (2,)}, "abc_layers"),
+    ({"abc_layers": ("first",)}, "abc_layers"),
+    ({"abc_positionals": ("sinusoidal",)}, "abc_positionals"),
+])
+def test_bad_arm_settings_are_refused(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        AbcStudyConfig.quick(**kw).check()
+
+
+def test_padded_sets_hold_the_same_numbers_in_the_padded_layout():
+    from aspan.applications.studies.abc import padded_sets
+    from aspan.applications.studies.abc_arms import numbers_of
+
+    cfg = AbcStudyConfig(tasks=("addition",), abc_layouts=("natural", "padded"))
+    sets = _task_sets("addition", cfg)
+    padded = padded_sets(sets, "addition", cfg)
+    for n in cfg.buckets:
+        assert [[int(p) for p in s.text[: s.prompt_len - 1].split("+")] for s in padded.test[n]] == \
+            [numbers_of(s) for s in sets.test[n]]
+        assert all(s.target == tasks.get("addition", digits=(1, 60), layout="padded", width=60).solve(s.prompt)
+                   for s in padded.test[n][:5])
+    drawn = padded.train.generate(50, seed=3)
+    assert {len(s.text) for s in drawn} == {183} and padded.calib is sets.calib  # calibrated on the natural base
+    assert [numbers_of(s) for s in train_task("addition").generate(50, seed=3)] == \
+        [[int(p) for p in s.text[: s.prompt_len - 1].split("+")] for s in drawn]
+
+
+def test_quick_arms_run_resumes_the_plain_study_and_trains_each_arm_in_its_layout(tmp_path):
+    """A plain quick run, then the same directory with arms: the rotary and abc rows are found by their keys, and
+    only the arms train; a padded arm's rows are scored on padded samples (their n_ctx fits), a learned arm has
+    absolute positions, a one-layer arm keeps that layer's lines on both layers."""
+    from aspan.applications.studies.abc import run_study, units
+
+    out = tmp_path / "arms"
+    plain = AbcStudyConfig.quick(tasks=("successor",), conditions=("rotary", "abc"), n_layers=2)
+    run_study(plain, out, progress=False)
+    before = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    arms = AbcStudyConfig.quick(tasks=("successor",), conditions=("rotary", "abc"), n_layers=2,
+                                abc_layouts=("natural", "padded"), abc_layers=("each", -1),
+                                abc_positionals=("none", "learned"))
+    keys = [u.key for u in units(arms)]
+    assert "successor/abc[padded, last layer, learned]/lr 0.003" in keys and len(keys) == 1 + 8
+    table = run_study(arms, out, progress=False)
+    rows = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
+    assert rows[: len(before)] == before and len(rows) == len(before) + 7  # 8 arms, the plain one resumed
+    assert set(table.condition) == {"rotary", *(v for v, _ in arms.variants("abc"))}
+    by = {arms.variant_of(r): r for r in rows}
+    assert by["abc[learned]"]["positional"] == "learned" and by["abc[padded]"]["positional"] == "none"
+    assert by["abc[padded]"]["abc_layout"] == "padded" and "abc_layout" not in by["abc"]
+    last = [r for r in by["abc[last layer]"]["kept_lines"] if r["rows"] == "target"]
+    each = [r for r in by["abc"]["kept_lines"] if r["rows"] == "target"]
+    assert {(r["layer"], r["head"]): r["lines"] for r in last} == \
+        {(layer, r["head"]): r["lines"] for r in each if r["layer"] == 1 for layer in (0, 1)}
+    local = AbcStudyConfig.quick(tasks=("successor",), conditions=("rotary", "abc"), n_layers=2,
+                                 abc_prompts=("local",))
+    run_study(local, out, progress=False)
+    row = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()][-1]
+    assert local.variant_of(row) == "abc[prompt local]" and row["abc_prompt"] == "local"
+    assert {r["direction"] for r in row["kept_lines"] if r["rows"] == "prompt"} == {"diagonal"}
+
+
+def test_prompt_rows_keep_their_lines_the_local_ones_or_none():
+    """"local" keeps a prompt row's diagonal lines (itself, its predecessor) and drops its vertical ones (fixed
+    positions); "free" leaves prompt rows unbiased; target rows keep their lines either way."""
+    import torch
+
+    from aspan.applications.studies.abc_arms import AbcArm, prompt_lines
+    from aspan.experiments.abc import HeadLines
+
+    hl = HeadLines({"diagonal": (1,)}, prompt={"diagonal": (0,), "vertical": (0, 1)})
+    lines = {(0, 0): hl}
+    assert prompt_lines(lines, "calibrated") is lines
+    local, free = prompt_lines(lines, "local")[(0, 0)], prompt_lines(lines, "free")[(0, 0)]
+    assert local.prompt == {"diagonal": (0,)} and free.prompt is None and local.lines == free.lines == hl.lines
+    sep = torch.tensor([5])
+    n = 8
+    kept = {name: (h.bias(sep, n, n)[0] == 0) for name, h in (("calibrated", hl), ("local", local), ("free", free))}
+    for q in range(5):  # prompt rows
+        assert kept["calibrated"][q, : q + 1].nonzero().flatten().tolist() == sorted({0, min(1, q), q})
+        assert kept["local"][q, : q + 1].nonzero().flatten().tolist() == [q]
+        assert kept["free"][q, : q + 1].all()
+    for name in kept:  # target rows: their diagonal line alone, whatever the prompt rows keep
+        assert all(kept[name][q, : q + 1].nonzero().flatten().tolist() == [q - 1] for q in range(5, n))
+    assert AbcArm(prompt="free").variant("none") == "abc[prompt free]"
+    assert AbcArm("padded", prompt="local").settings("none") == {"abc_layout": "padded", "abc_prompt": "local"}
+    with pytest.raises(ValueError, match="abc_prompts"):
+        AbcStudyConfig.quick(abc_prompts=("none",)).check()

@@ -225,6 +225,20 @@ def test_the_campaign_readme_quotes_its_rows():
     assert f"({six[0]:.4f}-{six[-1]:.4f} exact at 6 digits)" in project
     assert f"ABC reaches\n{min(ten):.2f}-{max(ten):.2f} at 10 digits" in project
     assert f"at most {max(succ[('abc', s)]['exact_20'] for s in (0, 1, 2)):.3f} at 20" in project
+    checked = [json.loads(x) for x in (root / "state" / "abc_paper" / "checks.jsonl").read_text().splitlines()]
+    flat = " ".join(readme.split())
+    runs = {}  # per training, the wall time between consecutive ID checks (250 steps and one check each)
+    for a, b in zip(checked, checked[1:]):
+        if (a["task"], a["condition"], a["seed"]) == (b["task"], b["condition"], b["seed"]):
+            runs.setdefault(a["task"], []).append(b["time"] - a["time"])
+    positions = {"successor": 124, "addition": 185}  # BOS and the padded layout of 60 digits
+    ms = {t: [1000 * d / 250 for d in v] for t, v in runs.items()}
+    rate = {t: [128 * positions[t] * 250 / d for d in v] for t, v in runs.items()}
+    assert ", ".join(f"{d:.1f}" for d in runs["successor"][:2]) + f" and {runs['successor'][2]:.1f} s" in flat
+    assert f"({min(ms['successor']):.0f}-{max(ms['successor']):.0f} ms a step" in flat
+    assert f"{round(min(rate['successor']), -3):,.0f}-{round(max(rate['successor']), -3):,.0f} tokens/s" in flat
+    assert f"{runs['addition'][0]:.1f} s on the addition base ({ms['addition'][0]:.0f} ms a step" in flat
+    assert f"{round(rate['addition'][0], -3):,.0f} tokens/s" in flat and "240,000" not in flat
     slice1 = json.loads((root / "slices" / "slice-2026-11-27T081839Z.json").read_text())
     checks = slice1["checks"]
     assert checks["all_ok"] and slice1["environment"]["device"] == "cuda:0 (NVIDIA H200)"

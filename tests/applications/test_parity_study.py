@@ -9,6 +9,7 @@ from itertools import product
 import pandas as pd
 import plotly.io as pio
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -425,3 +426,37 @@ def test_a_held_out_third_without_inputs_is_refused_before_training(tmp_path, mo
                                          r"\(train_length 3, held_out_share 0.2\): raise either$"):
         study.run_study(cfg, tmp_path / "run", report=False, progress=False)
     assert not (tmp_path / "run" / "rows.jsonl").exists()
+
+
+# ----------------------------------------------------------------------------------------------- model formats
+def test_model_formats_train_the_models_of_the_run_with_those_formats(tmp_path):
+    """The formats studied together size the vocabulary and the context, and with them every model's
+    initialisation: a run of one format trains other models than the same format in a run of two, unless
+    `model_formats` names the two; the rows record the vocabulary and context either way."""
+    def rows(out, **kw) -> dict:
+        cfg = study.ParityStudyConfig.quick(seeds=1, lrs=(3e-3,), anchors=100, **kw)  # as many anchors as the CPU run
+        study.run_study(cfg, out, report=False, progress=False)
+        return {(r["format"], r["split"], r["which"]): r for r in study.read_rows(out / "rows.jsonl")}
+
+    both = rows(tmp_path / "both", formats=("scratchpad", "mnemonic"))
+    alone = rows(tmp_path / "alone", formats=("scratchpad",))
+    sized = rows(tmp_path / "sized", formats=("scratchpad",), model_formats=("scratchpad", "mnemonic"))
+    mine = [k for k in both if k[0] == "scratchpad"]
+    assert mine and set(sized) == set(alone) == set(mine)
+
+    def scores(table):
+        return [(table[k]["exact"], table[k]["partial"], table[k]["key"]) for k in mine]
+
+    assert scores(sized) == scores(both) and [s[2] for s in scores(alone)] == [s[2] for s in scores(both)]
+
+    def weights(out):  # a weight whose shape depends on neither the vocabulary nor the context
+        from aspan import models
+
+        return models.load(out / "models" / study.run_id("scratchpad", 3e-3, 0), device="cpu").model.blocks[0].attn.W_Q
+
+    assert torch.equal(weights(tmp_path / "sized"), weights(tmp_path / "both"))
+    assert not torch.equal(weights(tmp_path / "alone"), weights(tmp_path / "both"))  # same key, another model
+    assert {(r["n_ctx"], r["vocab"]) for r in sized.values()} == {(r["n_ctx"], r["vocab"]) for r in both.values()}
+    assert alone[mine[0]]["vocab"] < both[mine[0]]["vocab"]
+    with pytest.raises(ValueError, match="model_formats"):
+        study.ParityStudyConfig.quick(formats=("scratchpad", "plain"), model_formats=("scratchpad",)).check()

@@ -37,6 +37,35 @@ def test_coords_and_aligned_lines_by_hand():
     assert reference_offsets([s], tok) == {0: [-1, 0], 1: [-1, 0]}
 
 
+@pytest.mark.parametrize("name", ["successor", "addition"])
+def test_an_aligned_line_holds_the_same_digits_in_the_padded_layout(name):
+    """Duan & Shi's padded layout writes the operands most significant digit first: the local index of a prompt digit
+    is its significance there too, so every reference of a padded sample lies on the aligned line it lies on in the
+    natural layout, and a window from natural samples keeps, on padded ones, exactly the digit of each operand of the
+    answer digit's significance."""
+    from aspan.applications.studies.abc_arms import padded_sample
+
+    natural = tasks.get(name, **({"start": (1, 99999), "numbers": 2} if name == "successor" else {"digits": (1, 5)}))
+    tok = CharTokenizer.for_alphabets(natural.alphabet)
+    samples = natural.generate(12, seed=2)
+    padded = [padded_sample(s, 8) for s in samples]
+    assert padded[0].params["layout"] == "padded" and padded[0].text.index("," if name == "successor" else "+") == 8
+    assert reference_offsets(padded, tok) == reference_offsets(samples, tok)
+    window = abs_window(samples, tok, width=1)
+    b = make_batch(padded, tok)
+    c = coords(b)
+    n = b.tokens.shape[1]
+    kept = window.bias(c, n, n) == 0
+    for i, s in enumerate(padded):
+        sep, off = int(c.sep[i]), b.offset
+        operands = s.text[: s.prompt_len - 1].replace("+", ",").split(",")
+        for t in range(len(s.target)):
+            q = sep + t
+            want = {off + k * 9 + 7 - t for k in range(len(operands)) if t < 8}  # digit t of operand k (MSD first)
+            got = set(kept[i, q, : q + 1].nonzero().flatten().tolist())
+            assert got == (want or {q}), (i, t)
+
+
 @pytest.mark.parametrize("name, params, segments", [
     ("parity", {"length": (3, 7), "format": "scratchpad"}, (0,)),
     ("successor", {"start": (1, 99999), "numbers": 2}, (0,)),

@@ -14,12 +14,14 @@ test sets of exactly 6, 10, 20 and 60 digits. Conditions, all at the same number
   is retrained under that bias for `retrain_steps` (the authors retrain for 1/100-1/10 of the original steps).
 
 The bias models use `bias_positional` (default none: the bias carries all positional information; a rotary model
-reads key distances it never saw at 60 digits). Every condition's learning rate is chosen on seed 0 from `lrs` by
-mean exact accuracy on the selection sets (6 and 10 digits, their own samples); the chosen rate then trains the
-other seeds; results are reported on the held-out test sets as the mean over seeds with its 95 % interval
-(`aspan.intervals.seed_interval`). Exact accuracy is
-teacher-forced, which equals greedy generation's exact match (a sequence is right under one iff under the other).
-Rows are keyed by their settings in `runs.jsonl`: a rerun into the same directory computes only missing rows.
+reads key distances it never saw at 60 digits). ABC can also run in arms (`abc_layouts`, `abc_layers`,
+`abc_positionals`; `aspan.applications.studies.abc_arms`): the same calibration of the same rotary model, retrained
+in Duan & Shi's padded layout, with one layer's lines on every layer, or with other positions. Every condition's
+learning rate is chosen on seed 0 from `lrs` by mean exact accuracy on the selection sets (6 and 10 digits, their
+own samples); the chosen rate then trains the other seeds; results are reported on the held-out test sets as the
+mean over seeds with its 95 % interval (`aspan.intervals.seed_interval`). Exact accuracy is teacher-forced, which
+equals greedy generation's exact match (a sequence is right under one iff under the other). Rows are keyed by their
+settings in `runs.jsonl`: a rerun into the same directory computes only missing rows.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ from ...tasks.split import distinct
 from ...tokenization import CharTokenizer
 from ...training import TrainConfig
 from . import Study, Unit, protocol_fields, study_rows, unit_file, unit_index
+from .abc_arms import AbcArm, PaddedDraw, arms, check_arms, layer_lines, padded_sample, prompt_lines
 from .abc_outputs import AbcOutputs, write_abc_outputs
 
 if TYPE_CHECKING:
@@ -86,6 +89,17 @@ class AbcStudyConfig:
     # (repeats, and overlaps where the inputs are few); rows written before this setting existed carry no such key
     # and were drawn so
     set_draw: str = "disjoint"
+    # ABC arms (`abc_arms`): every combination of these is one ABC condition, all calibrated on the same rotary
+    # models. abc_layouts: the layout the fresh model trains and is tested in ("natural"; "padded": Duan & Shi's, every
+    # operand zero-padded on the left to the longest test length); abc_layers: "each" (each layer's own lines) or the
+    # index of the layer whose lines every layer gets (-1: the last, as Duan & Shi's Algorithm 1); abc_positionals:
+    # the fresh model's positional encoding (empty: `bias_positional`); abc_prompts: the prompt rows' lines
+    # ("calibrated"; "local": the diagonal ones only, no fixed position; "free": prompt rows unbiased, as Duan & Shi).
+    # The defaults are the study's own ABC
+    abc_layouts: tuple[str, ...] = ("natural",)
+    abc_layers: tuple[int | str, ...] = ("each",)
+    abc_positionals: tuple[str, ...] = ()
+    abc_prompts: tuple[str, ...] = ("calibrated",)
     device: str = "cpu"
 
     @classmethod
@@ -122,6 +136,28 @@ class AbcStudyConfig:
             raise ValueError(f"set_draw must be disjoint or with_replacement, got {self.set_draw!r}")
         if self.bias_positional not in ("rotary", "learned", "alibi", "none"):
             raise ValueError(f"bias_positional must be rotary, learned, alibi or none, got {self.bias_positional!r}")
+        check_arms(self.abc_layouts, self.abc_layers, self.positionals(), self.tasks, self.n_layers, self.abc_prompts)
+
+    def positionals(self) -> tuple[str, ...]:
+        """The ABC arms' positional encodings: `abc_positionals`, or else `bias_positional`."""
+        return self.abc_positionals or (self.bias_positional,)
+
+    def arms(self) -> list[AbcArm]:
+        """The ABC arms: every combination of `abc_layouts`, `abc_layers`, `positionals()` and `abc_prompts`."""
+        return arms(self.abc_layouts, self.abc_layers, self.positionals(), self.abc_prompts)
+
+    def variants(self, condition: str) -> list[tuple[str, AbcArm | None]]:
+        """(name, arm) of each table condition `condition` runs as: itself, or for abc one per arm
+        (`AbcArm.variant`)."""
+        if condition != "abc":
+            return [(condition, None)]
+        return [(arm.variant(self.bias_positional), arm) for arm in self.arms()]
+
+    def variant_of(self, row: dict) -> str:
+        """The table condition of a row of runs.jsonl (an ABC row: its arm's)."""
+        if row["condition"] != "abc":
+            return row["condition"]
+        return AbcArm.of_row(row, self.bias_positional).variant(self.bias_positional)
 
 
 # ----------------------------------------------------------------------------------------------- protocol presets
@@ -161,18 +197,35 @@ class _TaskSets:
     select: dict[int, list[Sample]]
     test: dict[int, list[Sample]]
     calib: list[Sample]
+    train: Task | None = None  # what a model of these sets trains on (None: `train_task` of the study)
 
 
 def _task_sets(name: str, cfg: AbcStudyConfig) -> _TaskSets:
     mix = train_task(name, cfg.train_max)
     tok = CharTokenizer.for_alphabets(mix.alphabet)
     n_ctx = protocol_context(name, [*cfg.buckets, *cfg.select_buckets, cfg.train_max], tok.offset)
+    if "padded" in cfg.abc_layouts:  # the padded layout's samples fit too
+        from ... import models
+
+        n_ctx = max(n_ctx, models.check_context(10**9, PaddedDraw(mix, max(cfg.buckets)), tok.offset))
     if cfg.set_draw == "with_replacement":
         select = {n: length_task(name, n).generate(cfg.n_select, seed=SELECT_SEED + n) for n in cfg.select_buckets}
         test = {n: length_task(name, n).generate(cfg.n_test, seed=TEST_SEED + n) for n in cfg.buckets}
     else:
         select, test = disjoint_sets(name, cfg)
     return _TaskSets(tok, n_ctx, select, test, mix.generate(cfg.n_calib, seed=CALIB_SEED))
+
+
+def padded_sets(sets: _TaskSets, name: str, cfg: AbcStudyConfig) -> _TaskSets:
+    """The same selection and test numbers, and training draw, in the padded layout of the longest test length (the
+    calibration samples stay the rotary model's own)."""
+    width = max(cfg.buckets)
+
+    def pad(table):
+        return {n: [padded_sample(s, width) for s in samples] for n, samples in table.items()}
+
+    return _TaskSets(sets.tokenizer, sets.n_ctx, pad(sets.select), pad(sets.test), sets.calib,
+                     PaddedDraw(train_task(name, cfg.train_max), width))
 
 
 def inputs_of_length(name: str, n: int) -> int:
@@ -217,7 +270,8 @@ def _train(model, sets: _TaskSets, name: str, cfg: AbcStudyConfig, run: tuple[in
     seed, lr, steps = run
     tc = TrainConfig.scratch(steps=steps, batch_size=cfg.batch_size, lr=lr, warmup=min(cfg.warmup, steps // 4),
                              seed=seed, device=cfg.device, log_every=max(1, steps))
-    train(model, sets.tokenizer, train_task(name, cfg.train_max), tc, fwd_hooks=bias, progress=False)
+    task = sets.train if sets.train is not None else train_task(name, cfg.train_max)
+    train(model, sets.tokenizer, task, tc, fwd_hooks=bias, progress=False)
 
 
 def _measure(model, sets: _TaskSets, bias) -> dict[str, float]:
@@ -235,12 +289,14 @@ def _base_dir(out: Path, name: str, seed: int, lr: float) -> Path:
     return out / "models" / f"{name}-rotary-seed{seed}-lr{lr:g}"
 
 
-def _bias_for(condition: str, name: str, sets: _TaskSets, cfg: AbcStudyConfig, ctx: "_Ctx", seed: int):
-    """(hook factory, notes) of a bias condition: ABS from the task's references, ABC from the rotary model."""
+def _bias_for(condition: str, name: str, sets: _TaskSets, ctx: "_Ctx", seed: int, arm: AbcArm | None = None):
+    """(model, hook factory, notes) of a bias condition: ABS from the task's references, ABC (in `arm`) from the rotary
+    model."""
     from ... import models
-    from ...experiments.abc import ABCSettings, abc_bias, abc_lines, abs_window, every_head
+    from ...experiments.abc import ABCSettings, abc_bias, abc_lines, abs_window, every_head, lines_table
 
-    model = _model(sets, cfg, cfg.bias_positional, seed)
+    cfg = ctx.cfg
+    model = _model(sets, cfg, arm.positional if arm is not None else cfg.bias_positional, seed)
     if condition == "abs":
         window = abs_window(sets.calib, sets.tokenizer, cfg.abs_width)
         return model, abc_bias(every_head(model, window), model), {"lines": len(window.lines["aligned"])}
@@ -248,24 +304,34 @@ def _bias_for(condition: str, name: str, sets: _TaskSets, cfg: AbcStudyConfig, c
     base = models.load(_base_dir(ctx.out, name, seed, lr_base), device=cfg.device).model
     lines = abc_lines(base, sets.tokenizer, sets.calib, ABCSettings(lam=cfg.lam, directions=("aligned",), rows="all",
                                                                     correct_only=cfg.abc_correct_only, batch_size=64))
+    if arm is not None:
+        lines = prompt_lines(layer_lines(lines, arm.layer, cfg.n_layers), arm.prompt)
     kept = sum(len(v) for hl in lines.values() for v in hl.lines.values())
-    return model, abc_bias(lines, model), {"lines": kept, "base_lr": lr_base}
+    table = lines_table(lines)  # every head's kept lines (aligned: segment * STRIDE + offset + STRIDE // 2)
+    return model, abc_bias(lines, model), {"lines": kept, "base_lr": lr_base,
+                                           "kept_lines": table.to_dict("records")}
 
 
-def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) -> dict[str, Any] | None:
-    """Train (and for abs/abc bias) one model; its row: settings, key, selection and test accuracy per bucket. None
-    when the row is not on disk and belongs to another unit than the one running (`ctx.unit`)."""
+def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float,
+                  arm: AbcArm | None = None) -> dict[str, Any] | None:
+    """Train (and for abs/abc bias) one model (abc: in `arm`, None for the study's own); its row: settings, key,
+    selection and test accuracy per bucket. None when the row is not on disk and belongs to another unit than the one
+    running (`ctx.unit`)."""
     from ... import models
 
     cfg, sets = ctx.cfg, ctx.sets[name]
-    settings = {"task": name, "condition": condition, "seed": seed, "lr": lr, **ctx.shared}
+    settings = {"task": name, "condition": condition, "seed": seed, "lr": lr, **ctx.shared,
+                **(arm.settings(cfg.bias_positional) if arm is not None else {})}
     key = settings_key(settings)
     if key in ctx.rows:  # resumed: computed by an earlier run into this directory
         if ctx.bar is not None:
             ctx.bar.update(1)
         return ctx.rows[key]
-    if ctx.unit is not None and ctx.unit != unit_key(cfg, name, condition, seed, lr):
+    variant = arm.variant(cfg.bias_positional) if arm is not None else condition
+    if ctx.unit is not None and ctx.unit != unit_key(cfg, name, variant, seed, lr):
         return None
+    if arm is not None and arm.layout == "padded":  # the same numbers in the padded layout
+        sets = ctx.padded.setdefault(name, padded_sets(sets, name, cfg))
     t0 = time.perf_counter()
     notes: dict[str, Any] = {}
     steps = cfg.steps
@@ -278,7 +344,7 @@ def run_condition(ctx: "_Ctx", name: str, condition: str, seed: int, lr: float) 
         if condition == "abc":
             _check_base(ctx, name, seed)
         try:
-            model, bias, notes = _bias_for(condition, name, sets, cfg, ctx, seed)
+            model, bias, notes = _bias_for(condition, name, sets, ctx, seed, arm)
         except ValueError as e:  # ABC on a model that solves no calibration sample
             return ctx.write({**settings, "key": key, "status": f"skipped: {e}", "steps": steps})
         if condition == "abc":
@@ -339,6 +405,7 @@ class _Ctx:
     bar: Any = None
     missing: dict[str, str] = field(default_factory=dict)  # conditions this environment cannot build, and why
     unit: str | None = None  # the unit running alone (its runs only), or None: every run
+    padded: dict[str, _TaskSets] = field(default_factory=dict)  # each task's sets in the padded layout, once built
 
     def write(self, row: dict) -> dict:
         self.writer.write(row)
@@ -368,8 +435,9 @@ def units(cfg: AbcStudyConfig) -> list[Unit]:
     for name in cfg.tasks:
         for condition in _order(cfg, unavailable(cfg)):
             stage = 2 if condition == "abc" else 1
-            found += [Unit(unit_key(cfg, name, condition, cfg.seeds[0], lr), stage) for lr in cfg.lrs]
-            found += [Unit(unit_key(cfg, name, condition, seed, 0.0), stage + 1) for seed in cfg.seeds[1:]]
+            for variant, _ in cfg.variants(condition):
+                found += [Unit(unit_key(cfg, name, variant, cfg.seeds[0], lr), stage) for lr in cfg.lrs]
+                found += [Unit(unit_key(cfg, name, variant, seed, 0.0), stage + 1) for seed in cfg.seeds[1:]]
     return found
 
 
@@ -386,7 +454,9 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True,
     cfg.check()
     out = Path(out)
     sets = {name: _task_sets(name, cfg) for name in cfg.tasks}  # context checked up front, before any training
-    shared = {k: v for k, v in asdict(cfg).items() if k not in ("tasks", "conditions", "seeds", "lrs", "device")}
+    arm_fields = ("abc_layouts", "abc_layers", "abc_positionals", "abc_prompts")  # per ABC row, only what differs
+    shared = {k: v for k, v in asdict(cfg).items()
+              if k not in ("tasks", "conditions", "seeds", "lrs", "device", *arm_fields)}
     if cfg.set_draw == "with_replacement":  # the keys of rows written before `set_draw` existed
         del shared["set_draw"]
     index = unit_index(units(cfg), unit)
@@ -396,34 +466,36 @@ def run_study(cfg: AbcStudyConfig, out: str | Path, progress: bool = True,
     for condition, why in ctx.missing.items() if unit is None else ():
         logger.warning("abc study: condition %s not run: %s", condition, why)
     order = _order(cfg, ctx.missing)
-    total = len(cfg.tasks) * len(order) * (len(cfg.lrs) + len(cfg.seeds) - 1)
+    total = len(cfg.tasks) * sum(len(cfg.variants(c)) for c in order) * (len(cfg.lrs) + len(cfg.seeds) - 1)
     t0 = time.perf_counter()
     table = None
     with tqdm(total=total, desc="abc study", disable=not progress or unit is not None, dynamic_ncols=True) as ctx.bar:
         for name in cfg.tasks:
             for condition in order:
-                _run_condition_seeds(ctx, name, condition)
+                for _, arm in cfg.variants(condition):
+                    _run_condition_seeds(ctx, name, condition, arm)
             if unit is None:
                 table = write_outputs(ctx, time.perf_counter() - t0)  # after every task: a cut run still reports
     return table
 
 
-def _run_condition_seeds(ctx: _Ctx, name: str, condition: str) -> None:
-    """The grid of one task and condition on the first seed, then its other seeds at the chosen rate (of the unit
-    running alone, only its run; the rate is chosen once its grid is on disk)."""
+def _run_condition_seeds(ctx: _Ctx, name: str, condition: str, arm: AbcArm | None = None) -> None:
+    """The grid of one task and condition (abc: in `arm`) on the first seed, then its other seeds at the chosen rate
+    (of the unit running alone, only its run; the rate is chosen once its grid is on disk)."""
     cfg = ctx.cfg
-    first = [run_condition(ctx, name, condition, cfg.seeds[0], lr) for lr in cfg.lrs]
-    mine = ctx.unit in (unit_key(cfg, name, condition, seed, 0.0) for seed in cfg.seeds[1:])
+    variant = arm.variant(cfg.bias_positional) if arm is not None else condition
+    first = [run_condition(ctx, name, condition, cfg.seeds[0], lr, arm) for lr in cfg.lrs]
+    mine = ctx.unit in (unit_key(cfg, name, variant, seed, 0.0) for seed in cfg.seeds[1:])
     if any(row is None for row in first):
         if mine:
             lr = cfg.lrs[first.index(None)]
             raise ValueError(f"unit {ctx.unit!r} needs the learning rate its grid chooses: run unit "
-                             f"{unit_key(cfg, name, condition, cfg.seeds[0], lr)!r} first")
+                             f"{unit_key(cfg, name, variant, cfg.seeds[0], lr)!r} first")
         return
     best = max(range(len(first)), key=lambda i: (select_score(first[i], cfg.select_buckets), -i))
-    ctx.chosen[(name, condition)] = cfg.lrs[best]
+    ctx.chosen[(name, variant)] = cfg.lrs[best]
     for seed in cfg.seeds[1:]:
-        run_condition(ctx, name, condition, seed, cfg.lrs[best])
+        run_condition(ctx, name, condition, seed, cfg.lrs[best], arm)
 
 
 # ----------------------------------------------------------------------------------------------- outputs
@@ -435,8 +507,8 @@ def summary_table(ctx: _Ctx) -> "pd.DataFrame":
     import pandas as pd
 
     out = []
-    for (name, condition), lr in ctx.chosen.items():
-        rows = [r for r in ctx.rows.values() if r["task"] == name and r["condition"] == condition
+    for (name, condition), lr in ctx.chosen.items():  # condition: a table condition (`AbcStudyConfig.variants`)
+        rows = [r for r in ctx.rows.values() if r["task"] == name and ctx.cfg.variant_of(r) == condition
                 and r["lr"] == lr and r["seed"] in ctx.cfg.seeds and r.get("status") == "ok"]
         for n in ctx.cfg.buckets:
             n_test = len(ctx.sets[name].test[n])

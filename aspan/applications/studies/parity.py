@@ -135,7 +135,7 @@ def train_and_evaluate(config: ParityStudyConfig, tok, n_ctx: int, spec: Run, ou
         bits = sum(c in "01" for c in samples[0].prompt)
         row = {**settings, **outcome, "run": run_key, "split": split, "which": which, "bits": bits,
                "multiple": bits // config.train_length, "exact": res["exact"], "partial": res["partial"],
-               "n": res["n"], "train_seconds": seconds, "final_loss": loss}
+               "n": res["n"], "train_seconds": seconds, "final_loss": loss, "n_ctx": n_ctx, "vocab": tok.vocab_size}
         rows.append({"key": settings_key({**settings, "split": split, "which": which}), **row})
     return rows
 
@@ -208,8 +208,9 @@ def _run_study(config: ParityStudyConfig, out: Path, command: str, report: bool,
 
     start = time.time()
     index = unit_index(units(config), unit)
-    tok = CharTokenizer.for_alphabets(*(make_task(config, f, config.longest).alphabet for f in config.formats))
-    n_ctx = max(models.check_context(10**9, make_task(config, f, config.longest), tok.offset) for f in config.formats)
+    sizing = config.sizing_formats  # the vocabulary and the context: a model's initialisation depends on both
+    tok = CharTokenizer.for_alphabets(*(make_task(config, f, config.longest).alphabet for f in sizing))
+    n_ctx = max(models.check_context(10**9, make_task(config, f, config.longest), tok.offset) for f in sizing)
     for f in config.formats:  # every test sample fits, and every held-out set has inputs, checked before training
         models.check_context(n_ctx, make_task(config, f, config.longest), tok.offset)
         if config.protocol == "curves":

@@ -18,6 +18,10 @@ class ParityStudyConfig:
     """Settings of one parity study; every field can come from a TOML file (`--config`) or a flag."""
 
     formats: tuple[str, ...] = FORMATS  # parity formats compared
+    # the formats whose alphabets and longest samples size every model's vocabulary and context (empty: `formats`).
+    # A model's initialisation depends on both, so a run that extends another run to more seeds of fewer formats
+    # names that run's formats here to train the same models; the rows' keys do not depend on it
+    model_formats: tuple[str, ...] = ()
     train_length: int = 8  # training inputs have 1..train_length bits
     multiples: tuple[int, ...] = (1, 2, 5, 10)  # test inputs have exactly multiple * train_length bits
     select_multiple: int = 2  # the selection set's length, as a multiple of train_length
@@ -92,6 +96,10 @@ class ParityStudyConfig:
             raise ValueError(f"formats must be a non-empty subset of {', '.join(FORMATS)}, got {self.formats}")
         if len(set(self.formats)) != len(self.formats):
             raise ValueError(f"formats repeat: {self.formats}")
+        if self.model_formats and (any(f not in FORMATS for f in self.model_formats)
+                                   or not set(self.formats) <= set(self.model_formats)):
+            raise ValueError(f"model_formats must be formats of {', '.join(FORMATS)} that include every format "
+                             f"studied ({', '.join(self.formats)}), got {self.model_formats}")
         for name in ("train_length", "seeds", "steps", "batch_size", "n_layers", "n_heads", "d_model", "n_select",
                      "n_test", "eval_batch_size", "threads", "select_multiple"):
             if getattr(self, name) < 1:
@@ -126,6 +134,11 @@ class ParityStudyConfig:
     def grid(self, fmt: str) -> tuple[float, ...]:
         """The learning-rate grid of format `fmt`: its own (`format_lrs`), else `lrs`."""
         return tuple(self.format_lrs.get(fmt, self.lrs))
+
+    @property
+    def sizing_formats(self) -> tuple[str, ...]:
+        """The formats that size the models' vocabulary and context: `model_formats`, or else `formats`."""
+        return self.model_formats or self.formats
 
     @property
     def longest(self) -> int:
