@@ -1,6 +1,6 @@
 """The shipped GPU plan (configs/gpu/campaign.toml) and what travels with it: every run carries an estimate from
 results/gpu_campaign/estimates.json, every started run can be claimed by the next slice, code + campaign state +
-wheels stay under 56 MiB and the next run's inputs travel (`aspan gpu carry`), a slice drops the paused trainings
+wheels stay under 60 MiB and the next run's inputs travel (`aspan gpu carry`), a slice drops the paused trainings
 its state cannot carry, and the loan script runs a slice and writes under OUT."""
 from __future__ import annotations
 
@@ -177,8 +177,8 @@ def test_the_campaign_readme_quotes_the_plan_the_carry_and_the_bf16_rows():
     assert f"from {f['old_row_host_cpu_s']:.1f} s" in readme and f"to {f['new_row_host_cpu_s']:.1f} s" in readme
     assert f"at {f['draw_per_1000_s']:.2f} s per 1,000 numbers" in readme
     got = carry_mod.carry(ROOT, "results/gpu_campaign/state", PLAN)
-    quoted = float(re.search(r"([\d.]+) MiB of 56", readme)[1])
-    assert abs(quoted - got.total / 2**20) < 1.0 and quoted <= 56
+    quoted = float(re.search(r"([\d.]+) MiB of 60", readme)[1])
+    assert abs(quoted - got.total / 2**20) < 1.0 and quoted <= 60
     rows = json.loads((root / "bf16_bases" / "rows.json").read_text())
     for r in rows["addition"]:
         for dtype in ("float32", "bfloat16"):
