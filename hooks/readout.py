@@ -41,6 +41,10 @@ def row_readout(
         returns: {"mass": float [batch, head, q], "top": long [batch, head, q], "offset": float [batch, head, q]}.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> A = torch.full((1, 2, 8, 8), 0.1).tril()  # [batch, head, q, k]
         >>> A[0, 0, 5, 4] = 0.5  # head 0, row 5: most attention on key 4; row 5's reference is key 2
         >>> out = hooks.row_readout(A, mask, delta=2)
@@ -89,6 +93,14 @@ def readout_hooks(
         returns: a list of `(hook name, function)` on `hook_pattern`.
 
     Example:
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer
+        >>> model = HookedTransformer(dict(n_layers=2, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
+        ...                                act_fn="relu", seed=0))  # a tiny random model, 2 layers x 2 heads
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> mask = torch.zeros(1, 8, 8, dtype=torch.bool)  # references [batch, pos, pos], row = query
+        >>> mask[0, [4, 5, 6], [3, 2, 1]] = True  # rows 4, 5, 6 read columns 3, 2, 1 (a reversal)
         >>> store = {}
         >>> _ = model.run_with_hooks(tokens, fwd_hooks=hooks.readout_hooks([(1, 0)], store, mask))
         >>> sorted(store[(1, 0)]), tuple(store[(1, 0)]["top"].shape)

@@ -71,7 +71,11 @@ def rotary_pairs(model, pairs: Iterable[int], mode: RotaryMode = "clamp", beyond
         returns: [(hook name, fn)] for `model.hooks(fwd_hooks=...)`; fn edits [batch, pos, head, d_head].
 
     Example:
-        >>> # the tiny model of the package's examples has learned positions; this one is rotary
+        >>> import torch
+        >>> import hooks
+        >>> from transformer_lens import HookedTransformer, HookedTransformerConfig
+        >>> tokens = torch.tensor([[0, 3, 4, 5, 2, 5, 4, 3]])  # one sequence of 8 tokens [batch, pos]
+        >>> # the tiny model of the package's other examples has learned positions; this one is rotary
         >>> rcfg = HookedTransformerConfig(n_layers=1, n_heads=2, d_model=16, d_head=8, n_ctx=16, d_vocab=10,
         ...                                act_fn="relu", positional_embedding_type="rotary", rotary_dim=8, seed=0)
         >>> rmodel = HookedTransformer(rcfg)

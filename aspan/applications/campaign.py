@@ -286,6 +286,11 @@ def format_status(rows: list[dict[str, Any]], loan_s: float = CampaignPlan.loan_
 
 
 # ----------------------------------------------------------------------------------------------- one slice
+def no_units(argv: list[str]) -> None:
+    """`Slice.list_units` when none is given: no command line is a study of units (each runs whole)."""
+    return None
+
+
 @dataclass
 class Slice:
     """What one slice needs besides the plan."""
@@ -299,7 +304,7 @@ class Slice:
     # the command that runs one `aspan` command line under a deadline in a process of its own
     # (`aspan.commands.gpu_worker`); (): every run in this process, its units one after another
     worker: tuple[str, ...] = ()
-    list_units: Callable[[list[str]], list | None] = lambda argv: None  # a command line's study units, or None
+    list_units: Callable[[list[str]], list | None] = no_units  # a command line's study units, or None
     units_at_once: int = 0  # 0: each run's `units_at_once` (0 there: the probe chooses); N: N for every run
     probes: dict[str, dict] = field(default_factory=dict)  # this slice's probes, by shape
 

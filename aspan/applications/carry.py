@@ -38,6 +38,7 @@ class Carry:
 
     @property
     def total(self) -> int:
+        """Bytes of the tree and the wheels together: what travels with a command."""
         return sum(self.tree.values()) + sum(self.wheels.values())
 
     def under(self, prefix: str) -> int:

@@ -28,8 +28,7 @@ is importable from `aspan.training` itself.
 """
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy import lazy_exports
 
 # submodule -> the names it defines, each imported from it on first access (PEP 562), as `aspan`'s own entry points
 # are: the settings (`TrainConfig`, from `config`) then load without torch, so the command line reads and checks them
@@ -45,24 +44,4 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "state": ("LEGACY_STATE", "STATE_FORMAT", "STATE_JSON", "STATE_TENSORS", "check_resume", "latest_checkpoint",
               "read_state"),
 }
-_EXPORTS = {name: module for module, names in _LAZY.items() for name in names}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    """Import a name of `__all__` from its submodule on first access and cache it on the package; a submodule's name
-    (`aspan.training.loop`) imports that submodule, as the package's eager imports once did."""
-    if name not in _EXPORTS:
-        try:
-            return importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__name__}.{name}":
-                raise
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
