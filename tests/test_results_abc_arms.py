@@ -203,3 +203,13 @@ def test_the_abc_readmes_and_the_study_page_quote_the_arms():
     assert (f"ABC scores {_mean('abc[padded, learned]', 10):.3f} at 10 digits there too; retrained with no positions "
             f"in the padded layout, the same calibration gives {pad[10]} at 10 digits and {pad[20]} at 20, and "
             f"{pad[60]} at 60") in paper
+
+
+def test_the_project_readme_line_on_abc():
+    """The project README's ABC line: the study's arm at 60 digits, and every arm with learned positions at 0 there,
+    from the rows."""
+    project = re.sub(r"\s+", " ", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert all(_mean(c, 60) == 0 for c in LEARNED) and len(LEARNED) >= 3
+    assert {_arm(r)[0] for r in ROWS if _name(r) in LEARNED} >= {"natural", "padded"}  # either layout
+    assert (f"ABC scores {_mean('abc', 60):.3f} exact at 60 digits when the model it retrains has no positional "
+            f"encoding, and 0.000 at 60 digits when that model has learned positions") in project

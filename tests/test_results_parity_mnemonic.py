@@ -226,3 +226,21 @@ def test_the_parity_readme_and_page_quote_the_run():
            "all three seeds, both fitted ones included, score 0 % exact at 2x and 5x (0.0 % [0.0, 0.6] over 600 " \
            "answers at each length)" in PAGE
     assert "```{include} ../../results/parity_study/mnemonic_cap12000/README.md" in PAGE
+
+
+def test_the_project_readme_line_on_content_addressing():
+    """The project README's line on parity: the ten-seed 2x cells of both formats, none whole-right at 5x, and the
+    12,000-step mnemonic run's fits and its exact 2x and 5x cells, from the rows."""
+    project = re.sub(r"\s+", " ", (ROOT / "README.md").read_text(encoding="utf-8"))
+    ten = pd.read_csv(STUDY / "ten_seeds" / "results.csv")
+    cell = {(f, m): _exact(g.sort_values("seed")).replace(" [", " % [", 1)
+            for (f, m), g in ten.groupby(["format", "multiple"])}
+    assert ten[(ten.format == "interleaved-ab") & (ten.multiple == 5)].exact.max() == 0
+    assert (f"`interleaved-ab`) gets {cell['interleaved-ab', 2]} of the 20-bit answers whole-right against the "
+            f"running scratchpad's {cell['scratchpad', 2]}, and none at 50 bits") in project
+    one = _at(1)
+    fitted = int((one.fit_curve_exact >= TARGET).sum())  # fit: accuracy against the target, per seed
+    assert _exact(_at(2)) == _exact(_at(5))
+    said = (f"fit {fitted} of {RES.seed.nunique()} seeds and get {_exact(_at(2)).replace(' [', ' % [', 1)} "
+            "whole-right at 20 and at 50 bits")
+    assert said in project, said
