@@ -53,6 +53,7 @@ PARSED: dict[str, str] = {
     "aspan gpu slice --plan gpu/campaign --campaign results/gpu_campaign/state --out /tmp/slice":
         "a CUDA device and minutes",
     "aspan gpu merge /tmp/slice --campaign results/gpu_campaign/state": "a slice's output (aspan gpu slice)",
+    "aspan gpu carry --campaign results/gpu_campaign/state": "a checkout of aspan (it sizes the tree git tracks)",
 }
 # the check's own limits: one thread per process, no progress bars
 ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TQDM_DISABLE": "1"}

@@ -449,7 +449,7 @@ def test_every_command_that_writes_a_run_directory_holds_it_through_claim_run(tm
              "abc": ["abc", "reversal", "--task", "reversal"], "sweep": ["sweep", "--config", str(tmp_path / "s.toml")],
              "demo": ["demo", "--quick"],
              "pretrained": ["pretrained", "--config", str(ROOT / "configs/smollm2_smoke.toml")],
-             "study": ["study", "qk", "--quick"]}
+             "study": ["study", "qk", "--quick"], "explain": ["explain", "reversal", "--task", "reversal"]}
     try:
         assert _writers_of_run_directories() == {*cases, "eval"}
         for args in [*cases.values(), ["eval", "reversal", "-n", "2", "--out", str(out)]]:

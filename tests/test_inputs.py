@@ -338,7 +338,9 @@ def test_id_budget_points_become_one_fraction_for_sweep_and_demo(tmp_path):
         argv = ["c.toml"] if add is sweep_arguments else []
         assert parser.parse_args([*argv, "--id-budget", "2"]).id_budget == pytest.approx(0.02)
         assert parser.parse_args(argv).id_budget is None  # not given: the settings dataclass keeps its default
-    for command, bads in ((["sweep", "--config", str(tmp_path / "missing.toml")], ("-1", "nan", "x")),
+    unread = tmp_path / "unread.toml"  # exists (its name is checked while parsing), never read: not TOML
+    unread.write_text("not [ toml")
+    for command, bads in ((["sweep", "--config", str(unread)], ("-1", "nan", "x")),
                           (["demo"], ("-1",))):
         for bad in bads:
             r = aspan(*command, "--id-budget", bad, "--out", str(tmp_path / "run"), cwd=tmp_path)
@@ -359,7 +361,9 @@ def test_shard_is_one_argument_type_for_sweep_demo_and_pretrained(tmp_path):
         parser = Parser(prog="aspan")
         module.add_arguments(parser)
         assert parser.parse_args([*argv, "--shard", "1/3"]).shard == (1, 3)
-    missing = str(tmp_path / "missing.toml")
+    missing = tmp_path / "unread.toml"  # exists (its name is checked while parsing), never read: not TOML
+    missing.write_text("not [ toml")
+    missing = str(missing)
     for command, bad in ((["sweep", "--config", missing], "2/2"), (["pretrained", "--config", missing], "x"),
                          (["demo"], "1")):
         r = aspan(*command, "--shard", bad, "--out", str(tmp_path / "run"), cwd=tmp_path)

@@ -12,13 +12,13 @@ from aspan.errors import UsageError
 from aspan.options import CONVENTIONS, MODEL_DTYPES
 from aspan.shipped import check_model_name
 
-from .argtypes import device, nonneg_int, output_dir, output_file, positive_int
+from .argtypes import config_file, device, nonneg_int, output_dir, output_file, positive_int
 from .grammar import add_config, from_settings, given
 
 HELP = "why did this answer fail: one sample's anatomy per output token and head, the likely cause, and a page"
 EXAMPLES = (  # the end of `--help`; the tests run the cheap ones and parse the rest
     "aspan explain reversal --task reversal --seed 2 --param length=11-20 --out runs/explain",
-    "aspan explain reversal --task reversal --failing --edit configs/edit_reversal_ref2.toml --out runs/explain",
+    "aspan explain reversal --task reversal --failing --edit edit_reversal_ref2 --out runs/explain",
     "aspan explain reversal --task reversal --seed 0 --heads 1.7,1.0 --delta 2 -o explain.html",
 )
 
@@ -45,8 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=positive_int, help="how many heads the ranking selects")
     p.add_argument("--convention", choices=CONVENTIONS,
                    help="attention mass over the whole row (raw) or over the sample's own columns (sample)")
-    p.add_argument("--edit", metavar="FILE",
-                   help="a TOML file of an edit (method, strength, delta, heads, ...): the rows after it, side by side")
+    p.add_argument("--edit", metavar="FILE", type=config_file,
+                   help="a TOML file of an edit (method, strength, delta, heads, ...), or one aspan ships, by name "
+                        "(edit_reversal_ref2): the rows after it, side by side")
     p.add_argument("--device", type=device, help="cpu, cuda, cuda:N, or auto (CUDA when present)")
     p.add_argument("--dtype", choices=MODEL_DTYPES,
                    help="precision the model is loaded in (bfloat16 and float16 take half the memory)")

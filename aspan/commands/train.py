@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aspan.applications import train as app
+import aspan.applications.train as app
 from aspan.config import to_toml
 from aspan.curves import stop_set
 from aspan.errors import UsageError

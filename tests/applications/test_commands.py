@@ -25,6 +25,9 @@ PENDING = {
     "aspan.commands.doctor": {"aspan.environment"},  # one library call: the environment record
     "aspan.commands.report": {"aspan.report"},  # one library call: the report page or its images
     "aspan.commands.parser": {"aspan"},  # the version `aspan --version` prints
+    # not a command: the main module of a worker process (`aspan gpu slice`'s units at once), which runs `aspan.cli`
+    # under a time budget
+    "aspan.commands.gpu_worker": {"aspan.cli", "aspan.training.budget"},
 }
 
 

@@ -49,7 +49,8 @@ def _committed_rows() -> list[tuple[str, dict]]:
 
 def test_every_committed_row_resolves_to_its_key():
     rows = _committed_rows()
-    assert len(rows) >= 80 and len({w for w, _ in rows}) == 5
+    files = {str(Path(w).relative_to(RESULTS)) for w, _ in rows}
+    assert len(rows) >= 80 and {"causal_demo/sweep.csv", "causal_demo/model_seeds/seed3/sweep.csv"} <= files
     assert {r["method"] for _, r in rows} >= {"reinforce", "atoms"}
     for where, row in rows:
         assert settings_key(E.point_of(row)) == row["key"], (where, row["key"])
