@@ -65,6 +65,8 @@ def test_code_state_and_wheels_fit_and_the_next_runs_inputs_travel():
     assert got.total <= carry_mod.CARRY_BUDGET
     fixed = got.total - got.under("results/gpu_campaign/state")
     assert fixed + PLAN.state_mib * 2**20 <= carry_mod.CARRY_BUDGET, "a slice's largest state still fits"
+    code_and_state = sum(got.tree.values())  # without the wheels: under 56 MiB, however the wheels change
+    assert code_and_state <= 56 * 2**20 and got.total + PLAN.state_mib * 2**20 <= carry_mod.TRAVEL_LIMIT
     text = carry_mod.format_carry(got, PLAN, ROOT)
     assert "carry: ok" in text and "next run: abc_paper" in text
 
