@@ -37,6 +37,7 @@ def test_the_plan_is_ordered_by_evidence_per_minute_and_every_run_carries_its_es
     assert f"its {qk.estimate_min} minutes do not fit" in readme and f"at least {needed:.2f}x" in readme
 
 
+@pytest.mark.hooked  # the committed campaign state was written by HookedTransformers: a bridge is refused there
 def test_every_started_run_can_be_claimed_by_the_next_slice(tmp_path, monkeypatch):
     """A slice re-runs each run's command on its directory: the configuration recorded there must be the config's
     (a changed config file is refused by the study, which would stop the campaign)."""

@@ -8,14 +8,16 @@ import math
 
 import pytest
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 import hooks
 
 N_POS = 12
 
 
-def _model(adjacent: bool = False, rotary_dim: int = 8, d_head: int = 8, n_layers: int = 2) -> HookedTransformer:
+def _model(adjacent: bool = False, rotary_dim: int = 8, d_head: int = 8, n_layers: int = 2):
+    """A small rotary HookedTransformer (TransformerLens 3.9; the tests using it are marked `hooked`)."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
     cfg = HookedTransformerConfig(n_layers=n_layers, n_heads=2, d_model=16, d_head=d_head, n_ctx=32, d_vocab=11,
                                   act_fn="relu", positional_embedding_type="rotary", rotary_dim=rotary_dim,
                                   rotary_adjacent_pairs=adjacent, rotary_base=50, seed=1)
@@ -81,6 +83,7 @@ def _hooked(model, tokens, pairs, mode, beyond):
     return logits, got
 
 
+@pytest.mark.hooked  # a HookedTransformer: its rotary attention calls hook_rot_q/k
 @pytest.mark.parametrize("adjacent", [False, True], ids=["rotate-half", "adjacent"])
 @pytest.mark.parametrize("mode, pairs, beyond", [("clamp", [0], 5), ("clamp", [0, 2, 3], 7), ("remove", [1], 4),
                                                  ("remove", [0, 3], None), ("clamp", [0, 1, 2, 3], 0)])
@@ -95,6 +98,7 @@ def test_rotated_q_k_and_logits_equal_the_rotation_recomputed_by_hand(adjacent, 
     assert not torch.allclose(got_logits, plain, atol=1e-3)  # the edit changes what the model computes
 
 
+@pytest.mark.hooked  # a HookedTransformer: its rotary attention calls hook_rot_q/k
 def test_a_partial_rotary_dim_leaves_the_unrotated_columns_alone():
     model, tokens = _model(rotary_dim=4, d_head=8), _tokens()
     want_logits, want = _brute(model, tokens, [1], "clamp", 3)
@@ -106,6 +110,7 @@ def test_a_partial_rotary_dim_leaves_the_unrotated_columns_alone():
         assert not torch.equal(rotated[..., :4], got[name][..., :4])
 
 
+@pytest.mark.hooked  # a HookedTransformer: its rotary attention calls hook_rot_q/k
 def test_clamp_leaves_every_position_up_to_beyond_as_it_was():
     model, tokens = _model(), _tokens()
     plain = model(tokens)
@@ -117,6 +122,7 @@ def test_clamp_leaves_every_position_up_to_beyond_as_it_was():
         assert torch.allclose(model(tokens), plain, atol=1e-5)  # nothing lies past the last position
 
 
+@pytest.mark.hooked  # a HookedTransformer: its rotary attention calls hook_rot_q/k
 def test_removing_every_pair_everywhere_is_attention_without_positions():
     """Every pair removed at every position: the scores are q · k of the unrotated projections (scaled), which depend
     on no position, so in one layer a permutation of the earlier tokens leaves the last position's logits
@@ -131,6 +137,7 @@ def test_removing_every_pair_everywhere_is_attention_without_positions():
     assert not torch.allclose(model(tokens)[:, -1], model(shuffled)[:, -1], atol=1e-3)  # with positions it moves
 
 
+@pytest.mark.hooked  # a HookedTransformer: its rotary attention calls hook_rot_q/k
 def test_hooks_do_not_leak():
     model, tokens = _model(), _tokens()
     before = model(tokens)
@@ -139,6 +146,7 @@ def test_hooks_do_not_leak():
     assert torch.equal(model(tokens), before)
 
 
+@pytest.mark.hooked  # a HookedTransformer: its rotary attention calls hook_rot_q/k
 def test_kv_cached_generation_is_refused():
     model = _model()
     edit = hooks.rotary_pairs(model, [0], mode="clamp", beyond=2)
@@ -146,6 +154,7 @@ def test_kv_cached_generation_is_refused():
         model.generate(_tokens()[:1, :4], max_new_tokens=2, verbose=False, use_past_kv_cache=True, stop_at_eos=False)
 
 
+@pytest.mark.hooked  # a HookedTransformer: its rotary attention calls hook_rot_q/k
 @pytest.mark.parametrize("kwargs, message", [
     ({"pairs": []}, "non-empty list of rotary pair indices in 0..3"),
     ({"pairs": [4]}, "in 0..3"),
@@ -159,7 +168,10 @@ def test_bad_input_is_refused_before_any_forward(kwargs, message):
         hooks.rotary_pairs(_model(), **kwargs)
 
 
+@pytest.mark.hooked  # a HookedTransformer: its rotary attention calls hook_rot_q/k
 def test_a_model_without_rotary_is_refused():
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
     cfg = HookedTransformerConfig(n_layers=1, n_heads=1, d_model=8, d_head=8, n_ctx=8, d_vocab=5, act_fn="relu")
     with pytest.raises(ValueError, match="needs a rotary model"):
         hooks.rotary_pairs(HookedTransformer(cfg), [0], mode="remove")

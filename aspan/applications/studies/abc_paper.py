@@ -220,29 +220,41 @@ def calibration_file(out: Path, name: str, seed: int) -> Path:
 def run_trained(ctx: _Ctx, name: str, condition: str, seed: int) -> dict:
     """A vanilla or ABS row: a model trained until it fits (or the cap), then tested; the vanilla model is saved for
     ABC (in bfloat16 for the tasks of `bf16_bases`)."""
-    import copy
-
-    import torch
-
     from ... import models
 
     cfg, data = ctx.cfg, ctx.data[name]
     settings, key = ctx.key(name, condition, seed)
     t0 = time.perf_counter()
     model = _model(ctx, name, cfg.positional if condition == "vanilla" else cfg.abs_positional, seed)
+    if condition == "vanilla" and name in cfg.bf16_bases:
+        _bf16_copy(model)  # a model that cannot be copied is refused before its training, not after
     bias = () if condition == "vanilla" else hooks_for_bias(abs_bias(data.check[0], data.tokenizer, cfg.abs_width),
                                                            model)
     fit = train_until_fit(model, data, cfg, FitRun(
         seed, ctx.out / "scratch" / f"{name}-{condition}-seed{seed}", bias,
         (ctx.file("checks.jsonl"), {"task": name, "condition": condition, "seed": seed})))
     if condition == "vanilla":
-        saved = model if name not in cfg.bf16_bases else copy.deepcopy(model).to(torch.bfloat16)
+        saved = model if name not in cfg.bf16_bases else _bf16_copy(model)
         models.save(saved, model_dir(ctx.out, name, "vanilla", seed), data.tokenizer, task=name, seed=seed,
                     steps=fit["steps"])  # loaded back in float32: the bfloat16 values, exactly
     status = "fitted" if fit["fitted"] else "did not fit"
     row = {**settings, "key": key, "status": status, **fit, "positional": models.positional_of(model),
            **test_results(model, data, bias, cfg.eval_batch_size), "wall_s": time.perf_counter() - t0}
     return ctx.write(row)
+
+
+def _bf16_copy(model):
+    """A bfloat16 copy of `model` (the base `bf16_bases` saves); ValueError in one line when the model cannot be
+    copied (a TransformerBridge holds tensors `copy.deepcopy` refuses)."""
+    import copy
+
+    import torch
+
+    try:
+        return copy.deepcopy(model).to(torch.bfloat16)
+    except RuntimeError as e:
+        raise ValueError(f"bf16_bases: a {type(model).__name__} cannot be copied to save its base in bfloat16 "
+                         f"({str(e).splitlines()[0]}); leave bf16_bases empty or use a HookedTransformer") from None
 
 
 def run_abc(ctx: _Ctx, name: str, seed: int, base_row: dict) -> dict | None:
