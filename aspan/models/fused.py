@@ -16,9 +16,10 @@ included), learned or ALiBi positions, a GELU, ReLU or SiLU MLP (gated or not), 
 attention and MLP in parallel (GPT-NeoX): the tiny models of every positional encoding and the loaded Llama,
 Qwen2 and GPT-NeoX checkpoints. Anything else -- a hook other than an `attn_bias` one, hooks attached to the model
 itself, a TransformerBridge, another architecture -- runs the hooked forward. Which forward ran, and why not the
-fused one, is logged once per model and reason at DEBUG level on this module's logger:
+fused one, is logged once per model and reason at DEBUG level on this module's logger (`aspan.models.fused`; the
+library configures no logging: an application that wants these lines enables DEBUG for that logger itself), and
+`why_not` says it directly:
 
-    logging.getLogger("aspan.models.fused").setLevel(logging.DEBUG)   # with a handler, e.g. logging.basicConfig()
     out = fused.logits(model, tokens, fwd_hooks)     # [batch, pos, vocab], whichever forward applies
     fused.why_not(model, fwd_hooks)                  # None where the fused forward runs, else the reason
 """
