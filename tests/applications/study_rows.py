@@ -26,10 +26,16 @@ TIMING = re.compile(r"(_s|seconds|^time)$")  # keys that hold how long something
 
 
 def rows(out: Path, name: str) -> list[dict]:
-    """The rows of study `name`'s run directory `out`, without timings, ordered by their key."""
+    """The rows of study `name`'s run directory `out`, without timings, in `by_key`'s order."""
     lines = (out / QUICK[name][1]).read_text(encoding="utf-8").splitlines()
-    found = [{k: v for k, v in json.loads(line).items() if not TIMING.search(k)} for line in lines if line.strip()]
-    return sorted(found, key=lambda r: json.dumps(r, sort_keys=True))
+    return by_key([{k: v for k, v in json.loads(line).items() if not TIMING.search(k)} for line in lines
+                   if line.strip()])
+
+
+def by_key(found: list[dict]) -> list[dict]:
+    """Rows in one order whatever order the units ran in and whatever fields they gained: by condition, then
+    settings key (then content, for rows without either)."""
+    return sorted(found, key=lambda r: (str(r.get("condition")), str(r.get("key")), json.dumps(r, sort_keys=True)))
 
 
 def record(path: Path) -> None:
