@@ -8,7 +8,7 @@ ASPAN=${ASPAN:-.venv/bin/aspan}
 OUT=${OUT:-runs/qk_spectrum_peak_cpu}
 CONFIG=configs/qk_spectrum_peak_cpu.toml
 order=(none)
-for cond in qk-pair:24 qk-pair:20 qk-pair:22 qk-pair:26 qk-pair:28; do
+for cond in qk-pair:24 qk-pair:20 qk-pair:22 qk-pair:26 qk-pair:28 qk-pair:16 qk-pair:18; do
   order+=("$cond/replay 0/select" "$cond/replay 0/seed 1" "$cond/replay 0/seed 2")
 done
 for unit in "${order[@]}"; do
