@@ -3,40 +3,30 @@ rows (runs.jsonl, table.csv, run.json), and the rows it found from results/abc_s
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from aspan.applications.studies.abc_arms import AbcArm
 from aspan.intervals import seed_interval
+from tests.results_rows import abc_name, flat, jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 ABC = ROOT / "results" / "abc_study"
 RUN = ABC / "arms_addition"
-README = (RUN / "README.md").read_text(encoding="utf-8")
-FLAT = re.sub(r"\s+", " ", README)
+README, FLAT = (RUN / "README.md").read_text(encoding="utf-8"), flat(RUN / "README.md")
 DIGITS = (6, 10, 20, 60)
 LAYERS = {None: "each layer", 0: "layer 0", -1: "last layer"}
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _name(row: dict) -> str:
-    return row["condition"] if row["condition"] == "rotary" else AbcArm.of_row(row, "none").variant("none")
-
-
-ROWS = _jsonl(RUN / "runs.jsonl")
-PROMPT = {r["key"]: r for r in _jsonl(ABC / "arms_prompt" / "runs.jsonl")}
+ROWS = jsonl(RUN / "runs.jsonl")
+PROMPT = {r["key"]: r for r in jsonl(ABC / "arms_prompt" / "runs.jsonl")}
 TABLE = pd.read_csv(RUN / "table.csv")
 PLAN = list(dict.fromkeys(TABLE.condition))
 
 
 def _exact(cond: str, d: int) -> list[float]:
-    found = sorted((r for r in ROWS if r["task"] == "addition" and _name(r) == cond), key=lambda r: r["seed"])
+    found = sorted((r for r in ROWS if r["task"] == "addition" and abc_name(r) == cond), key=lambda r: r["seed"])
     assert [r["seed"] for r in found] == [0, 1, 2], cond
     return [r[f"test_exact_{d}"] for r in found]
 
@@ -50,7 +40,7 @@ def _cell(cond: str, d: int) -> str:
 def test_every_arm_of_the_arms_run_on_addition_and_the_found_rows_are_the_prompt_runs():
     assert set(TABLE.task) == {"addition"} and len(PLAN) == 13
     arms = {(r.get("abc_layout", "natural"), LAYERS[r.get("abc_layer")], r.get("abc_positional", "none"))
-            for r in ROWS if r["task"] == "addition" and _name(r) in PLAN and r["condition"] != "rotary"}
+            for r in ROWS if r["task"] == "addition" and abc_name(r) in PLAN and r["condition"] != "rotary"}
     assert arms == {(lay, src, pos) for lay in ("natural", "padded") for src in LAYERS.values()
                     for pos in ("none", "learned")}
     found = [r for r in ROWS if r["key"] in PROMPT]
@@ -66,7 +56,7 @@ def test_every_arm_of_the_arms_run_on_addition_and_the_found_rows_are_the_prompt
 
 def test_the_table():
     for cond in PLAN:
-        row = next(r for r in ROWS if r["task"] == "addition" and _name(r) == cond)
+        row = next(r for r in ROWS if r["task"] == "addition" and abc_name(r) == cond)
         arm = (("natural", "–", "rotary") if cond == "rotary" else
                (row.get("abc_layout", "natural"), LAYERS[row.get("abc_layer")], row.get("abc_positional", "none")))
         name = {"rotary": "rotary (the base)", "abc": "abc (the study's)"}.get(cond, cond)
@@ -102,9 +92,9 @@ def test_the_answer_and_the_per_seed_sentence():
 def test_the_pages_say_it():
     """The project README, the abc READMEs and the study page say what the addition arms show, with their numbers, and
     none says any longer that addition was not run in the arms."""
-    pages = {name: re.sub(r"\s+", " ", (ROOT / name).read_text(encoding="utf-8"))
-             for name in ("README.md", "results/abc_study/README.md", "results/abc_study/arms/README.md",
-                          "results/abc_study/arms_prompt/README.md", "docs/studies/abc_study.md")}
+    names = ("README.md", "results/abc_study/README.md", "results/abc_study/arms/README.md",
+             "results/abc_study/arms_prompt/README.md", "docs/studies/abc_study.md")
+    pages = {name: flat(ROOT / name) for name in names}
     for name, text in pages.items():
         assert "arms_addition" in text and "each" in text, name
         assert "addition not tested this way" not in text and "Addition was not run" not in text, name

@@ -3,39 +3,29 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from aspan.applications.studies.abc_arms import AbcArm
 from aspan.intervals import seed_interval
+from tests.results_rows import abc_name, flat, jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 ABC = ROOT / "results" / "abc_study"
 RUN = ABC / "arms_prompt"
-README = (RUN / "README.md").read_text(encoding="utf-8")
-FLAT = re.sub(r"\s+", " ", README)
+README, FLAT = (RUN / "README.md").read_text(encoding="utf-8"), flat(RUN / "README.md")
 DIGITS = (6, 10, 20, 60)
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def _name(row: dict) -> str:
-    return row["condition"] if row["condition"] == "rotary" else AbcArm.of_row(row, "none").variant("none")
-
-
-ROWS = _jsonl(RUN / "runs.jsonl")
-ARMS = {r["key"]: r for r in _jsonl(ABC / "arms" / "runs.jsonl")}
+ROWS = jsonl(RUN / "runs.jsonl")
+ARMS = {r["key"]: r for r in jsonl(ABC / "arms" / "runs.jsonl")}
 TABLE = pd.read_csv(RUN / "table.csv")
 PLAN = list(dict.fromkeys(TABLE.condition))  # this run's conditions, in the table's order
 
 
 def _seeds(task: str, cond: str) -> list[dict]:
-    found = sorted((r for r in ROWS if r["task"] == task and _name(r) == cond), key=lambda r: r["seed"])
+    found = sorted((r for r in ROWS if r["task"] == task and abc_name(r) == cond), key=lambda r: r["seed"])
     assert [r["seed"] for r in found] == [0, 1, 2], (task, cond)
     return found
 
@@ -63,7 +53,7 @@ def test_the_plan_ran_three_seeds_and_the_rows_shared_with_the_arms_run_are_its_
     assert len(ROWS) == 72 and len(shared) == 39 and all(r["task"] == "successor" for r in shared)
     assert all(r == ARMS[r["key"]] for r in shared)  # found by key, not retrained
     new = [r for r in ROWS if r["key"] not in ARMS]
-    assert len(new) == 33 and {_name(r) for r in new if r["task"] == "successor"} == {
+    assert len(new) == 33 and {abc_name(r) for r in new if r["task"] == "successor"} == {
         "abc[prompt local]", "abc[prompt free]", "abc[padded, prompt local]", "abc[padded, prompt free]"}
     total = sum(r["wall_s"] for r in new)
     assert f"The {len(new)} rows trained here" in FLAT and f"took {total:,.0f} s of their own wall time" in FLAT
@@ -114,7 +104,7 @@ def test_answer_two_addition_over_three_bases():
     padded = [c for c in PLAN if "padded" in c]
     assert all(x == 0 for c in padded for x in _exact(a, c, 60))
     assert f"fits 6 digits to {max(x for c in padded for x in _exact(a, c, 6)):.2f} at most" in FLAT
-    (long,) = [r for r in _jsonl(ABC / "long_addition" / "runs.jsonl") if r["condition"] == "abc"]
+    (long,) = [r for r in jsonl(ABC / "long_addition" / "runs.jsonl") if r["condition"] == "abc"]
     assert f"(`long_addition/`: {long['test_exact_60']:.2f} exact at 60 digits)" in FLAT
 
 
@@ -129,8 +119,7 @@ def test_the_per_seed_sentence():
 def test_the_abc_readme_and_the_study_page_quote_it():
     """The study README qualifies its one-seed addition result with this run's three bases, and the study page says
     both answers, with this run's numbers."""
-    study = re.sub(r"\s+", " ", (ABC / "README.md").read_text(encoding="utf-8"))
-    page = re.sub(r"\s+", " ", (ROOT / "docs" / "studies" / "abc_study.md").read_text(encoding="utf-8"))
+    study, page = flat(ABC / "README.md"), flat(ROOT / "docs" / "studies" / "abc_study.md")
     seed0 = f"(seed 0: {_exact('addition', 'abc', 60)[0]:.2f})"
     for text in (study, page):
         assert f"ABC carries addition to 60 digits from one {seed0}" in text

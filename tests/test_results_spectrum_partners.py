@@ -2,13 +2,12 @@
 (runs.jsonl, table.csv, learning_curves.jsonl) and from the spectrum run's rows it compares with."""
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
 import pandas as pd
 
 from aspan.intervals import seed_interval
+from tests.results_rows import flat, jsonl, run_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 QK = ROOT / "results" / "qk_study"
@@ -17,15 +16,9 @@ N_REPORT = 500  # report strings per bucket and seed
 SPECTRUM = (0, 8, 16, 24, 32, 40, 48, 56, 63)  # the pairs; column i and its partner i + 64
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-ROWS, TABLE = _jsonl(RUN / "runs.jsonl"), pd.read_csv(RUN / "table.csv").set_index("condition")
-S_ROWS = _jsonl(QK / "spectrum" / "runs.jsonl")
-S_TABLE = pd.read_csv(QK / "spectrum" / "table.csv").set_index("condition")
-README = (RUN / "README.md").read_text(encoding="utf-8")
-FLAT = re.sub(r"\s+", " ", README)
+ROWS, TABLE = run_rows(RUN)
+S_ROWS, S_TABLE = run_rows(QK / "spectrum")
+README, FLAT = (RUN / "README.md").read_text(encoding="utf-8"), flat(RUN / "README.md")
 
 
 def _chosen(rows: list[dict], table: pd.DataFrame, condition: str) -> list[dict]:
@@ -65,7 +58,7 @@ def test_every_partner_ran_three_seeds_at_its_partners_chosen_rate_on_the_spectr
 
 
 def test_labels_come_from_accuracy_at_the_last_evaluation():
-    curves = _jsonl(RUN / "learning_curves.jsonl")
+    curves = jsonl(RUN / "learning_curves.jsonl")
     for i in SPECTRUM:
         condition = f"qk-column:{i + 64}"
         last = [max((c for c in curves if c["condition"] == condition and c["seed"] == seed

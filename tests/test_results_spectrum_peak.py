@@ -2,15 +2,12 @@
 table.csv, learning_curves.jsonl) and from the spectrum run's rows it compares with."""
 from __future__ import annotations
 
-import json
 import math
-import re
 from pathlib import Path
-
-import pandas as pd
 
 from aspan.intervals import seed_interval
 from aspan.tokenization import CharTokenizer
+from tests.results_rows import flat, jsonl, run_rows
 from tests.test_results_spectrum import _report_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,15 +17,9 @@ N_REPORT = 500  # report strings per bucket and seed
 PAIRS = (16, 18, 20, 22, 24, 26, 28)
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-ROWS, TABLE = _jsonl(RUN / "runs.jsonl"), pd.read_csv(RUN / "table.csv").set_index("condition")
-S_ROWS = _jsonl(QK / "spectrum" / "runs.jsonl")
-S_TABLE = pd.read_csv(QK / "spectrum" / "table.csv").set_index("condition")
-README = (RUN / "README.md").read_text(encoding="utf-8")
-FLAT = re.sub(r"\s+", " ", README)
+ROWS, TABLE = run_rows(RUN)
+S_ROWS, S_TABLE = run_rows(QK / "spectrum")
+README, FLAT = (RUN / "README.md").read_text(encoding="utf-8"), flat(RUN / "README.md")
 
 
 def _seeds(pair: int) -> list[dict]:
@@ -66,7 +57,7 @@ def test_every_pair_trained_to_the_cap_at_one_rate_on_the_spectrums_sets():
 
 
 def test_labels_come_from_accuracy_at_the_last_evaluation():
-    curves = _jsonl(RUN / "learning_curves.jsonl")
+    curves = jsonl(RUN / "learning_curves.jsonl")
     for p in PAIRS:
         last = [max((c for c in curves if c["condition"] == f"qk-pair:{p}" and c["seed"] == seed
                      and c["bucket"] == "length 21-40"), key=lambda c: c["step"]) for seed in (0, 1, 2)]
@@ -138,11 +129,11 @@ def test_the_pages_quote_the_peak_and_the_partners():
     project README the best partner column), with the numbers of these rows; none still calls them unrun."""
     best = f"pair 20, reaches {_cell(_values(_seeds(20)), 3)}"
     partners = ROOT / "results" / "qk_study" / "spectrum_partners"
-    column = [r["exact_21-40"] for r in _jsonl(partners / "runs.jsonl") if r["condition"] == "qk-column:88"]
-    pages = {name: re.sub(r"\s+", " ", (ROOT / name).read_text(encoding="utf-8"))
-             for name in ("README.md", "results/qk_study/spectrum/README.md", "results/qk_study/README.md",
-                          "docs/studies/qk_study.md")}
+    column = [r["exact_21-40"] for r in jsonl(partners / "runs.jsonl") if r["condition"] == "qk-column:88"]
+    names = ("README.md", "results/qk_study/spectrum/README.md", "results/qk_study/README.md",
+             "docs/studies/qk_study.md")
+    pages = {name: flat(ROOT / name) for name in names}
     assert f"the best, pair 20, {_cell(_values(_seeds(20)), 3)}" in pages.pop("README.md")
-    for name, flat in pages.items():
-        assert best in flat and "column 88" in flat and _cell(column) in flat, name
-        assert "not yet run" not in flat.lower(), name
+    for name, text in pages.items():
+        assert best in text and "column 88" in text and _cell(column) in text, name
+        assert "not yet run" not in text.lower(), name
