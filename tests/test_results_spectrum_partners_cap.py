@@ -2,6 +2,8 @@
 (runs.jsonl, table.csv, learning_curves.jsonl) and from the rows of the runs it compares with."""
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 from aspan.intervals import seed_interval
@@ -89,3 +91,14 @@ def test_the_partner_run_and_the_spectrum_point_here():
     assert f"column 96 rises on two seeds of three, to {cell}" in flat(QK / "spectrum_partners" / "README.md")
     assert f"`../spectrum_partners_cap/`, {_cell(_here(24))}" in flat(QK / "spectrum" / "README.md")
     assert "results/qk_study/spectrum_partners_cap/README.md" in flat(ROOT / "docs" / "studies" / "qk_study.md")
+
+
+def test_the_runner_runs_this_config_unit_by_unit_then_whole():
+    """run.sh is the partner runner with this run's config and run directory: 28 units, then the merging command."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "CONFIG")} | {"ASPAN": "echo"}
+    lines = subprocess.run(["bash", str(RUN / "run.sh")], cwd=ROOT, env=env, capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    want = "study qk --config configs/qk_spectrum_partners_cap_cpu.toml --out runs/qk_spectrum_partners_cap_cpu"
+    assert len(lines) == 29 and all(line.startswith(want) for line in lines)
+    assert [line.split("--unit ")[-1] for line in lines[:2]] == ["none", "qk-column:88/replay 0/select"]
+    assert "--unit" not in lines[-1]

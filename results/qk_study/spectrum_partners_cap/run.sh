@@ -1,17 +1,8 @@
 #!/bin/bash
-# The partner columns to the cap (configs/qk_spectrum_partners_cap_cpu.toml), unit by unit: the untrained model,
-# then each column with its three seeds, the columns of the spectrum's best partners first; then the whole command
-# once more, which finds every row, trains nothing and writes the outputs. Resumable. Run from the repository root; ASPAN names the
-# command (default .venv/bin/aspan), OUT the run directory.
+# The partner columns to the cap (configs/qk_spectrum_partners_cap_cpu.toml): the partner columns' runner
+# (../spectrum_partners/run.sh, unit by unit, then the whole command once more, which finds every row and writes the
+# outputs) with this run's settings. Resumable. Run from the repository root; ASPAN names the command (default
+# .venv/bin/aspan), OUT the run directory.
 set -e
-ASPAN=${ASPAN:-.venv/bin/aspan}
-OUT=${OUT:-runs/qk_spectrum_partners_cap_cpu}
-CONFIG=configs/qk_spectrum_partners_cap_cpu.toml
-order=(none)
-for column in 88 80 96 104 72 64 112 120 127; do
-  order+=("qk-column:$column/replay 0/select" "qk-column:$column/replay 0/seed 1" "qk-column:$column/replay 0/seed 2")
-done
-for unit in "${order[@]}"; do
-  $ASPAN study qk --config "$CONFIG" --out "$OUT" --threads 1 --quiet --unit "$unit"
-done
-$ASPAN study qk --config "$CONFIG" --out "$OUT" --threads 1 --quiet
+export CONFIG=configs/qk_spectrum_partners_cap_cpu.toml OUT=${OUT:-runs/qk_spectrum_partners_cap_cpu}
+exec bash results/qk_study/spectrum_partners/run.sh
