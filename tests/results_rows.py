@@ -31,3 +31,11 @@ def abc_name(row: dict) -> str:
     from aspan.applications.studies.abc_arms import AbcArm
 
     return row["condition"] if row["condition"] == "rotary" else AbcArm.of_row(row, "none").variant("none")
+
+
+def chosen(rows: list[dict], table: pd.DataFrame, condition: str) -> list[dict]:
+    """A QK study condition's rows at the learning rate its table chose, by seed (seeds 0, 1 and 2, asserted)."""
+    lr = table.loc[condition, "lr"]
+    found = sorted((r for r in rows if r["condition"] == condition and r["lr"] == lr), key=lambda r: r["seed"])
+    assert [r["seed"] for r in found] == [0, 1, 2], condition
+    return found

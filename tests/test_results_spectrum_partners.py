@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from aspan.intervals import seed_interval
-from tests.results_rows import flat, jsonl, run_rows
+from tests.results_rows import chosen, flat, jsonl, run_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 QK = ROOT / "results" / "qk_study"
@@ -21,13 +19,6 @@ S_ROWS, S_TABLE = run_rows(QK / "spectrum")
 README, FLAT = (RUN / "README.md").read_text(encoding="utf-8"), flat(RUN / "README.md")
 
 
-def _chosen(rows: list[dict], table: pd.DataFrame, condition: str) -> list[dict]:
-    lr = table.loc[condition, "lr"]
-    found = sorted((r for r in rows if r["condition"] == condition and r["lr"] == lr), key=lambda r: r["seed"])
-    assert [r["seed"] for r in found] == [0, 1, 2], condition
-    return found
-
-
 def _values(rows: list[dict], key: str = "exact_21-40") -> list[float]:
     return [r[key] for r in rows]
 
@@ -38,11 +29,11 @@ def _cell(values: list[float]) -> str:
 
 
 def _partner(i: int) -> list[dict]:
-    return _chosen(ROWS, TABLE, f"qk-column:{i + 64}")
+    return chosen(ROWS, TABLE, f"qk-column:{i + 64}")
 
 
 def _column(i: int) -> list[dict]:
-    return _chosen(S_ROWS, S_TABLE, f"qk-column:{i}")
+    return chosen(S_ROWS, S_TABLE, f"qk-column:{i}")
 
 
 def test_every_partner_ran_three_seeds_at_its_partners_chosen_rate_on_the_spectrums_sets():
@@ -70,7 +61,7 @@ def test_labels_come_from_accuracy_at_the_last_evaluation():
 
 def test_readme_table_rows():
     for i in SPECTRUM:
-        mine, column, pair = _partner(i), _column(i), _chosen(S_ROWS, S_TABLE, f"qk-pair:{i}")
+        mine, column, pair = _partner(i), _column(i), chosen(S_ROWS, S_TABLE, f"qk-pair:{i}")
         partial = (S_TABLE.loc[f"qk-column:{i}", "partial_21-40"], TABLE.loc[f"qk-column:{i + 64}", "partial_21-40"])
         reasons = "/".join(sorted({r["stop_reason"] for r in mine}))
         cells = [f"{10000 ** (-i / 64):.2g}", _cell(_values(column)), _cell(_values(mine)), _cell(_values(pair)),

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from aspan.intervals import seed_interval
-from tests.results_rows import flat, jsonl, run_rows
+from tests.results_rows import chosen, flat, jsonl, run_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 QK = ROOT / "results" / "qk_study"
@@ -18,13 +18,6 @@ ROWS, TABLE = run_rows(RUN)
 P_ROWS, P_TABLE = run_rows(QK / "spectrum_partners")
 S_ROWS, S_TABLE = run_rows(QK / "spectrum")
 README, FLAT = (RUN / "README.md").read_text(encoding="utf-8"), flat(RUN / "README.md")
-
-
-def _chosen(rows, table, condition: str) -> list[dict]:
-    lr = table.loc[condition, "lr"]
-    found = sorted((r for r in rows if r["condition"] == condition and r["lr"] == lr), key=lambda r: r["seed"])
-    assert [r["seed"] for r in found] == [0, 1, 2], condition
-    return found
 
 
 def _cell(rows: list[dict], key: str = "exact_21-40") -> str:
@@ -38,7 +31,7 @@ def _mean(rows: list[dict], key: str = "exact_21-40") -> float:
 
 
 def _here(i: int) -> list[dict]:
-    return _chosen(ROWS, TABLE, f"qk-column:{i + 64}")
+    return chosen(ROWS, TABLE, f"qk-column:{i + 64}")
 
 
 def test_every_partner_trained_to_the_cap_at_the_partner_runs_rate():
@@ -56,8 +49,8 @@ def test_every_partner_trained_to_the_cap_at_the_partner_runs_rate():
 def test_readme_table_rows():
     for i in SPECTRUM:
         c, here = f"qk-column:{i + 64}", _here(i)
-        cells = [str(i + 64), f"{10000 ** (-i / 64):.2g}", _cell(here), _cell(_chosen(P_ROWS, P_TABLE, c)),
-                 _cell(_chosen(S_ROWS, S_TABLE, f"qk-column:{i}")), _cell(_chosen(S_ROWS, S_TABLE, f"qk-pair:{i}")),
+        cells = [str(i + 64), f"{10000 ** (-i / 64):.2g}", _cell(here), _cell(chosen(P_ROWS, P_TABLE, c)),
+                 _cell(chosen(S_ROWS, S_TABLE, f"qk-column:{i}")), _cell(chosen(S_ROWS, S_TABLE, f"qk-pair:{i}")),
                  _cell(here, "exact_1-20"), f"{_mean(here, 'partial_21-40'):.3f}", f"{_mean(here, 'exact_41-60'):.3f}"]
         line = next(line for line in README.splitlines() if line.startswith(f"| {i} | {i + 64} |"))
         assert line == f"| {i} | " + " | ".join(cells) + " |", (line, cells)
@@ -66,13 +59,13 @@ def test_readme_table_rows():
 def test_the_answer():
     exact = {i: _mean(_here(i)) for i in SPECTRUM}
     assert max(exact, key=exact.get) == 24
-    full = _mean(_chosen(S_ROWS, S_TABLE, "all"))
+    full = _mean(chosen(S_ROWS, S_TABLE, "all"))
     assert all(full - v > 0.05 for v in exact.values())
     assert f"ends at {_cell(_here(24))}" in FLAT and f"{round(100 * (full - exact[24]))} pp short" in FLAT
     rising = _here(32)
     assert (f"to {rising[0]['exact_21-40']:.3f} and {rising[1]['exact_21-40']:.3f} exact on 21–40 (seed 2 ends at "
             f"{rising[2]['exact_21-40']:.3f} and loses 1–20: {rising[2]['exact_1-20']:.3f})") in FLAT
-    assert f"so {_cell(rising)} against {_mean(_chosen(P_ROWS, P_TABLE, 'qk-column:96')):.2f}" in FLAT
+    assert f"so {_cell(rising)} against {_mean(chosen(P_ROWS, P_TABLE, 'qk-column:96')):.2f}" in FLAT
     stuck = _here(16)
     assert f"seed 1 stays at {stuck[1]['exact_21-40']:.3f} to the end" in FLAT
     assert f"(its other two seeds: {stuck[0]['exact_21-40']:.3f}, {stuck[2]['exact_21-40']:.3f})" in FLAT

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aspan.intervals import seed_interval
 from aspan.tokenization import CharTokenizer
-from tests.results_rows import flat, jsonl, run_rows
+from tests.results_rows import chosen, flat, jsonl, run_rows
 from tests.test_results_spectrum import _report_texts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,8 +29,7 @@ def _seeds(pair: int) -> list[dict]:
 
 
 def _spectrum(condition: str) -> list[dict]:
-    lr = S_TABLE.loc[condition, "lr"]
-    return sorted((r for r in S_ROWS if r["condition"] == condition and r["lr"] == lr), key=lambda r: r["seed"])
+    return chosen(S_ROWS, S_TABLE, condition)
 
 
 def _values(rows: list[dict], key: str = "exact_21-40") -> list[float]:
